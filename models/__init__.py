@@ -1,0 +1,7 @@
+"""minBERT: our BERT encoder, its loading, tokenizer, pooling and AdamW."""
+from models.bert import BertModel, BertOutput
+from models.config import BertConfig
+from models.loading import CheckpointError, from_pretrained
+from models.optimizer import AdamW
+from models.sentence_embedding import POOLINGS, embed_sentences, pool
+from models.tokenizer import Tokenizer

@@ -1,0 +1,51 @@
+"""Our encoder against transformers.BertModel on the same checkpoint and the same padded batch of real sentences."""
+import torch
+import transformers
+
+from data.readers import read_sts
+from models import Tokenizer, from_pretrained
+
+TOLERANCE = 1e-5
+
+
+def real_sentences(data_dir, count=8):
+    records, _ = read_sts(data_dir / "sts-dev.csv")
+    # Sentences of clearly different lengths, so the batch is padded.
+    sentences = sorted({r.sentence1 for r in records}, key=len)
+    step = len(sentences) // count
+    return [sentences[i * step] for i in range(count - 1)] + [sentences[-1]]
+
+
+def assert_same_outputs(ours, theirs, batch):
+    ours.eval(), theirs.eval()
+    with torch.no_grad():
+        mine = ours(**batch, output_hidden_states=True)
+        reference = theirs(**batch, output_hidden_states=True)
+    real = batch["attention_mask"].bool()
+    assert real.sum(1).min() < real.sum(1).max(), "the batch should mix lengths"
+    assert len(mine.hidden_states) == len(reference.hidden_states) == ours.config.num_hidden_layers + 1
+    for layer, (a, b) in enumerate(zip(mine.hidden_states, reference.hidden_states)):
+        assert (a[real] - b[real]).abs().max() <= TOLERANCE, f"hidden state {layer}"
+    assert (mine.last_hidden_state[real] - reference.last_hidden_state[real]).abs().max() <= TOLERANCE
+    assert (mine.pooler_output - reference.pooler_output).abs().max() <= TOLERANCE
+
+
+def test_minilm_matches_transformers(minilm_dir, data_dir):
+    tokenizer = Tokenizer.from_pretrained("all-MiniLM-L6-v2")
+    batch = tokenizer(real_sentences(data_dir))
+    assert_same_outputs(from_pretrained("all-MiniLM-L6-v2"), transformers.BertModel.from_pretrained(minilm_dir), batch)
+
+
+def test_bert_base_shaped_checkpoint_matches_transformers(tmp_path, minilm_dir, data_dir):
+    # The bert-base-uncased path offline: a random bert-base-shaped model with its MLM/NSP heads, saved by
+    # transformers (tensor names carry the "bert." prefix), loaded back from the folder by both sides.
+    torch.manual_seed(0)
+    config = transformers.BertConfig()  # bert-base: 12 layers, hidden 768, 12 heads, 30522 tokens
+    assert (config.num_hidden_layers, config.hidden_size) == (12, 768)
+    transformers.BertForPreTraining(config).save_pretrained(tmp_path)
+    transformers.AutoTokenizer.from_pretrained(minilm_dir).save_pretrained(tmp_path)  # the uncased vocab
+
+    tokenizer = Tokenizer.from_pretrained(tmp_path)
+    batch = tokenizer(real_sentences(data_dir), [s.upper() for s in real_sentences(data_dir)][::-1])
+    assert batch["token_type_ids"].max() == 1, "sentence pairs exercise the token-type embeddings"
+    assert_same_outputs(from_pretrained(tmp_path), transformers.BertModel.from_pretrained(tmp_path), batch)

@@ -1,0 +1,124 @@
+"""Checkpoint resolution and weight loading: folders, packaged names, hub ids offline, bad files."""
+import json
+import pickle
+
+import pytest
+import torch
+import transformers
+
+from models import BertConfig, BertModel, CheckpointError, Tokenizer, from_pretrained
+from models.loading import load_weights, resolve_checkpoint
+
+TINY = dict(vocab_size=99, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32,
+            max_position_embeddings=64)
+
+
+def test_packaged_name_resolves_to_installed_package(minilm_dir):
+    assert resolve_checkpoint("all-MiniLM-L6-v2") == minilm_dir
+    assert from_pretrained("all-MiniLM-L6-v2").config.num_hidden_layers == 6
+
+
+def test_hub_id_offline_says_how_to_use_a_local_folder(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))  # nothing cached: the hub must be asked, and fails
+    with pytest.raises(CheckpointError) as error:
+        from_pretrained("bert-base-uncased")
+    message = str(error.value)
+    assert "could not get 'bert-base-uncased'" in message and "--local-dir" in message
+
+
+def test_missing_folder_is_named(tmp_path):
+    with pytest.raises(CheckpointError, match="checkpoint folder not found: .*no-such-model"):
+        from_pretrained(str(tmp_path / "no-such-model"))
+
+
+def save_tiny(folder, state_dict, name="pytorch_model.bin"):
+    folder.mkdir(exist_ok=True)
+    (folder / "config.json").write_text(json.dumps({"model_type": "bert", **TINY}))
+    torch.save(state_dict, folder / name)
+
+
+def test_bin_with_prefix_gamma_beta_and_heads_loads(tmp_path):
+    torch.manual_seed(0)
+    source = BertModel(BertConfig(**TINY))
+    state = {}
+    for name, tensor in source.state_dict().items():
+        # Old TensorFlow conversions: "bert." prefix, LayerNorm gamma/beta, MLM head alongside.
+        name = name.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta")
+        state["bert." + name] = tensor
+    state["cls.predictions.bias"] = torch.zeros(99)
+    save_tiny(tmp_path / "ckpt", state)
+    loaded = from_pretrained(tmp_path / "ckpt")
+    for name, tensor in source.state_dict().items():
+        assert torch.equal(loaded.state_dict()[name], tensor), name
+
+
+def test_bin_holding_more_than_tensors_is_refused(tmp_path):
+    class Payload:  # any pickled object that is not a tensor container
+        def __reduce__(self):
+            return (print, ("unpickled!",))
+
+    folder = tmp_path / "evil"
+    save_tiny(folder, {})
+    (folder / "pytorch_model.bin").write_bytes(pickle.dumps({"embeddings.word_embeddings.weight": Payload()}))
+    with pytest.raises(CheckpointError, match="cannot read weights"):
+        from_pretrained(folder)
+
+
+def test_missing_and_unexpected_tensors_are_reported(caplog):
+    model = BertModel(BertConfig(**TINY))
+    state = {k: v for k, v in model.state_dict().items() if not k.startswith("pooler.")}
+    state["extra.weight"] = torch.zeros(2)
+    report = load_weights(model, state, source="test")
+    assert report.missing == ["pooler.dense.bias", "pooler.dense.weight"]
+    assert report.unexpected == ["extra.weight"]
+    assert "2 encoder tensors missing" in caplog.text and "extra.weight" in caplog.text
+
+
+def test_shape_mismatch_names_the_tensor():
+    state = BertModel(BertConfig(**TINY)).state_dict()
+    state["pooler.dense.weight"] = torch.zeros(3, 3)
+    with pytest.raises(CheckpointError, match=r"pooler.dense.weight has shape \(3, 3\)"):
+        load_weights(BertModel(BertConfig(**TINY)), state)
+
+
+def test_config_of_another_architecture_is_refused(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
+    with pytest.raises(ValueError, match="model_type is 'gpt2'"):
+        from_pretrained(tmp_path)
+
+
+def test_tokenizer_follows_the_checkpoints_casing(tmp_path, minilm_dir):
+    uncased = Tokenizer.from_pretrained(minilm_dir)
+    assert uncased.encode(["Hello World"])[0].input_ids == uncased.encode(["hello world"])[0].input_ids
+    vocab = (minilm_dir / "vocab.txt").read_text(encoding="utf-8").splitlines() + ["Hello"]
+    (tmp_path / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    transformers.BertTokenizerFast(vocab=str(tmp_path / "vocab.txt"), do_lower_case=False).save_pretrained(tmp_path)
+    cased = Tokenizer.from_pretrained(tmp_path)
+    assert cased.encode(["Hello"])[0].input_ids == [uncased.backend.cls_token_id, len(vocab) - 1,
+                                                    uncased.backend.sep_token_id]
+    assert cased.encode(["Hello"])[0].input_ids != cased.encode(["hello"])[0].input_ids
+
+
+def test_vocab_only_folder_gets_an_uncased_tokenizer(tmp_path, minilm_dir):
+    (tmp_path / "vocab.txt").write_bytes((minilm_dir / "vocab.txt").read_bytes())
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert", **TINY}))
+    reference = Tokenizer.from_pretrained(minilm_dir).encode(["The Rock is destined"])[0].input_ids
+    assert Tokenizer.from_pretrained(tmp_path).encode(["The Rock is destined"])[0].input_ids == reference
+
+
+def test_pairs_truncation_and_padding(minilm_dir, caplog):
+    tokenizer = Tokenizer.from_pretrained(minilm_dir)
+    cls, sep = tokenizer.backend.cls_token_id, tokenizer.backend.sep_token_id
+    pair = tokenizer.encode(["a cat"], ["a dog sat"])[0]
+    assert pair.input_ids[0] == cls and pair.input_ids.count(sep) == 2
+    assert pair.token_type_ids == [0] * 4 + [1] * 4  # [CLS] a cat [SEP] | a dog sat [SEP]
+
+    long_sentence = " ".join(["word"] * 50)
+    encoded = tokenizer.encode(["short", long_sentence, " ".join(["word"] * 14)], max_length=16, source="demo.csv")
+    assert [len(e.input_ids) for e in encoded] == [3, 16, 16]
+    assert "demo.csv: 1 of 3 inputs longer than 16 tokens were truncated" in caplog.text
+
+    batch = tokenizer(["short", long_sentence], max_length=16)
+    assert batch["input_ids"].shape == (2, 16)
+    assert batch["attention_mask"].tolist()[0] == [1, 1, 1] + [0] * 13
+    assert (batch["input_ids"][0, 3:] == tokenizer.pad_id).all()
