@@ -1,0 +1,113 @@
+"""The standard baseline our multitask model must beat: one `transformers` model per task.
+
+AutoModelForSequenceClassification on the same weights and data, sentence pairs cross-encoded
+([CLS] s1 [SEP] s2 [SEP]), torch's AdamW with linear warm-up and decay; dev metrics per task.
+
+    python benchmarks/hf_single_task_baseline.py --model all-MiniLM-L6-v2 --epochs sst=2,para=1,sts=2
+"""
+import argparse
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+import torch
+from scipy.stats import pearsonr
+from tqdm import tqdm
+from transformers import AutoModelForSequenceClassification, get_linear_schedule_with_warmup
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from data.batching import collate  # noqa: E402
+from data.readers import read_quora, read_sentiment, read_sts  # noqa: E402
+from models import Tokenizer  # noqa: E402
+from models.loading import resolve_checkpoint  # noqa: E402
+
+TASKS = {  # task -> (reader, train file, dev file, num_labels: 1 = regression)
+    "sst": (lambda p: read_sentiment(p, 5), "ids-sst-train.csv", "ids-sst-dev.csv", 5),
+    "para": (read_quora, "quora-train.csv", "quora-dev.csv", 2),
+    "sts": (read_sts, "sts-train.csv", "sts-dev.csv", 1),
+}
+
+
+def encode(tokenizer, records, max_length):
+    if hasattr(records[0], "sentence"):
+        return tokenizer.encode([r.sentence for r in records], max_length=max_length)
+    return tokenizer.encode([r.sentence1 for r in records], [r.sentence2 for r in records], max_length=max_length)
+
+
+def batches(encoded, labels, batch_size, shuffle, rng, pad_id, regression):
+    order = list(range(len(encoded)))
+    if shuffle:
+        rng.shuffle(order)
+    for start in range(0, len(order), batch_size):
+        rows = order[start:start + batch_size]
+        batch = collate([encoded[i] for i in rows], pad_id)
+        batch["labels"] = torch.tensor([labels[i] for i in rows], dtype=torch.float if regression else torch.long)
+        yield batch
+
+
+def run_task(task, args, folder, tokenizer):
+    reader, train_file, dev_file, num_labels = TASKS[task]
+    train, _ = reader(args.data / train_file)
+    dev, _ = reader(args.data / dev_file)
+    if args.max_train_examples:
+        train = train[:args.max_train_examples]
+    regression = num_labels == 1
+    torch.manual_seed(args.seed)
+    model = AutoModelForSequenceClassification.from_pretrained(folder, num_labels=num_labels)
+    train_encoded, dev_encoded = encode(tokenizer, train, args.max_length), encode(tokenizer, dev, args.max_length)
+    epochs = args.epochs[task]
+    steps = epochs * -(-len(train) // args.batch_size)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
+    schedule = get_linear_schedule_with_warmup(optimizer, int(0.1 * steps), steps)
+    rng = random.Random(args.seed)
+    start = time.time()
+    model.train()
+    with tqdm(total=steps, desc=f"{task} baseline") as progress:
+        for _ in range(epochs):
+            for batch in batches(train_encoded, [r.label for r in train], args.batch_size, True, rng,
+                                 tokenizer.pad_id, regression):
+                loss = model(**batch).loss
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                optimizer.step(), schedule.step(), optimizer.zero_grad()
+                progress.update(), progress.set_postfix(loss=f"{loss.item():.3f}")
+    model.eval()
+    predictions = []
+    with torch.no_grad():
+        for batch in batches(dev_encoded, [r.label for r in dev], 128, False, rng, tokenizer.pad_id, regression):
+            logits = model(**{k: v for k, v in batch.items() if k != "labels"}).logits
+            predictions += (logits.squeeze(-1) if regression else logits.argmax(-1)).tolist()
+    gold = [r.label for r in dev]
+    metric = pearsonr(predictions, gold)[0] if regression else sum(p == g for p, g in zip(predictions, gold)) / len(gold)
+    return {"task": task, "epochs": epochs, "train_examples": len(train), "dev_metric": float(metric),
+            "metric": "pearson" if regression else "accuracy", "train_seconds": round(time.time() - start)}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="all-MiniLM-L6-v2", help="hub id, checkpoint folder or packaged name")
+    parser.add_argument("--data", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "data")
+    parser.add_argument("--epochs", default="sst=2,para=1,sts=2", help="task=epochs, comma-separated")
+    parser.add_argument("--tasks", default="sst,para,sts")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--lr", type=float, default=5e-5)
+    parser.add_argument("--max-length", type=int, default=128)
+    parser.add_argument("--max-train-examples", type=int, default=0, help="0 = all")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/hf_single_task_baseline.json"))
+    args = parser.parse_args()
+    args.epochs = {k: int(v) for k, v in (item.split("=") for item in args.epochs.split(","))}
+    folder = resolve_checkpoint(args.model)
+    tokenizer = Tokenizer.from_pretrained(folder)
+    results = [run_task(task, args, folder, tokenizer) for task in args.tasks.split(",")]
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"model": args.model, "threads": torch.get_num_threads(), "results": results},
+                                   indent=2) + "\n")
+    for r in results:
+        print(f"{r['task']:5s} {r['metric']:9s} {r['dev_metric']:.4f}  ({r['epochs']} epochs, {r['train_seconds']} s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,71 @@
+"""What every command shares: flags generated from a config dataclass, the device, logging, clean errors.
+
+Each field of a command's config dataclass becomes a flag (`max_length` -> `--max-length`); its
+`help` metadata is the flag's help and its default the flag's default, so configuration lives in
+one place: the dataclass, which is also what is saved beside every checkpoint.
+"""
+import argparse
+import dataclasses
+import logging
+import sys
+import typing
+from typing import Any, Callable
+
+import torch
+
+from data.readers import DataError
+from models.loading import CheckpointError
+
+
+def flag(default: Any, help: str, choices: tuple | None = None, **extra) -> Any:
+    """A config field that is also a command-line flag."""
+    return dataclasses.field(default=default, metadata={"help": help, "choices": choices, **extra})
+
+
+def build_parser(config_class: type, description: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=description,
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    hints = typing.get_type_hints(config_class)
+    for field in dataclasses.fields(config_class):
+        flag = "--" + field.name.replace("_", "-")
+        kind = hints[field.name]
+        if kind is bool:
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=field.default,
+                                help=field.metadata["help"])
+            continue
+        if typing.get_origin(kind) in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+            kind = next(arg for arg in typing.get_args(kind) if arg is not type(None))  # Optional[X] -> X
+        parser.add_argument(flag, type=kind, default=field.default, choices=field.metadata.get("choices"),
+                            help=field.metadata["help"])
+    return parser
+
+
+def parse_config(config_class: type, description: str, argv: list[str] | None = None):
+    """The config from the command line; a flag value the config rejects is a usage error (exit code 2)."""
+    parser = build_parser(config_class, description)
+    args = parser.parse_args(argv)
+    try:
+        return config_class(**vars(args))
+    except ValueError as error:
+        parser.error(str(error))
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise CheckpointError(f"--device {name}: CUDA is not available on this machine; use --device cpu")
+    return torch.device(name)
+
+
+def run(main: Callable[[], Any]) -> None:
+    """Run a command: user errors (bad files, missing checkpoints) become one clear line and exit code 2."""
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        main()
+    except (DataError, CheckpointError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)

@@ -1,0 +1,1 @@
+"""Metrics of the three tasks and the course's prediction files."""

@@ -1,0 +1,72 @@
+"""The course leaderboard's prediction files: {sst,para,sts}-{dev,test}-output.csv.
+
+The format copies, byte for byte, what the CS224N starter's test_multitask writes and the leaderboard
+has always accepted (we do not know the grader's parser, so we do not "fix" it into strict CSV):
+    header:  "id \\t Predicted_Sentiment \\n"   (id, space, TAB, space, column name, space)
+    rows:    "{id} , {prediction} \\n"          (space-comma-space between the fields)
+Readers must therefore strip whitespace around fields, e.g. csv.reader plus str.strip(), or pandas
+with sep=r"\\s*,\\s*". The STS column is Predicted_Similarity, as in the later starter; the 2023
+starter misspelled it "Predicted_Similiary".
+
+Predictions: SST an integer class 0-4, paraphrase 0 or 1 (the starter wrote "1.0"; the same number),
+STS a float. One row per id, in the order given.
+Each file is written to a temporary file in the same folder and moved into place with os.replace,
+which is atomic: a run that dies mid-write leaves the previous file (or none), never half of one.
+"""
+import math
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+PREDICTION_COLUMNS = {"sst": "Predicted_Sentiment", "para": "Predicted_Is_Paraphrase", "sts": "Predicted_Similarity"}
+SPLITS = ("dev", "test")
+
+
+def prediction_path(out_dir: str | Path, task: str, split: str) -> Path:
+    if task not in PREDICTION_COLUMNS:
+        raise ValueError(f"unknown task {task!r}; expected one of {', '.join(PREDICTION_COLUMNS)}")
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; expected one of {', '.join(SPLITS)}")
+    return Path(out_dir) / f"{task}-{split}-output.csv"
+
+
+def _format_prediction(task: str, value) -> str:
+    value = float(value)
+    if task == "sts":
+        if not math.isfinite(value):
+            raise ValueError(f"STS prediction {value} is not a finite number")
+        return repr(value)
+    if not value.is_integer() or (task == "para" and value not in (0, 1)):
+        raise ValueError(f"{task} prediction {value} is not a {'0/1 label' if task == 'para' else 'class index'}")
+    return str(int(value))
+
+
+def _format_id(sentence_id) -> str:
+    sentence_id = str(sentence_id)
+    # The format has no quoting, so an id must not contain its separators.
+    if not sentence_id.strip() or any(c in sentence_id for c in ",\t\n\r"):
+        raise ValueError(f"id {sentence_id!r} is empty or contains a comma, tab or line break")
+    return sentence_id
+
+
+def write_predictions(out_dir: str | Path, task: str, split: str, ids: Iterable, predictions: Iterable) -> Path:
+    """Write one prediction file atomically and return its path. Tensors and arrays are accepted."""
+    path = prediction_path(out_dir, task, split)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ids = ids.tolist() if hasattr(ids, "tolist") else ids
+    predictions = predictions.tolist() if hasattr(predictions, "tolist") else predictions
+    handle, temp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.chmod(temp_name, 0o644)  # mkstemp creates 0600; a prediction file is meant to be shared
+        with os.fdopen(handle, "w", encoding="utf-8", newline="") as f:
+            f.write(f"id \t {PREDICTION_COLUMNS[task]} \n")
+            for sentence_id, value in zip(ids, predictions, strict=True):
+                f.write(f"{_format_id(sentence_id)} , {_format_prediction(task, value)} \n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temp_name, path)
+    except BaseException:
+        Path(temp_name).unlink(missing_ok=True)
+        raise
+    return path

@@ -1,0 +1,76 @@
+"""Building blocks shared by every task head.
+
+The heads themselves live in their own modules (import them from there):
+    heads.sentiment.SentimentHead           SST-5 logits from one sentence embedding
+    heads.paraphrase.ParaphraseHead         bilinear paraphrase logit from two embeddings
+    heads.paraphrase.CrossEncodedPairHead   seed 003 PH / DPH / DPHA on a cross-encoded pair
+    heads.similarity.SimilarityHead         cosine STS score in [0, 5]
+    heads.similarity.CrossEncodedSimilarityHead
+
+Every head takes pooled sentence embeddings [B, H]; the encoder and the pooling live elsewhere.
+"""
+import torch
+from torch import nn
+
+# Seed 002 section 5.3: "dropout probability of 0.3 at each linear layer".
+DEFAULT_DROPOUT = 0.3
+
+# How the paraphrase and STS MLPs relate (seed 002 Table 3): two separate MLPs, one shared first
+# layer (the paper's best), or one MLP used by both heads.
+SHARE_MODES = ("none", "first-layer", "all")
+
+
+class MLP(nn.Module):
+    """Two linear layers, dropout before each (seed 002) and a ReLU between them.
+
+    The first layer is its own submodule so that two MLPs can hold the very same layer object
+    (share_first_with=...): autograd then sums both tasks' gradients into one set of weights.
+    """
+
+    def __init__(self, in_features: int, hidden_features: int, out_features: int,
+                 dropout: float = DEFAULT_DROPOUT, share_first_with: "MLP | None" = None):
+        super().__init__()
+        if share_first_with is None:
+            self.first = nn.Sequential(nn.Dropout(dropout), nn.Linear(in_features, hidden_features), nn.ReLU())
+        else:
+            shared_linear = share_first_with.first[1]
+            if (shared_linear.in_features, shared_linear.out_features) != (in_features, hidden_features):
+                raise ValueError(f"cannot share a {shared_linear.in_features}->{shared_linear.out_features} "
+                                 f"first layer with an MLP that needs {in_features}->{hidden_features}")
+            self.first = share_first_with.first
+        self.second = nn.Sequential(nn.Dropout(dropout), nn.Linear(hidden_features, out_features))
+        self.out_features = out_features
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.second(self.first(x))
+
+
+def pair_mlps(share: str, hidden_size: int, mlp_hidden: int | None = None,
+              dropout: float = DEFAULT_DROPOUT) -> tuple[MLP, MLP]:
+    """The (paraphrase, STS) embedding transforms, H -> mlp_hidden -> H, shared as `share` says.
+
+    Sharing is by object identity, never by copying weights, so a shared layer has exactly one
+    set of parameters and receives the gradients of both tasks.
+    """
+    if share not in SHARE_MODES:
+        raise ValueError(f"unknown share mode {share!r}; expected one of {', '.join(SHARE_MODES)}")
+    mlp_hidden = mlp_hidden or hidden_size
+    paraphrase_mlp = MLP(hidden_size, mlp_hidden, hidden_size, dropout)
+    if share == "all":
+        return paraphrase_mlp, paraphrase_mlp
+    share_first_with = paraphrase_mlp if share == "first-layer" else None
+    return paraphrase_mlp, MLP(hidden_size, mlp_hidden, hidden_size, dropout, share_first_with)
+
+
+class CommonLayer(nn.Module):
+    """Seed 003 "CL": one Linear + tanh applied to the embedding before all three heads.
+
+    No dropout: seed 003 reports the model could not learn with dropout (p=0.5) in this layer.
+    """
+
+    def __init__(self, hidden_size: int):
+        super().__init__()
+        self.linear = nn.Linear(hidden_size, hidden_size)
+
+    def forward(self, embedding: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.linear(embedding))

@@ -1,0 +1,54 @@
+"""The multitask model: one shared encoder, pooled sentence embeddings, one head per task."""
+import torch
+from torch import nn
+
+from heads import CommonLayer, pair_mlps
+from heads.paraphrase import CrossEncodedPairHead, ParaphraseHead
+from heads.sentiment import SentimentHead
+from heads.similarity import CrossEncodedSimilarityHead, SimilarityHead
+from models.bert import BertModel
+from models.sentence_embedding import pool
+
+
+class MultitaskModel(nn.Module):
+    """Task outputs from batches of data.tasks.TaskSplit.batch:
+
+    sst:  [B, 5] class logits
+    para: [B] paraphrase logits
+    sts:  [B] similarity scores in [0, 5]
+    """
+
+    def __init__(self, encoder: BertModel, pooling: str = "cls", pair_encoding: str = "bi", share: str = "first-layer",
+                 common_layer: bool = False, head_dropout: float = 0.3, cross_head: str = "dpha"):
+        super().__init__()
+        hidden = encoder.config.hidden_size
+        self.encoder, self.pooling, self.pair_encoding = encoder, pooling, pair_encoding
+        self.common = CommonLayer(hidden) if common_layer else None
+        self.sentiment = SentimentHead(hidden, dropout=head_dropout)
+        if pair_encoding == "bi":
+            paraphrase_mlp, similarity_mlp = pair_mlps(share, hidden, dropout=head_dropout)
+            self.paraphrase = ParaphraseHead(paraphrase_mlp)
+            self.similarity = SimilarityHead(similarity_mlp)
+        else:
+            self.paraphrase = CrossEncodedPairHead(hidden, cross_head, head_dropout)
+            self.similarity = CrossEncodedSimilarityHead(hidden, cross_head, head_dropout)
+
+    def embed(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        embedding = pool(self.encoder(**inputs), inputs["attention_mask"], self.pooling)
+        return embedding if self.common is None else self.common(embedding)
+
+    def forward(self, task: str, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        embeddings = self.embed(inputs)
+        if task == "sst":
+            return self.sentiment(embeddings)
+        first, second = embeddings.chunk(2)  # the two views of each pair (see TaskSplit.batch)
+        return (self.paraphrase if task == "para" else self.similarity)(first, second)
+
+    def head_parameters(self) -> dict[str, list[nn.Parameter]]:
+        """Each task's own head parameters (shared pair-MLP layers appear under both pair tasks)."""
+        return {"sst": list(self.sentiment.parameters()), "para": list(self.paraphrase.parameters()),
+                "sts": list(self.similarity.parameters())}
+
+    def shared_parameters(self) -> list[nn.Parameter]:
+        """What every task uses: the encoder and the optional common layer."""
+        return list(self.encoder.parameters()) + (list(self.common.parameters()) if self.common else [])

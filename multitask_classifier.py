@@ -1,0 +1,18 @@
+"""Multi-task fine-tuning of one BERT encoder for SST-5 sentiment, Quora paraphrase and STS similarity.
+
+    python multitask_classifier.py --model all-MiniLM-L6-v2 --schedule mtdnn --option finetune
+
+Writes runs/multitask/{best,last}/ (checkpoints), runs/multitask/metrics.jsonl (dev metrics per
+evaluation) and predictions/{sst,para,sts}-{dev,test}-output.csv (the leaderboard files).
+"""
+import cli
+from training.multitask import MultitaskConfig, MultitaskTrainer
+
+
+def main(argv: list[str] | None = None) -> dict:
+    config = cli.parse_config(MultitaskConfig, __doc__, argv)
+    return MultitaskTrainer(config).train()
+
+
+if __name__ == "__main__":
+    cli.run(main)

@@ -1,0 +1,181 @@
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from heads import MLP, CommonLayer, pair_mlps
+from heads.paraphrase import CrossEncodedPairHead, ParaphraseHead
+from heads.sentiment import SentimentHead
+from heads.similarity import CrossEncodedSimilarityHead, SimilarityHead, lowest_bucket_mean_cosine
+
+H = 8
+
+
+def embeddings(batch: int = 4, seed: int = 0) -> torch.Tensor:
+    return torch.randn(batch, H, generator=torch.Generator().manual_seed(seed))
+
+
+def parameter_ids(module: nn.Module) -> set[int]:
+    return {id(p) for p in module.parameters()}
+
+
+def parameter_count(module: nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())  # parameters() lists a shared tensor once
+
+
+def test_sentiment_head_gives_one_logit_per_class():
+    assert SentimentHead(H)(embeddings(3)).shape == (3, 5)
+    assert SentimentHead(H, num_classes=2)(embeddings(3)).shape == (3, 2)
+
+
+def test_mlp_applies_dropout_before_both_linear_layers():
+    mlp = MLP(H, 16, 3, dropout=0.3)
+    layer_types = [type(m) for m in mlp.modules() if not isinstance(m, (MLP, nn.Sequential))]
+    assert layer_types == [nn.Dropout, nn.Linear, nn.ReLU, nn.Dropout, nn.Linear]
+    x = embeddings(64)
+    mlp.train()
+    assert not torch.equal(mlp(x), mlp(x))  # dropout is live in training
+    mlp.eval()
+    assert torch.equal(mlp(x), mlp(x))
+
+
+def test_paraphrase_head_is_a_bilinear_form_of_the_transformed_embeddings():
+    para_mlp, _ = pair_mlps("none", H)
+    head = ParaphraseHead(para_mlp).eval()
+    u, v = embeddings(5, seed=1), embeddings(5, seed=2)
+    fu, fv = para_mlp(u), para_mlp(v)
+    W, b = head.bilinear.weight[0], head.bilinear.bias
+    expected = torch.stack([fu[i] @ W @ fv[i] for i in range(5)]) + b
+    assert head(u, v).shape == (5,)
+    torch.testing.assert_close(head(u, v), expected)
+
+
+def test_similarity_head_scores_lie_in_zero_to_five():
+    _, sts_mlp = pair_mlps("none", H)
+    head = SimilarityHead(sts_mlp)
+    scores = head(embeddings(256, seed=1), embeddings(256, seed=2))
+    assert scores.shape == (256,)
+    assert scores.min() >= 0 and scores.max() <= 5
+    head.eval()
+    u = embeddings(3)
+    torch.testing.assert_close(head(u, u), torch.full((3,), 5.0))  # identical sentences: cosine 1 -> 5
+
+
+@pytest.mark.parametrize("floor", [-1.0, 0.6])
+def test_cosine_range_maps_gold_onto_floor_to_one_and_back(floor):
+    head = SimilarityHead(MLP(H, H, H))
+    head.set_cosine_floor(floor)
+    gold = torch.tensor([0.0, 1.25, 2.5, 5.0])
+    step = (1 - floor) / 4  # gold 1.25 is a quarter of the way from M to 1
+    torch.testing.assert_close(head.gold_to_cosine(gold), torch.tensor([floor, floor + step, floor + 2 * step, 1.0]))
+    torch.testing.assert_close(head.cosine_to_gold(head.gold_to_cosine(gold)), gold)
+    if floor > -1:
+        # cosines below M are below every gold score: they clamp to 0
+        assert head.cosine_to_gold(torch.tensor([floor - 0.5, -1.0])).tolist() == [0.0, 0.0]
+
+
+def test_cosine_floor_is_saved_with_the_head():
+    head = SimilarityHead(MLP(H, H, H), cosine_floor=0.3)
+    reloaded = SimilarityHead(MLP(H, H, H))
+    reloaded.load_state_dict(head.state_dict())
+    assert reloaded.cosine_floor.item() == pytest.approx(0.3)
+    with pytest.raises(ValueError):
+        head.set_cosine_floor(1.0)
+
+
+def test_lowest_bucket_mean_uses_pairs_with_gold_at_most_a_quarter():
+    cosines = torch.tensor([0.1, 0.3, 0.9, 0.5])
+    gold = torch.tensor([0.0, 0.25, 0.26, 4.0])
+    assert lowest_bucket_mean_cosine(cosines, gold) == pytest.approx(0.2)
+    with pytest.raises(ValueError):
+        lowest_bucket_mean_cosine(cosines, gold + 1)
+
+
+def test_share_none_gives_disjoint_parameters():
+    para_mlp, sts_mlp = pair_mlps("none", H, mlp_hidden=6)
+    assert not parameter_ids(para_mlp) & parameter_ids(sts_mlp)
+
+
+def test_share_first_layer_shares_exactly_the_first_linear():
+    para_mlp, sts_mlp = pair_mlps("first-layer", H, mlp_hidden=6)
+    assert para_mlp.first is sts_mlp.first and para_mlp.second is not sts_mlp.second
+    heads = nn.ModuleDict({"para": ParaphraseHead(para_mlp), "sts": SimilarityHead(sts_mlp)})
+    unshared = nn.ModuleDict({"para": ParaphraseHead(pair_mlps("none", H, 6)[0]),
+                              "sts": SimilarityHead(pair_mlps("none", H, 6)[1])})
+    first_linear_size = H * 6 + 6
+    assert parameter_count(unshared) - parameter_count(heads) == first_linear_size
+
+
+def test_shared_first_layer_receives_both_tasks_gradients():
+    para_mlp, sts_mlp = pair_mlps("first-layer", H, mlp_hidden=6, dropout=0.0)
+    para, sts = ParaphraseHead(para_mlp), SimilarityHead(sts_mlp)
+    u, v = embeddings(4, seed=1), embeddings(4, seed=2)
+    shared_weight = para_mlp.first[1].weight
+
+    def grad_of(loss):
+        return torch.autograd.grad(loss, shared_weight, allow_unused=True)[0]
+
+    para_grad, sts_grad = grad_of(para(u, v).sum()), grad_of(sts.cosine(u, v).sum())
+    assert para_grad is not None and sts_grad is not None
+    assert para_grad.abs().sum() > 0 and sts_grad.abs().sum() > 0
+    torch.testing.assert_close(grad_of(para(u, v).sum() + sts.cosine(u, v).sum()), para_grad + sts_grad)
+
+
+def test_share_all_uses_one_mlp_and_rejects_unknown_modes():
+    para_mlp, sts_mlp = pair_mlps("all", H)
+    assert para_mlp is sts_mlp
+    with pytest.raises(ValueError, match="share mode"):
+        pair_mlps("second-layer", H)
+
+
+def test_sharing_a_first_layer_of_the_wrong_size_is_refused():
+    with pytest.raises(ValueError):
+        MLP(H, 7, H, share_first_with=MLP(H, 6, H))
+
+
+def test_common_layer_is_linear_then_tanh():
+    layer = CommonLayer(H)
+    x = embeddings(3) * 10
+    out = layer(x)
+    assert out.shape == x.shape and out.abs().max() <= 1
+    torch.testing.assert_close(out, torch.tanh(x @ layer.linear.weight.T + layer.linear.bias))
+
+
+def set_by_hand(head: CrossEncodedPairHead) -> None:
+    """H=2 weights: view 1 reads coordinate 0, view 2 coordinate 1, the difference view their sum."""
+    view_weights = [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]
+    with torch.no_grad():
+        for layer, weight in zip(head.view_layers, view_weights):
+            layer.weight.copy_(torch.tensor([weight]))
+            layer.bias.zero_()
+        head.combine.weight.fill_(1.0)
+        head.combine.bias.zero_()
+
+
+@pytest.mark.parametrize("variant, expected", [
+    # e12 = [1, 2], e21 = [3, -1]: view logits 1 and -1; difference [-2, 3] gives 1.
+    ("ph", 1 + -1),
+    ("dph", 1 + -1 + 1),
+    ("dpha", math.tanh(1) + math.tanh(-1) + math.tanh(1)),
+])
+def test_cross_encoded_pair_head_matches_hand_computation(variant, expected):
+    head = CrossEncodedPairHead(2, variant=variant)
+    set_by_hand(head)
+    head.eval()
+    e12, e21 = torch.tensor([[1.0, 2.0]]), torch.tensor([[3.0, -1.0]])
+    assert head(e12, e21).item() == pytest.approx(expected)
+    assert len(head.view_layers) == (2 if variant == "ph" else 3)
+
+
+def test_cross_encoded_similarity_is_in_zero_to_five():
+    head = CrossEncodedSimilarityHead(H, variant="dph")
+    scores = head(embeddings(64, seed=1) * 100, embeddings(64, seed=2) * 100)
+    assert scores.shape == (64,) and scores.min() >= 0 and scores.max() <= 5
+    by_hand = CrossEncodedSimilarityHead(2, variant="dph")
+    set_by_hand(by_hand)
+    by_hand.eval()
+    score = by_hand(torch.tensor([[1.0, 2.0]]), torch.tensor([[3.0, -1.0]])).item()
+    assert score == pytest.approx(5 / (1 + math.exp(-1)))  # pair logit 1, as in the dph case above
+    with pytest.raises(ValueError):
+        CrossEncodedPairHead(H, variant="dpx")

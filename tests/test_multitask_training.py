@@ -1,0 +1,143 @@
+"""multitask_classifier.py end to end on a tiny random encoder and tiny course-format files."""
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import transformers
+
+import multitask_classifier
+from data.readers import read_quora, read_sentiment, read_sts
+from training import multitask
+from training.checkpoint import load_heads
+from models import from_pretrained
+
+ROOT = Path(__file__).resolve().parents[1]
+WORDS = "the a cat dog sat ran on mat big small red fast slow house car tree".split()
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory, minilm_dir):
+    folder = tmp_path_factory.mktemp("tiny-bert")
+    torch.manual_seed(0)
+    config = transformers.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                     intermediate_size=64, max_position_embeddings=64)
+    transformers.BertModel(config).save_pretrained(folder)
+    transformers.AutoTokenizer.from_pretrained(minilm_dir).save_pretrained(folder)
+    return folder
+
+
+def sentence(rng):
+    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 9)))
+
+
+@pytest.fixture(scope="module")
+def tiny_data(tmp_path_factory):
+    folder, rng = tmp_path_factory.mktemp("data"), random.Random(0)
+    files = {"ids-sst": ("sentence", "sentiment", lambda: rng.randint(0, 4)),
+             "quora": ("sentence1\tsentence2", "is_duplicate", lambda: float(rng.randint(0, 1))),
+             "sts": ("sentence1\tsentence2", "similarity", lambda: round(rng.uniform(0, 5), 1))}
+    for stem, (columns, label, draw) in files.items():
+        for split, rows in (("train", 40), ("dev", 12), ("test-student", 10)):
+            lines = ["\tid\t" + columns + ("" if split == "test-student" else f"\t{label}")]
+            for i in range(rows):
+                texts = "\t".join(sentence(rng) for _ in columns.split("\t"))
+                lines.append(f"{i}\t{stem}-{split}-{i}\t{texts}" + ("" if split == "test-student" else f"\t{draw()}"))
+            (folder / f"{stem}-{split}.csv").write_text("\n".join(lines) + "\n")
+    return folder
+
+
+def args(tiny_model, tiny_data, out: Path, *extra):
+    return ["--model", str(tiny_model), "--data-dir", str(tiny_data), "--output-dir", str(out / "run"),
+            "--predictions-dir", str(out / "predictions"), "--batch-size", "8", "--epochs", "2", "--lr", "1e-3",
+            "--device", "cpu", *extra]
+
+
+def weights(folder: Path) -> dict[str, torch.Tensor]:
+    model = multitask.MultitaskModel(from_pretrained(folder))
+    load_heads(model, folder)
+    return model.state_dict()
+
+
+def test_run_writes_checkpoints_metrics_and_leaderboard_files(tiny_model, tiny_data, tmp_path):
+    metrics = multitask_classifier.main(args(tiny_model, tiny_data, tmp_path, "--schedule", "mtdnn"))
+    assert set(metrics) >= {"sst", "para", "sts", "overall", "mean"}
+    run = tmp_path / "run"
+    assert (run / "best" / "model.safetensors").exists() and (run / "last" / "training_state.pt").exists()
+    assert len((run / "metrics.jsonl").read_text().splitlines()) == 2  # one evaluation per epoch
+    # The best folder is a plain Hugging Face checkpoint: transformers loads its encoder as is.
+    transformers.BertModel.from_pretrained(run / "best")
+    readers = {"sst": lambda p, **k: read_sentiment(p, 5, **k), "para": read_quora, "sts": read_sts}
+    for task, stem in (("sst", "ids-sst"), ("para", "quora"), ("sts", "sts")):
+        for split, source in (("dev", f"{stem}-dev.csv"), ("test", f"{stem}-test-student.csv")):
+            records, _ = readers[task](tiny_data / source, labeled=split == "dev")
+            lines = (tmp_path / "predictions" / f"{task}-{split}-output.csv").read_text().splitlines()
+            assert [line.split(",")[0].strip() for line in lines[1:]] == [r.id for r in records]
+
+
+@pytest.mark.parametrize("schedule", ["avg", "pcgrad"])
+def test_resumed_run_ends_with_the_same_weights(tiny_model, tiny_data, tmp_path, monkeypatch, schedule):
+    # Uninterrupted run.
+    multitask_classifier.main(args(tiny_model, tiny_data, tmp_path / "full", "--schedule", schedule,
+                                   "--eval-every", "2"))
+    # The same run, killed in its second epoch after the checkpoint of step 6, then resumed.
+    original_step = multitask.MultitaskTrainer._train_step
+
+    def dies_at_step_7(self, *a):
+        if self.global_step == 6:
+            raise KeyboardInterrupt
+        return original_step(self, *a)
+
+    monkeypatch.setattr(multitask.MultitaskTrainer, "_train_step", dies_at_step_7)
+    interrupted = args(tiny_model, tiny_data, tmp_path / "resumed", "--schedule", schedule, "--eval-every", "2")
+    with pytest.raises(KeyboardInterrupt):
+        multitask_classifier.main(interrupted)
+    steps_after_resume = []
+
+    def counted_step(self, *a):
+        steps_after_resume.append(self.global_step)
+        return original_step(self, *a)
+
+    monkeypatch.setattr(multitask.MultitaskTrainer, "_train_step", counted_step)
+    multitask_classifier.main(interrupted + ["--resume"])
+    assert steps_after_resume[0] == 6, "the resumed run starts after the last checkpoint, not from scratch"
+
+    full, resumed = weights(tmp_path / "full/run/last"), weights(tmp_path / "resumed/run/last")
+    assert full.keys() == resumed.keys()
+    for name in full:
+        assert torch.allclose(full[name], resumed[name], atol=1e-6), name
+
+
+def test_resume_refuses_changed_flags(tiny_model, tiny_data, tmp_path):
+    multitask_classifier.main(args(tiny_model, tiny_data, tmp_path, "--epochs", "1"))
+    with pytest.raises(Exception, match="flags differ.*batch_size"):
+        multitask_classifier.main(args(tiny_model, tiny_data, tmp_path, "--epochs", "1", "--resume",
+                                       "--batch-size", "4"))
+
+
+def run_cli(*argv, env_extra=None, cwd=ROOT):
+    import os
+    env = {**os.environ, **(env_extra or {})}
+    return subprocess.run([sys.executable, "multitask_classifier.py", *argv], cwd=cwd, capture_output=True,
+                          text=True, env=env, timeout=300)
+
+
+def test_offline_hub_model_is_a_clear_error_not_a_traceback(tmp_path):
+    result = run_cli("--model", "bert-base-uncased", "--output-dir", str(tmp_path),
+                     env_extra={"HF_HUB_CACHE": str(tmp_path / "empty-cache")})
+    assert result.returncode == 2
+    assert "error: could not get 'bert-base-uncased' from the Hugging Face hub" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_missing_data_file_is_a_clear_error(tiny_model, tmp_path):
+    result = run_cli("--model", str(tiny_model), "--data-dir", str(tmp_path), "--output-dir", str(tmp_path / "o"))
+    assert result.returncode == 2 and "ids-sst-train.csv: file not found" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_bad_flag_values_are_usage_errors(tmp_path):
+    result = run_cli("--task-weights", "para=two", "--output-dir", str(tmp_path))
+    assert result.returncode == 2 and "weight 'two' of 'para' is not a number" in result.stderr
