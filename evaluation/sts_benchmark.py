@@ -1,0 +1,98 @@
+"""Unsupervised STS evaluation of sentence embeddings (SimCSE's protocol, "all" setting).
+
+For each of STS12-16 and SICK-R (../shared/data/sts-eval) every subset is concatenated and scored
+as one set: Spearman correlation between the cosine similarity of the two sentences' embeddings and
+the gold score. Also the course's STS dev split, the mean over all of them, and on STS dev the
+alignment and uniformity of Wang & Isola (2020).
+
+    python -m evaluation.sts_benchmark --model all-MiniLM-L6-v2 --pooling cls
+"""
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+import cli
+from cli import flag
+from data.readers import PairExample, read_sts, read_sts_eval
+from evaluation.metrics import spearman
+from models import BertModel, Tokenizer, embed_sentences, from_pretrained
+from training.checkpoint import write_json
+
+EVAL_SETS = ("sts12", "sts13", "sts14", "sts15", "sts16", "sickr")
+DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def pair_cosines(encoder: BertModel, tokenizer: Tokenizer, pairs: list[PairExample], pooling: str,
+                 max_length: int = 128, batch_size: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
+    """Unit-length embeddings of each pair's two sentences, [N, H] each; each distinct sentence embedded once."""
+    sentences = sorted({s for p in pairs for s in (p.sentence1, p.sentence2)})
+    index = {s: i for i, s in enumerate(sentences)}
+    embeddings = F.normalize(embed_sentences(encoder, tokenizer, sentences, pooling, batch_size, max_length), dim=-1)
+    return (embeddings[[index[p.sentence1] for p in pairs]], embeddings[[index[p.sentence2] for p in pairs]])
+
+
+def alignment(x: torch.Tensor, y: torch.Tensor, alpha: float = 2) -> float:
+    """E ||f(x) - f(y)||^alpha over positive pairs (unit-length embeddings); lower is better."""
+    return (x - y).norm(dim=1).pow(alpha).mean().item()
+
+
+def uniformity(x: torch.Tensor, t: float = 2) -> float:
+    """log E exp(-t ||f(x) - f(y)||^2) over all pairs of distinct embeddings; lower is better."""
+    return torch.pdist(x, p=2).pow(2).mul(-t).exp().mean().log().item()
+
+
+def sts_benchmark(encoder: BertModel, tokenizer: Tokenizer, data_dir: str | Path = DEFAULT_DATA,
+                  pooling: str = "cls", max_length: int = 128, batch_size: int = 128) -> dict[str, float]:
+    """Spearman x 100 per set ("sts12" .. "sickr", "sts-dev"), their "mean", and "alignment"/"uniformity"."""
+    data_dir = Path(data_dir)
+    results = {}
+    for name in EVAL_SETS:
+        pairs, _ = read_sts_eval(data_dir / "sts-eval" / f"{name}.tsv")
+        first, second = pair_cosines(encoder, tokenizer, pairs, pooling, max_length, batch_size)
+        results[name] = 100 * spearman((first * second).sum(-1), [p.label for p in pairs])
+    dev, _ = read_sts(data_dir / "sts-dev.csv")
+    first, second = pair_cosines(encoder, tokenizer, dev, pooling, max_length, batch_size)
+    results["sts-dev"] = 100 * spearman((first * second).sum(-1), [p.label for p in dev])
+    results["mean"] = sum(results[name] for name in (*EVAL_SETS, "sts-dev")) / (len(EVAL_SETS) + 1)
+    # Wang & Isola on STS dev: positives are the pairs scored >= 4 (as in SimCSE), uniformity over all sentences.
+    positives = [i for i, p in enumerate(dev) if p.label >= 4]
+    results["alignment"] = alignment(first[positives], second[positives])
+    results["uniformity"] = uniformity(torch.cat([first, second]))
+    return results
+
+
+def format_table(rows: dict[str, dict[str, float]]) -> str:
+    """A Markdown table: one row per model/method, one column per set."""
+    columns = [*EVAL_SETS, "sts-dev", "mean", "alignment", "uniformity"]
+    lines = ["| model | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
+    for name, result in rows.items():
+        lines.append(f"| {name} | " + " | ".join(f"{result[c]:.2f}" for c in columns) + " |")
+    return "\n".join(lines)
+
+
+@dataclass
+class StsBenchmarkConfig:
+    model: str = flag("all-MiniLM-L6-v2", "encoder to evaluate: hub id, checkpoint folder, or all-MiniLM-L6-v2")
+    pooling: str = flag("cls", "sentence embedding", choices=("cls", "mean", "pooler"))
+    data_dir: str = flag(str(DEFAULT_DATA), "folder with sts-eval/ and sts-dev.csv")
+    max_length: int = flag(128, "tokens per sentence")
+    batch_size: int = flag(128, "sentences per batch")
+    device: str = flag("auto", "cpu, cuda, ... (auto: cuda when present)")
+    out: str = flag("", "also write the results as JSON here")
+
+
+def main(argv: list[str] | None = None) -> dict[str, float]:
+    config = cli.parse_config(StsBenchmarkConfig, __doc__, argv)
+    encoder = from_pretrained(config.model).to(cli.resolve_device(config.device))
+    results = sts_benchmark(encoder, Tokenizer.from_pretrained(config.model), config.data_dir, config.pooling,
+                            config.max_length, config.batch_size)
+    print(format_table({f"{config.model} ({config.pooling})": results}))
+    if config.out:
+        write_json(config.out, {"model": config.model, "pooling": config.pooling, "results": results})
+    return results
+
+
+if __name__ == "__main__":
+    cli.run(main)
