@@ -41,3 +41,9 @@ def sorted_batches(lengths: list[int], batch_size: int) -> list[list[int]]:
     """Batches in order of length, for evaluation: the least padding, no randomness."""
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])
     return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+
+
+def split_rows(inputs: dict[str, torch.Tensor], size: int) -> list[dict[str, torch.Tensor]]:
+    """Consecutive chunks of at most `size` rows of a padded batch (gradient caching embeds them one by one)."""
+    rows = len(inputs["input_ids"])
+    return [{name: tensor[start:start + size] for name, tensor in inputs.items()} for start in range(0, rows, size)]

@@ -18,20 +18,21 @@ class MultitaskModel(nn.Module):
     sts:  [B] similarity scores in [0, 5]
     """
 
-    def __init__(self, encoder: BertModel, pooling: str = "cls", pair_encoding: str = "bi", share: str = "first-layer",
-                 common_layer: bool = False, head_dropout: float = 0.3, cross_head: str = "dpha"):
+    def __init__(self, encoder: BertModel, pooling: str = "cls", para_encoding: str = "bi", sts_encoding: str = "bi",
+                 share: str = "first-layer", common_layer: bool = False, head_dropout: float = 0.3,
+                 cross_head: str = "dpha"):
         super().__init__()
         hidden = encoder.config.hidden_size
-        self.encoder, self.pooling, self.pair_encoding = encoder, pooling, pair_encoding
+        self.encoder, self.pooling = encoder, pooling
         self.common = CommonLayer(hidden) if common_layer else None
         self.sentiment = SentimentHead(hidden, dropout=head_dropout)
-        if pair_encoding == "bi":
-            paraphrase_mlp, similarity_mlp = pair_mlps(share, hidden, dropout=head_dropout)
-            self.paraphrase = ParaphraseHead(paraphrase_mlp)
-            self.similarity = SimilarityHead(similarity_mlp)
-        else:
-            self.paraphrase = CrossEncodedPairHead(hidden, cross_head, head_dropout)
-            self.similarity = CrossEncodedSimilarityHead(hidden, cross_head, head_dropout)
+        # The paraphrase and STS MLPs can only be shared when both tasks embed sentences apart.
+        both_bi = para_encoding == sts_encoding == "bi"
+        paraphrase_mlp, similarity_mlp = pair_mlps(share if both_bi else "none", hidden, dropout=head_dropout)
+        self.paraphrase = (ParaphraseHead(paraphrase_mlp) if para_encoding == "bi"
+                           else CrossEncodedPairHead(hidden, cross_head, head_dropout))
+        self.similarity = (SimilarityHead(similarity_mlp) if sts_encoding == "bi"
+                           else CrossEncodedSimilarityHead(hidden, cross_head, head_dropout))
 
     def embed(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         embedding = pool(self.encoder(**inputs), inputs["attention_mask"], self.pooling)

@@ -61,8 +61,10 @@ def weights(folder: Path) -> dict[str, torch.Tensor]:
     return model.state_dict()
 
 
-def test_run_writes_checkpoints_metrics_and_leaderboard_files(tiny_model, tiny_data, tmp_path):
-    metrics = multitask_classifier.main(args(tiny_model, tiny_data, tmp_path, "--schedule", "mtdnn"))
+@pytest.mark.parametrize("pair_encoding", ["bi", "para=cross,sts=bi"])
+def test_run_writes_checkpoints_metrics_and_leaderboard_files(tiny_model, tiny_data, tmp_path, pair_encoding):
+    metrics = multitask_classifier.main(args(tiny_model, tiny_data, tmp_path, "--schedule", "mtdnn",
+                                             "--pair-encoding", pair_encoding))
     assert set(metrics) >= {"sst", "para", "sts", "overall", "mean"}
     run = tmp_path / "run"
     assert (run / "best" / "model.safetensors").exists() and (run / "last" / "training_state.pt").exists()

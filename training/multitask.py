@@ -55,8 +55,8 @@ class MultitaskConfig:
     surgery: str = flag("pcgrad", "gradient surgery aggregator of --schedule pcgrad", choices=SURGERY_METHODS)
     pooling: str = flag("mean", "sentence embedding: [CLS] vector, mean of tokens, or pooler output",
                           choices=POOLINGS)
-    pair_encoding: str = flag("bi", "bi: sentences embedded apart; cross: pair encoded together, both orders",
-                                choices=PAIR_ENCODINGS)
+    pair_encoding: str = flag("bi", "bi: sentences embedded apart; cross: pair encoded together in both orders; "
+                                    "per task: para=cross,sts=bi")
     share: str = flag("first-layer", "sharing between the paraphrase and STS MLPs (bi-encoding)",
                         choices=SHARE_MODES)
     common_layer: bool = flag(False, "a Linear+tanh layer shared by all heads (seed 003 CL)")
@@ -66,7 +66,8 @@ class MultitaskConfig:
     head_dropout: float = flag(0.3, "dropout before each head layer")
     epochs: int = flag(3, "training epochs")
     batch_size: int = flag(32, "examples per task batch")
-    lr: float | None = flag(None, "peak learning rate (default 2e-5 for finetune, 1e-3 for pretrain)")
+    lr: float = flag(2e-5, "peak learning rate of the encoder")
+    head_lr: float = flag(1e-3, "peak learning rate of the heads (new, randomly initialised layers)")
     weight_decay: float = flag(0.01, "AdamW decoupled weight decay (not on biases and LayerNorm)")
     warmup: float = flag(0.1, "fraction of steps of linear warm-up")
     max_grad_norm: float = flag(1.0, "gradient clipping norm (0 = off)")
@@ -87,8 +88,7 @@ class MultitaskConfig:
         self.task_list = parse_task_order(self.tasks)
         self.order = parse_task_order(self.task_order)
         self.weights = parse_task_weights(self.task_weights) if self.task_weights else None
-        if self.lr is None:
-            self.lr = 1e-3 if self.option == "pretrain" else 2e-5
+        self.encodings = parse_pair_encoding(self.pair_encoding)
         for name in ("epochs", "batch_size", "max_length", "eval_batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
@@ -98,6 +98,19 @@ class MultitaskConfig:
 
     # What --resume may change without changing the run.
     RUNTIME_FIELDS = ("resume", "device", "predictions_dir", "eval_batch_size")
+
+
+def parse_pair_encoding(text: str) -> dict[str, str]:
+    """'cross' -> {'para': 'cross', 'sts': 'cross'}; 'para=cross,sts=bi' -> per task (tasks left out: bi)."""
+    if text in PAIR_ENCODINGS:
+        return {"para": text, "sts": text}
+    encodings = {"para": "bi", "sts": "bi"}
+    for item in text.split(","):
+        task, _, encoding = (part.strip() for part in item.partition("="))
+        if task not in encodings or encoding not in PAIR_ENCODINGS:
+            raise ValueError(f"--pair-encoding {text!r}: expected bi, cross, or task=bi|cross for para and sts")
+        encodings[task] = encoding
+    return encodings
 
 
 class TaskStream:
@@ -160,8 +173,9 @@ class MultitaskTrainer:
             self._check_resumable(resume_from)
         start = resume_from if config.resume else Path(config.init) if config.init else config.model
         self.tokenizer = Tokenizer.from_pretrained(start)
-        self.model = MultitaskModel(from_pretrained(start), config.pooling, config.pair_encoding, config.share,
-                                    config.common_layer, config.head_dropout, config.cross_head)
+        self.model = MultitaskModel(from_pretrained(start), config.pooling, config.encodings["para"],
+                                    config.encodings["sts"], config.share, config.common_layer, config.head_dropout,
+                                    config.cross_head)
         if (config.resume or config.init) and (Path(start) / "heads.safetensors").exists():
             load_heads(self.model, start)
         if config.option == "pretrain":
@@ -198,7 +212,8 @@ class MultitaskTrainer:
         splits = {}
         for task in config.task_list:
             train, dev, test = (data / name for name in FILES[task])
-            common = dict(tokenizer=self.tokenizer, max_length=config.max_length, pair_encoding=config.pair_encoding)
+            common = dict(tokenizer=self.tokenizer, max_length=config.max_length,
+                          pair_encoding=config.encodings.get(task, "bi"))
             splits[task] = {
                 "train": load_split(task, train, max_examples=config.max_train_examples, **common),
                 "dev": load_split(task, dev, max_examples=config.max_eval_examples, **common),
@@ -210,7 +225,7 @@ class MultitaskTrainer:
         """Seed 000 section 5.2: M = the model's mean cosine over training pairs in the lowest label bucket."""
         train = self.splits["sts"]["train"]
         low = [i for i, gold in enumerate(train.labels.tolist()) if gold <= 0.25]
-        if not low or self.config.pair_encoding != "bi":
+        if not low or self.config.encodings["sts"] != "bi":
             raise ValueError("--sts-target cosine-range needs bi-encoding and training pairs scored <= 0.25")
         head = self.model.similarity
         with torch.no_grad():
@@ -223,11 +238,15 @@ class MultitaskTrainer:
                  head.cosine_floor.item(), len(low))
 
     def _parameter_groups(self):
-        # No weight decay on biases and LayerNorm weights, as in BERT's own fine-tuning recipe.
-        trained = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
-        decay = [p for n, p in trained if p.dim() > 1]
-        no_decay = [p for n, p in trained if p.dim() <= 1]
-        return [{"params": decay}, {"params": no_decay, "weight_decay": 0.0}]
+        # The pretrained encoder moves slowly (lr), the new heads fast (head_lr); no weight decay on
+        # biases and LayerNorm weights, as in BERT's own fine-tuning recipe.
+        groups = []
+        for part, lr in ((self.model.encoder, self.config.lr), (self.model, self.config.head_lr)):
+            own = [p for n, p in part.named_parameters() if p.requires_grad
+                   and (part is self.model.encoder or not n.startswith("encoder."))]
+            groups += [{"params": [p for p in own if p.dim() > 1], "lr": lr},
+                       {"params": [p for p in own if p.dim() <= 1], "lr": lr, "weight_decay": 0.0}]
+        return [g for g in groups if g["params"]]
 
     def plan(self, epoch: int):
         generator = torch.Generator().manual_seed(self.config.seed * 1000 + epoch)

@@ -1,0 +1,221 @@
+"""Ensembles of multi-task checkpoints, built from the soft outputs each run saved in its best checkpoint.
+
+    python ensemble.py --members runs/a/best,runs/b/best,runs/c/best --method best
+
+At the end of training, multitask_classifier.py writes outputs-{task}-{dev,test}.pt into OUTPUT_DIR/best/:
+SST class probabilities [N, 5], P(paraphrase) [N], STS scores [N]. Per task, the ensemble's output is a
+weighted average of its members' outputs, turned into predictions as for a single model. --method sets
+the weights of each task:
+    mean      equal weights.
+    best      all the weight on the member with the best dev metric (seed 002's ensemble: the best
+              model of each task).
+    weighted  weights fitted on dev by greedy ensemble selection (Caruana et al., 2004): --rounds times,
+              add (again, if it helps most) the member whose addition gives the best dev metric; the
+              weights are how often each member was added. The best ensemble seen over the rounds is
+              kept; the first round picks the best single member, so it never scores below that member.
+The weights of `best` and `weighted` are chosen on dev, so their dev scores are optimistic: they measure
+a choice made on the very examples it is scored on. Test (the leaderboard) scores them fairly.
+
+A member may have been trained on some of the tasks only; each task's ensemble uses the members that
+have it. Writes {sst,para,sts}-{dev,test}-output.csv into --predictions-dir and, to --out, the dev
+metrics of every member and of the ensemble (with the course's overall score) and the weights.
+"""
+import logging
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+import cli
+from cli import flag
+from data.readers import DataError
+from data.tasks import FILES, TASKS, read_task_file
+from evaluation.evaluate import hard_predictions, summary, task_metric
+from evaluation.predictions import SPLITS, write_predictions
+from models.loading import CheckpointError
+from training.checkpoint import write_json
+from training.multitask import DEFAULT_DATA
+
+log = logging.getLogger(__name__)
+METHODS = ("mean", "best", "weighted")
+OUTPUT_SHAPES = {"sst": "[N, 5]", "para": "[N]", "sts": "[N]"}  # what outputs-{task}-*.pt holds
+
+
+@dataclass
+class EnsembleConfig:
+    members: str = flag("", "checkpoint folders holding outputs-*.pt (a run folder means its best/), comma-separated")
+    method: str = flag("mean", "mean: equal weights; best: per task the member best on dev; "
+                                "weighted: per task weights fitted on dev", choices=METHODS)
+    rounds: int = flag(20, "weighted: rounds of greedy selection; the weights are multiples of 1/rounds")
+    data_dir: str = flag(str(DEFAULT_DATA), "folder with the course's dev files (the labels)")
+    predictions_dir: str = flag("predictions", "the ensemble's leaderboard CSVs go here")
+    out: str = flag("predictions/ensemble.json", "dev metrics of every member and of the ensemble, and the weights")
+
+    def __post_init__(self):
+        self.member_list = [m.strip() for m in self.members.split(",") if m.strip()]
+        if not self.member_list:
+            raise ValueError("--members: give at least one checkpoint folder")
+        if len(set(self.member_list)) < len(self.member_list):
+            raise ValueError("--members: a folder is listed twice")
+        if self.rounds < 1:
+            raise ValueError("--rounds must be at least 1")
+
+
+# ---- members' saved outputs ----
+
+def read_outputs(path: Path, task: str) -> dict:
+    saved = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(saved, dict) or not {"ids", "outputs"} <= set(saved):
+        raise CheckpointError(f"{path}: expected a dict with 'ids' and 'outputs'")
+    ids, outputs = list(saved["ids"]), saved["outputs"]
+    expected_dims = 2 if task == "sst" else 1
+    if outputs.dim() != expected_dims or len(outputs) != len(ids) or (task == "sst" and outputs.shape[1] != 5):
+        raise CheckpointError(f"{path}: outputs of shape {list(outputs.shape)} for {len(ids)} ids; "
+                              f"expected {OUTPUT_SHAPES[task]}")
+    return {"ids": ids, "outputs": outputs}
+
+
+def load_member(folder: str | Path) -> dict[str, dict[str, dict]]:
+    """A member's saved outputs, task -> split -> {"ids", "outputs"}; tasks it has no files for are left out."""
+    folder = Path(folder)
+    if not any(folder.glob("outputs-*.pt")) and (folder / "best").is_dir():
+        folder = folder / "best"  # a run folder: its best checkpoint
+    member = {}
+    for task in TASKS:
+        paths = {split: folder / f"outputs-{task}-{split}.pt" for split in SPLITS}
+        missing = [path.name for path in paths.values() if not path.is_file()]
+        if len(missing) == len(paths):
+            continue  # not trained on this task
+        if missing:
+            raise CheckpointError(f"{folder}: {missing[0]} is missing (its other split is there)")
+        member[task] = {split: read_outputs(path, task) for split, path in paths.items()}
+    if not member:
+        raise CheckpointError(f"{folder}: no outputs-{{sst,para,sts}}-{{dev,test}}.pt files; multitask_classifier.py "
+                              f"writes them into OUTPUT_DIR/best/ when training ends (a run stopped earlier has none)")
+    return member
+
+
+def aligned(members: dict[str, dict], task: str, split: str) -> tuple[list[str], dict[str, torch.Tensor]]:
+    """The ids of one task's split and each member's outputs for them, once all members are seen to agree on the ids."""
+    having = {name: member[task][split] for name, member in members.items() if task in member}
+    (first_name, first), *others = having.items()
+    for name, saved in others:
+        if saved["ids"] != first["ids"]:
+            difference = next((i for i, (a, b) in enumerate(zip(first["ids"], saved["ids"])) if a != b), None)
+            where = (f"{len(first['ids'])} vs {len(saved['ids'])} ids" if difference is None else
+                     f"position {difference}: {first['ids'][difference]!r} vs {saved['ids'][difference]!r}")
+            raise CheckpointError(f"{task} {split}: members {first_name} and {name} have different ids ({where}); "
+                                  f"an ensemble needs the same examples in the same order")
+    return first["ids"], {name: saved["outputs"] for name, saved in having.items()}
+
+
+def dev_labels(data_dir: str | Path, task: str, ids: list[str]) -> torch.Tensor:
+    """The gold labels of `ids`, in their order, from the task's dev file."""
+    path = Path(data_dir) / FILES[task][1]
+    records, _ = read_task_file(task, path, labeled=True)
+    label_by_id = {record.id: record.label for record in records}
+    unknown = [i for i in ids if i not in label_by_id]
+    if unknown:
+        raise DataError(f"{path}: no labelled row for {len(unknown)} of the members' dev ids (e.g. {unknown[0]!r}); "
+                        f"is --data-dir the data the members were evaluated on?")
+    return torch.tensor([float(label_by_id[i]) for i in ids])
+
+
+# ---- weights ----
+
+def combine(outputs: list[torch.Tensor], weights: list[float]) -> torch.Tensor:
+    # Summed in float64, so that members that are all the same give back exactly their own outputs.
+    total = sum(weight * output.double() for weight, output in zip(weights, outputs))
+    return total.to(outputs[0].dtype)
+
+
+def dev_score(task: str, outputs: torch.Tensor, labels: torch.Tensor) -> float:
+    """The dev metric as a score to maximise: nan (the Pearson r of a constant output) ranks last."""
+    metric = task_metric(task, outputs, labels)
+    return -math.inf if math.isnan(metric) else metric
+
+
+def ensemble_selection(task: str, outputs: list[torch.Tensor], labels: torch.Tensor, rounds: int) -> list[float]:
+    """Greedy forward selection with replacement (Caruana et al., 2004); ties go to the earlier member."""
+    counts = [0] * len(outputs)
+    best_counts, best_score = None, -math.inf
+    for _ in range(rounds):
+        scores = []
+        for member in range(len(outputs)):
+            trial = list(counts)
+            trial[member] += 1
+            scores.append(dev_score(task, combine(outputs, [c / sum(trial) for c in trial]), labels))
+        chosen = max(range(len(outputs)), key=lambda m: (scores[m], -m))
+        counts[chosen] += 1
+        if best_counts is None or scores[chosen] > best_score:
+            best_counts, best_score = list(counts), scores[chosen]
+    return [c / sum(best_counts) for c in best_counts]
+
+
+def fit_weights(method: str, task: str, outputs: list[torch.Tensor], labels: torch.Tensor,
+                rounds: int) -> list[float]:
+    """One weight per member, non-negative and summing to 1."""
+    if method == "mean":
+        return [1 / len(outputs)] * len(outputs)
+    if method == "best":
+        scores = [dev_score(task, output, labels) for output in outputs]
+        best = max(range(len(outputs)), key=lambda m: (scores[m], -m))
+        return [float(m == best) for m in range(len(outputs))]
+    return ensemble_selection(task, outputs, labels, rounds)
+
+
+# ---- the command ----
+
+def format_table(rows: dict[str, dict[str, float]]) -> str:
+    """A Markdown table: one row per member (and the ensemble), one column per metric; '-' where not scored."""
+    columns = [*TASKS, "overall", "mean"]
+    lines = ["| model | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
+    for name, metrics in rows.items():
+        lines.append(f"| {name} | " + " | ".join(f"{metrics[c]:.4f}" if c in metrics else "-" for c in columns) + " |")
+    return "\n".join(lines)
+
+
+def ensemble(config: EnsembleConfig) -> dict:
+    """Fit the weights, write the ensemble's predictions and the JSON report, and return the report."""
+    members = {name: load_member(name) for name in config.member_list}
+    member_metrics = {name: {} for name in members}
+    ensemble_metrics, weights = {}, {}
+    for task in TASKS:
+        if not any(task in member for member in members.values()):
+            log.warning("no member has %s outputs: its prediction files are not written", task)
+            continue
+        dev_ids, dev_outputs = aligned(members, task, "dev")
+        test_ids, test_outputs = aligned(members, task, "test")
+        labels = dev_labels(config.data_dir, task, dev_ids)
+        for name, outputs in dev_outputs.items():
+            member_metrics[name][task] = task_metric(task, outputs, labels)
+        names = list(dev_outputs)
+        task_weights = fit_weights(config.method, task, list(dev_outputs.values()), labels, config.rounds)
+        weights[task] = dict(zip(names, task_weights))
+        dev = combine(list(dev_outputs.values()), task_weights)
+        test = combine([test_outputs[name] for name in names], task_weights)
+        ensemble_metrics[task] = task_metric(task, dev, labels)
+        write_predictions(config.predictions_dir, task, "dev", dev_ids, hard_predictions(task, dev))
+        write_predictions(config.predictions_dir, task, "test", test_ids, hard_predictions(task, test))
+    report = {"method": config.method, "members": {name: summary(m) for name, m in member_metrics.items()},
+              "ensemble": summary(ensemble_metrics), "weights": weights,
+              "dev_is_optimistic": config.method != "mean"}  # best/weighted chose their weights on dev
+    write_json(config.out, report)
+    return report
+
+
+def main(argv: list[str] | None = None) -> dict:
+    config = cli.parse_config(EnsembleConfig, __doc__, argv)
+    report = ensemble(config)
+    print(format_table({**report["members"], f"ensemble ({config.method})": report["ensemble"]}))
+    for task, task_weights in report["weights"].items():
+        print(f"{task} weights: " + ", ".join(f"{name} {weight:.2f}" for name, weight in task_weights.items()))
+    if report["dev_is_optimistic"]:
+        print(f"(--method {config.method} chose its weights on dev: the ensemble's dev scores are optimistic)")
+    print(f"predictions in {config.predictions_dir}/, metrics in {config.out}")
+    return report
+
+
+if __name__ == "__main__":
+    cli.run(main)
