@@ -6,7 +6,6 @@ AutoModelForSequenceClassification on the same weights and data, sentence pairs 
     python benchmarks/hf_single_task_baseline.py --model all-MiniLM-L6-v2 --epochs sst=2,para=1,sts=2
 """
 import argparse
-import json
 import random
 import sys
 import time
@@ -22,6 +21,7 @@ from data.batching import collate  # noqa: E402
 from data.readers import read_quora, read_sentiment, read_sts  # noqa: E402
 from models import Tokenizer  # noqa: E402
 from models.loading import resolve_checkpoint  # noqa: E402
+from training.checkpoint import write_json  # noqa: E402
 
 TASKS = {  # task -> (reader, train file, dev file, num_labels: 1 = regression)
     "sst": (lambda p: read_sentiment(p, 5), "ids-sst-train.csv", "ids-sst-dev.csv", 5),
@@ -101,12 +101,13 @@ def main():
     args.epochs = {k: int(v) for k, v in (item.split("=") for item in args.epochs.split(","))}
     folder = resolve_checkpoint(args.model)
     tokenizer = Tokenizer.from_pretrained(folder)
-    results = [run_task(task, args, folder, tokenizer) for task in args.tasks.split(",")]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"model": args.model, "threads": torch.get_num_threads(), "results": results},
-                                   indent=2) + "\n")
-    for r in results:
-        print(f"{r['task']:5s} {r['metric']:9s} {r['dev_metric']:.4f}  ({r['epochs']} epochs, {r['train_seconds']} s)")
+    results = []
+    for task in args.tasks.split(","):
+        results.append(run_task(task, args, folder, tokenizer))
+        r = results[-1]
+        print(f"{r['task']:5s} {r['metric']:9s} {r['dev_metric']:.4f}  ({r['epochs']} epochs, {r['train_seconds']} s)",
+              flush=True)
+        write_json(args.out, {"model": args.model, "threads": torch.get_num_threads(), "results": results})
 
 
 if __name__ == "__main__":

@@ -276,13 +276,20 @@ class MultitaskTrainer:
 
     # ---- evaluation ----
 
-    def evaluate(self) -> dict:
-        metrics = {}
-        for task, splits in self.splits.items():
-            outputs = predict(self.model, splits["dev"], self.tokenizer.pad_id, self.config.eval_batch_size,
+    def predict_all(self, split_name: str) -> dict[str, torch.Tensor]:
+        """Soft outputs of every task on its dev or test split."""
+        return {task: predict(self.model, splits[split_name], self.tokenizer.pad_id, self.config.eval_batch_size,
                               self.precision.autocast)
-            metrics[task] = task_metric(task, outputs, splits["dev"].labels)
-        return summary(metrics)
+                for task, splits in self.splits.items()}
+
+    def write_outputs(self, split_name: str, outputs: dict[str, torch.Tensor]) -> None:
+        """The leaderboard CSVs, and the soft outputs beside the best checkpoint (for ensemble.py)."""
+        for task, task_outputs in outputs.items():
+            split = self.splits[task][split_name]
+            write_predictions(self.config.predictions_dir, task, split_name, split.ids,
+                              hard_predictions(task, task_outputs))
+            with atomic_file(self.output_dir / "best" / f"outputs-{task}-{split_name}.pt") as temp:
+                torch.save({"ids": split.ids, "outputs": task_outputs}, temp)
 
     def _score(self, metrics: dict) -> float:
         if "overall" in metrics:
@@ -290,7 +297,9 @@ class MultitaskTrainer:
         return sum((m + 1) / 2 if t == "sts" else m for t, m in metrics.items() if t in TASKS) / len(self.splits)
 
     def _evaluate_and_save(self, losses: dict, started: float, rng: dict):
-        metrics = self.evaluate()
+        outputs = self.predict_all("dev")
+        metrics = summary({task: task_metric(task, outputs[task], self.splits[task]["dev"].labels)
+                           for task in outputs})
         record = {"epoch": self.epoch + 1, "step": self.global_step, "train_loss": losses,
                   "dev": metrics, "seconds": round(time.time() - started, 1)}
         with open(self.output_dir / "metrics.jsonl", "a", encoding="utf-8") as f:
@@ -299,6 +308,7 @@ class MultitaskTrainer:
         if self._score(metrics) > self.best:
             self.best = self._score(metrics)
             self.save("best", record)
+            self.write_outputs("dev", outputs)
         self.save("last", record, rng=rng)
 
     # ---- training ----
@@ -360,21 +370,12 @@ class MultitaskTrainer:
         self.optimizer.zero_grad(set_to_none=True)
 
     def finish(self) -> dict:
-        """Reload the best checkpoint, write its dev and test predictions, return its dev metrics."""
+        """Reload the best checkpoint, write its test predictions (dev ones are written when it is saved)."""
         best = self.output_dir / "best"
-        self.model.encoder = from_pretrained(best).to(self.device)
+        self.model.encoder = from_pretrained(best)
         load_heads(self.model, best)
         self.model.to(self.device)
-        for task, splits in self.splits.items():
-            for split_name in ("dev", "test"):
-                split = splits[split_name]
-                outputs = predict(self.model, split, self.tokenizer.pad_id, self.config.eval_batch_size,
-                                  self.precision.autocast)
-                write_predictions(self.config.predictions_dir, task, split_name, split.ids,
-                                  hard_predictions(task, outputs))
-                # Soft outputs (probabilities, scores) beside the checkpoint, for ensemble.py.
-                with atomic_file(best / f"outputs-{task}-{split_name}.pt") as temp:
-                    torch.save({"ids": split.ids, "outputs": outputs}, temp)
+        self.write_outputs("test", self.predict_all("test"))
         metrics = read_json(best / "metrics.json")["dev"]
         log.info("best dev: %s; predictions in %s/", "  ".join(f"{k} {v:.4f}" for k, v in metrics.items()),
                  self.config.predictions_dir)
