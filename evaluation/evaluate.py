@@ -1,5 +1,6 @@
 """The one evaluation loop: a model's outputs on a split, the task metrics, the course's scores."""
 import torch
+from tqdm import tqdm
 
 from data.batching import sorted_batches
 from data.tasks import TaskSplit
@@ -41,7 +42,7 @@ def predict(model, split: TaskSplit, pad_id: int, batch_size: int = 128, autocas
     was_training = model.training
     model.eval()
     outputs = None
-    for rows in sorted_batches(split.lengths(), batch_size):
+    for rows in tqdm(sorted_batches(split.lengths(), batch_size), desc=f"predicting {split.task}", leave=False):
         inputs = {k: v.to(device) for k, v in split.batch(rows, pad_id)["inputs"].items()}
         with autocast() if autocast else torch.enable_grad():
             batch_outputs = soft_outputs(split.task, model(split.task, inputs)).cpu()

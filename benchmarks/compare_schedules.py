@@ -1,0 +1,49 @@
+"""All six multitask schedules under one equal budget: the same data, seed and number of task batches.
+
+    python benchmarks/compare_schedules.py --model all-MiniLM-L6-v2 --max-train-examples 1024 --epochs 2
+
+Each schedule sees every task's N examples E times (sequential gets 3 x E epochs, E per task, since it
+trains one task per epoch; avg and pcgrad take one batch of every task per step, so they take a third
+of the steps of the others for the same batches). Prints a Markdown table of best dev metrics, steps
+and wall time; each run's files are under --output-root/SCHEDULE.
+"""
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import multitask_classifier  # noqa: E402
+from training.schedules import SCHEDULES  # noqa: E402
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="all-MiniLM-L6-v2")
+    parser.add_argument("--max-train-examples", type=int, default=1024)
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--schedules", default=",".join(SCHEDULES))
+    parser.add_argument("--output-root", type=Path, default=Path("runs/schedules"))
+    args, passthrough = parser.parse_known_args()  # any other multitask_classifier.py flag is passed on
+    rows = []
+    for schedule in args.schedules.split(","):
+        out = args.output_root / schedule
+        epochs = 3 * args.epochs if schedule == "sequential" else args.epochs
+        started = time.time()
+        metrics = multitask_classifier.main([
+            "--model", args.model, "--schedule", schedule, "--epochs", str(epochs),
+            "--max-train-examples", str(args.max_train_examples), "--output-dir", str(out / "run"),
+            "--predictions-dir", str(out / "predictions"), *passthrough])
+        steps = json.loads((out / "run" / "last" / "metrics.json").read_text())["step"]
+        rows.append((schedule, metrics, steps, time.time() - started))
+    print(f"\n{args.model}, {args.max_train_examples} examples per task, {args.epochs} epochs' worth of "
+          f"batches, extra flags: {' '.join(passthrough) or 'none'}")
+    print("| schedule | SST acc | Quora acc | STS r | overall | steps | minutes |\n|---|---|---|---|---|---|---|")
+    for schedule, m, steps, seconds in rows:
+        print(f"| {schedule} | {m['sst']:.3f} | {m['para']:.3f} | {m['sts']:.3f} | {m['overall']:.3f} | {steps} "
+              f"| {seconds / 60:.1f} |")
+
+
+if __name__ == "__main__":
+    main()
