@@ -245,6 +245,8 @@ def plan_tension_epoch(datasets: list[SentenceSet], batch_size: int, negatives_p
     anchors_per_batch = batch_size // (negatives_per_positive + 1)
     plan = []
     for index, dataset in enumerate(datasets):
+        if len(set(dataset.texts)) < 2:
+            raise DataError(f"{dataset.name}: Contrastive Tension needs at least two different sentences")
         for k in range(math.ceil(len(dataset) / anchors_per_batch)):
             # Drawn when built, from a seed of its own: the plan stays small and the run reproducible.
             build = functools.partial(dataset.tension_batch, batch_size, negatives_per_positive,

@@ -112,7 +112,8 @@ class ConsertSupervised(Objective):
                  projection: bool = False):
         super().__init__()
         self.encoder, self.pooling, self.contrastive = encoder, pooling, contrastive
-        self.augmentations, self.alpha, self.temperature, self.fgv_epsilon = (aug1, aug2), alpha, temperature, fgv_epsilon
+        self.augmentations, self.alpha, self.temperature = (aug1, aug2), alpha, temperature
+        self.fgv_epsilon = fgv_epsilon
         self.classifier = NliClassifier(encoder.config.hidden_size)
         self.projection = projection_mlp(encoder.config.hidden_size) if projection else nn.Identity()
 

@@ -17,8 +17,8 @@ from tqdm import tqdm
 
 from cli import flag, resolve_device
 from data.batching import split_rows
-from data.contrastive import (DATA_MODES, Dataset, SentenceBatch, SentenceSet, as_sentences, detect_format,
-                              load_data)
+from data.contrastive import (DATA_MODES, Dataset, PairSet, SentenceBatch, SentenceSet, TripletSet, as_sentences,
+                              detect_format, load_data)
 from data.readers import DataError
 from evaluation.sts_benchmark import DEFAULT_DATA, format_table, sts_benchmark
 from models import POOLINGS, AdamW, Tokenizer, from_pretrained
@@ -53,10 +53,11 @@ METHOD_DEFAULTS = {
 }
 
 
-def default_lr(method: str, data: str, stage: str) -> float:
+def default_lr(method: str, datasets: list[Dataset], stage: str) -> float:
     if method == "simcse":
-        # SimCSE: 5e-5 supervised (NLI), 3e-5 unsupervised (bert-base); seed 002 Table 10: 2e-5 for Quora / all3.
-        return {"nli": 5e-5, "quora": 2e-5, "all3": 2e-5}.get(data, 3e-5)
+        # SimCSE: 5e-5 supervised (NLI), 3e-5 unsupervised (bert-base); seed 002 Table 10: 2e-5 with Quora (all3).
+        kinds = {type(d) for d in datasets}
+        return 5e-5 if TripletSet in kinds else 2e-5 if PairSet in kinds else 3e-5
     if method == "consert":
         # ConSERT: 5e-7 for its unsupervised runs; its NLI runs use the reference code's default, 2e-5.
         return 5e-7 if stage == "unsup" else 2e-5
@@ -98,7 +99,8 @@ class ContrastiveConfig:
     max_train_examples: int = flag(0, "use at most this many examples of each data file (0 = all)")
     batch_size: int | None = flag(None, "batch size (default per method: simcse 64, mnrl 32, ct 16, sg 16, "
                                         "consert 96)")
-    lr: float | None = flag(None, "peak learning rate (default per method and data, see default_lr)")
+    lr: float | None = flag(None, "peak learning rate (default per method and data: simcse 5e-5 NLI, 2e-5 Quora, "
+                                  "3e-5 sentences; mnrl 2e-5; ct 1e-5; sg 5e-5; consert 2e-5 NLI, 5e-7 unsup)")
     warmup: float | None = flag(None, "fraction of steps of linear warm-up before linear decay "
                                       "(default: 0.1 for mnrl and consert, else 0; ct has its own schedule)")
     weight_decay: float = flag(0.0, "AdamW decoupled weight decay")
@@ -226,7 +228,7 @@ class ContrastiveTrainer:
         datasets = load_data(data, config.data_dir, self.tokenizer, config.max_length, config.max_train_examples)
         if objective.input_kind == "sentences":
             datasets = [as_sentences(d, self.tokenizer, config.max_length) for d in datasets]
-        lr = config.lr if config.lr is not None else default_lr(config.method, data, name)
+        lr = config.lr if config.lr is not None else default_lr(config.method, datasets, name)
         return Stage(name, objective, datasets, lr)
 
     @staticmethod
@@ -260,36 +262,34 @@ class ContrastiveTrainer:
         trained = [objective] + ([self.fusion.train()] if self.fusion else [])
         parameters = list(dict.fromkeys(p for module in trained for p in module.parameters() if p.requires_grad))
         optimizer = AdamW(parameters, lr=stage.lr, betas=objective.adam_betas, weight_decay=config.weight_decay)
-        plans = [objective.plan_epoch(stage.datasets, config.batch_size, config.seed, epoch)
-                 for epoch in range(config.epochs)]
-        steps = sum(map(len, plans))
-        steps = min(steps, config.max_steps) if config.max_steps else steps
+        plan = list(itertools.chain.from_iterable(objective.plan_epoch(stage.datasets, config.batch_size, config.seed,
+                                                                       epoch) for epoch in range(config.epochs)))
+        plan = plan[:config.max_steps] if config.max_steps else plan
         scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda step: objective.lr_multiplier(step, steps, config.warmup))
+            optimizer, lambda step: objective.lr_multiplier(step, len(plan), config.warmup))
         chunk = config.grad_cache_chunk if objective.supports_grad_cache else 0
-        log.info("%s %s: %d steps on %s, lr %.2g, batch %d", config.method, stage.name, steps,
+        log.info("%s %s: %d steps on %s, lr %.2g, batch %d", config.method, stage.name, len(plan),
                  " + ".join(f"{d.name} ({len(d):,})" for d in stage.datasets), stage.lr, config.batch_size)
 
-        def update(loss_of_batch) -> float:
-            loss = loss_of_batch()
+        def update(module, batch, grad_cache_chunk=0) -> float:
+            loss = backward(module, batch, self.precision, grad_cache_chunk)
             self.precision.step(optimizer, parameters, config.max_grad_norm)
             optimizer.zero_grad(set_to_none=True)
             return loss
 
         recent, updates = deque(maxlen=50), 0
-        progress = tqdm(total=steps, desc=f"{config.method} {stage.name}", dynamic_ncols=True)
-        for planned in itertools.islice(itertools.chain.from_iterable(plans), steps):
+        progress = tqdm(plan, desc=f"{config.method} {stage.name}", dynamic_ncols=True)
+        for planned in progress:
             batch = planned.build(self.tokenizer.pad_id).to(self.device)
             if self.fusion and isinstance(batch, SentenceBatch) and batch.labels is not None:
-                update(lambda: backward(self.fusion, batch, self.precision))  # fusion: the sentiment step first
+                update(self.fusion, batch)  # fusion (seed 002): the sentiment step first, then the contrastive one
                 updates += 1
-            recent.append(update(lambda: backward(objective, batch, self.precision, chunk)))
+            recent.append(update(objective, batch, chunk))
             updates += 1
             scheduler.step()
-            progress.update()
             progress.set_postfix(loss=f"{sum(recent) / len(recent):.4f}", source=planned.source)
-        progress.close()
-        return {"steps": steps, "updates": updates, "lr": stage.lr, "final_loss": sum(recent) / max(1, len(recent))}
+        return {"steps": len(plan), "updates": updates, "lr": stage.lr,
+                "final_loss": sum(recent) / max(1, len(recent))}
 
     def _benchmark(self, encoder) -> dict:
         return sts_benchmark(encoder, self.tokenizer, self.config.data_dir, self.config.pooling,
