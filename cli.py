@@ -22,9 +22,16 @@ def flag(default: Any, help: str, choices: tuple | None = None, **extra) -> Any:
     return dataclasses.field(default=default, metadata={"help": help, "choices": choices, **extra})
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """The command's docstring as written (its example lines stay lines), and each flag's default, except
+    where the default is None: those flags' help already says what they default to, per method."""
+
+    def _get_help_string(self, action):
+        return action.help if action.default is None else super()._get_help_string(action)
+
+
 def build_parser(config_class: type, description: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=description,
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = argparse.ArgumentParser(description=description, formatter_class=HelpFormatter)
     hints = typing.get_type_hints(config_class)
     for field in dataclasses.fields(config_class):
         flag = "--" + field.name.replace("_", "-")
