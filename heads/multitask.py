@@ -20,7 +20,7 @@ class MultitaskModel(nn.Module):
 
     def __init__(self, encoder: BertModel, pooling: str = "cls", para_encoding: str = "bi", sts_encoding: str = "bi",
                  share: str = "first-layer", common_layer: bool = False, head_dropout: float = 0.3,
-                 cross_head: str = "dpha"):
+                 cross_head: str = "dpha", pair_mlp: str = "residual"):
         super().__init__()
         hidden = encoder.config.hidden_size
         self.encoder, self.pooling = encoder, pooling
@@ -28,7 +28,8 @@ class MultitaskModel(nn.Module):
         self.sentiment = SentimentHead(hidden, dropout=head_dropout)
         # The paraphrase and STS MLPs can only be shared when both tasks embed sentences apart.
         both_bi = para_encoding == sts_encoding == "bi"
-        paraphrase_mlp, similarity_mlp = pair_mlps(share if both_bi else "none", hidden, dropout=head_dropout)
+        paraphrase_mlp, similarity_mlp = pair_mlps(share if both_bi else "none", hidden, dropout=head_dropout,
+                                                   kind=pair_mlp)
         self.paraphrase = (ParaphraseHead(paraphrase_mlp) if para_encoding == "bi"
                            else CrossEncodedPairHead(hidden, cross_head, head_dropout))
         self.similarity = (SimilarityHead(similarity_mlp) if sts_encoding == "bi"

@@ -40,6 +40,28 @@ def test_mlp_applies_dropout_before_both_linear_layers():
     assert torch.equal(mlp(x), mlp(x))
 
 
+def test_residual_mlp_starts_as_the_identity_and_then_learns():
+    mlp = MLP(H, 16, H, dropout=0.3, residual=True)
+    x = embeddings(6)
+    assert torch.equal(mlp(x), x)  # even in training: the dropout sits inside the branch that starts at zero
+    head = SimilarityHead(mlp)
+    u, v = embeddings(6, seed=1), embeddings(6, seed=2)
+    torch.testing.assert_close(head.cosine(u, v), torch.nn.functional.cosine_similarity(u, v, dim=-1))
+    head.cosine(u, v).sum().backward()
+    assert mlp.second[1].weight.grad.abs().sum() > 0  # the branch can move away from zero
+    with pytest.raises(ValueError, match="residual"):
+        MLP(H, 16, 3, residual=True)
+
+
+def test_pair_mlps_of_both_kinds_share_the_same_way():
+    for kind in ("plain", "residual"):
+        para_mlp, sts_mlp = pair_mlps("first-layer", H, kind=kind)
+        assert para_mlp.first is sts_mlp.first and para_mlp.second is not sts_mlp.second
+        assert para_mlp.residual == sts_mlp.residual == (kind == "residual")
+    with pytest.raises(ValueError, match="pair MLP"):
+        pair_mlps("none", H, kind="deep")
+
+
 def test_paraphrase_head_is_a_bilinear_form_of_the_transformed_embeddings():
     para_mlp, _ = pair_mlps("none", H)
     head = ParaphraseHead(para_mlp).eval()

@@ -1,4 +1,5 @@
 """multitask_classifier.py end to end on a tiny random encoder and tiny course-format files."""
+import json
 import random
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from data.readers import read_quora, read_sentiment, read_sts
 from training import multitask
 from training.checkpoint import load_heads
 from models import from_pretrained
+from models.loading import CheckpointError
 
 ROOT = Path(__file__).resolve().parents[1]
 WORDS = "the a cat dog sat ran on mat big small red fast slow house car tree".split()
@@ -68,7 +70,8 @@ def test_run_writes_checkpoints_metrics_and_leaderboard_files(tiny_model, tiny_d
     assert set(metrics) >= {"sst", "para", "sts", "overall", "mean"}
     run = tmp_path / "run"
     assert (run / "best" / "model.safetensors").exists() and (run / "last" / "training_state.pt").exists()
-    assert len((run / "metrics.jsonl").read_text().splitlines()) == 2  # one evaluation per epoch
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in records] == [1, 2]  # one evaluation per epoch, numbered from 1
     # The best folder is a plain Hugging Face checkpoint: transformers loads its encoder as is.
     transformers.BertModel.from_pretrained(run / "best")
     readers = {"sst": lambda p, **k: read_sentiment(p, 5, **k), "para": read_quora, "sts": read_sts}
@@ -117,6 +120,14 @@ def test_resume_refuses_changed_flags(tiny_model, tiny_data, tmp_path):
     with pytest.raises(Exception, match="flags differ.*batch_size"):
         multitask_classifier.main(args(tiny_model, tiny_data, tmp_path, "--epochs", "1", "--resume",
                                        "--batch-size", "4"))
+
+
+def test_init_refuses_heads_of_the_other_pair_mlp_kind(tiny_model, tiny_data, tmp_path):
+    multitask_classifier.main(args(tiny_model, tiny_data, tmp_path / "plain", "--epochs", "1", "--pair-mlp", "plain"))
+    init = ["--init", str(tmp_path / "plain/run/best"), "--epochs", "1"]
+    with pytest.raises(CheckpointError, match="--pair-mlp plain"):
+        multitask_classifier.main(args(tiny_model, tiny_data, tmp_path / "residual", *init))
+    multitask_classifier.main(args(tiny_model, tiny_data, tmp_path / "again", *init, "--pair-mlp", "plain"))
 
 
 def run_cli(*argv, env_extra=None, cwd=ROOT):

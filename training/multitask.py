@@ -24,7 +24,7 @@ from data.batching import length_grouped_batches
 from data.tasks import FILES, PAIR_ENCODINGS, TASKS, TaskSplit, load_split
 from evaluation.evaluate import hard_predictions, predict, summary, task_metric
 from evaluation.predictions import write_predictions
-from heads import SHARE_MODES
+from heads import PAIR_MLPS, SHARE_MODES
 from heads.multitask import MultitaskModel
 from heads.paraphrase import CrossEncodedPairHead
 from heads.similarity import lowest_bucket_mean_cosine
@@ -59,6 +59,8 @@ class MultitaskConfig:
                                     "per task: para=cross,sts=bi")
     share: str = flag("first-layer", "sharing between the paraphrase and STS MLPs (bi-encoding)",
                         choices=SHARE_MODES)
+    pair_mlp: str = flag("residual", "paraphrase and STS MLPs (bi-encoding): residual = x + MLP(x), starting as "
+                                     "the identity; plain = seed 002's 2-layer MLP", choices=PAIR_MLPS)
     common_layer: bool = flag(False, "a Linear+tanh layer shared by all heads (seed 003 CL)")
     cross_head: str = flag("dpha", "cross-encoded pair head (seed 003)", choices=CrossEncodedPairHead.VARIANTS)
     sts_target: str = flag("score", "score: regress 0-5; cosine-range: gold mapped onto [M, 1] (seed 000)",
@@ -175,8 +177,9 @@ class MultitaskTrainer:
         self.tokenizer = Tokenizer.from_pretrained(start)
         self.model = MultitaskModel(from_pretrained(start), config.pooling, config.encodings["para"],
                                     config.encodings["sts"], config.share, config.common_layer, config.head_dropout,
-                                    config.cross_head)
+                                    config.cross_head, config.pair_mlp)
         if (config.resume or config.init) and (Path(start) / "heads.safetensors").exists():
+            self._check_pair_mlp(Path(start))
             load_heads(self.model, start)
         if config.option == "pretrain":
             self.model.encoder.requires_grad_(False)
@@ -206,6 +209,15 @@ class MultitaskTrainer:
         if changed:
             raise CheckpointError(f"--resume: flags differ from the interrupted run's ({', '.join(changed)}); "
                                   f"resume with the same flags, or start a new --output-dir")
+
+    def _check_pair_mlp(self, checkpoint: Path):
+        # Plain and residual pair MLPs have the same tensors, so loading one as the other would not fail, it
+        # would silently compute something else. Runs from before --pair-mlp existed had plain MLPs.
+        saved = read_json(checkpoint / "run_config.json").get("pair_mlp", "plain") \
+            if (checkpoint / "run_config.json").exists() else self.config.pair_mlp
+        if saved != self.config.pair_mlp:
+            raise CheckpointError(f"{checkpoint}: its heads have --pair-mlp {saved}; start with --pair-mlp {saved} "
+                                  f"to use them")
 
     def _load_data(self) -> dict[str, dict[str, TaskSplit]]:
         config, data = self.config, Path(self.config.data_dir)
@@ -300,7 +312,9 @@ class MultitaskTrainer:
         outputs = self.predict_all("dev")
         metrics = summary({task: task_metric(task, outputs[task], self.splits[task]["dev"].labels)
                            for task in outputs})
-        record = {"epoch": self.epoch + 1, "step": self.global_step, "train_loss": losses,
+        # Mid-epoch (--eval-every) the epoch under way; at an epoch's end (epoch already counted) that epoch.
+        epoch = self.epoch + 1 if self.step_in_epoch else self.epoch
+        record = {"epoch": epoch, "step": self.global_step, "train_loss": losses,
                   "dev": metrics, "seconds": round(time.time() - started, 1)}
         with open(self.output_dir / "metrics.jsonl", "a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
