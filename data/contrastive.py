@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from data.batching import collate, length_grouped_batches
-from data.readers import DataError, read_lines, read_nli, read_quora, read_sentiment, read_sts
+from data.readers import DataError, read_lines, read_nli, read_quora, read_sentiment, read_sts, sample_records
 from losses.contrastive_tension import contrastive_tension_batch
 from models.tokenizer import Encoded, Tokenizer
 
@@ -173,7 +173,7 @@ def load_dataset(mode: str, path: Path, tokenizer: Tokenizer, max_length: int, m
     """Read and tokenise one file of format `mode`; at most max_examples records (0 = all)."""
     source = path.name
     encode = functools.partial(tokenizer.encode, max_length=max_length, source=source)
-    cap = (lambda records: records[:max_examples]) if max_examples else (lambda records: records)
+    cap = functools.partial(sample_records, max_examples=max_examples)
     if mode == "nli":
         records = cap(read_nli(path)[0])
         columns = [[getattr(r, name) for r in records] for name in ("anchor", "positive", "hard_negative")]

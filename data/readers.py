@@ -13,6 +13,7 @@ import csv
 import io
 import logging
 import math
+import random
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -228,3 +229,15 @@ def read_sts_eval(path: str | Path):
         if score is not None:
             records.append(PairExample(f"{path.stem}-{line}", s1, s2, score, subset=row["subset"].strip()))
     return _finish(records, report)
+
+
+def sample_records(records: list, max_examples: int, seed: int = 0) -> list:
+    """At most max_examples records, drawn at random (the same ones for the same seed), kept in file order.
+
+    Not the first N: files are often sorted (the head of ids-sst-train.csv is 80% positive), and a
+    short run on a file's head learns that file's order, not the task.
+    """
+    if not max_examples or max_examples >= len(records):
+        return records
+    keep = sorted(random.Random(seed).sample(range(len(records)), max_examples))
+    return [records[i] for i in keep]

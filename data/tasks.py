@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from data.batching import collate
-from data.readers import DataError, read_quora, read_sentiment, read_sts
+from data.readers import DataError, read_quora, read_sentiment, read_sts, sample_records
 from models.tokenizer import Encoded, Tokenizer
 
 TASKS = ("sst", "para", "sts")
@@ -50,8 +50,7 @@ def read_task_file(task: str, path: Path, labeled: bool):
 def load_split(task: str, path: Path, tokenizer: Tokenizer, max_length: int, pair_encoding: str = "bi",
                labeled: bool = True, max_examples: int = 0) -> TaskSplit:
     records, _ = read_task_file(task, path, labeled)
-    if max_examples:
-        records = records[:max_examples]
+    records = sample_records(records, max_examples)
     if not records:
         raise DataError(f"{path}: no usable rows")
     source = path.name

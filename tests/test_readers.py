@@ -3,7 +3,7 @@ import logging
 
 import pytest
 
-from data.readers import (DataError, read_lines, read_nli, read_quora, read_sentiment, read_sts,
+from data.readers import (DataError, read_lines, read_nli, read_quora, read_sentiment, read_sts, sample_records,
                           read_sts_eval)
 
 SST = lambda path, **kw: read_sentiment(path, num_classes=5, **kw)  # noqa: E731
@@ -141,3 +141,17 @@ def test_nli_and_lines_bad_rows(tmp_path):
     assert len(nli) == 1 and dict(report.skipped) == {"empty sentence": [3]}
     lines, report = read_lines(write(tmp_path, "one\n\n  \ntwo\n", name="lines.txt"))
     assert lines == ["one", "two"] and dict(report.skipped) == {"empty sentence": [2, 3]}
+
+
+def test_a_sample_is_random_repeatable_in_file_order_and_follows_the_labels(data_dir):
+    sst, _ = SST(data_dir / "ids-sst-train.csv")
+    sample = sample_records(sst, 1024)
+    assert len(sample) == 1024 and sample == sample_records(sst, 1024)
+    position = {id(r): i for i, r in enumerate(sst)}
+    assert [position[id(r)] for r in sample] == sorted(position[id(r)] for r in sample)
+    # The file's head is 80% positive; a sample has the file's label mix.
+    share = lambda records, label: sum(r.label == label for r in records) / len(records)  # noqa: E731
+    assert share(sst[:1024], 0) < 0.01
+    for label in range(5):
+        assert abs(share(sample, label) - share(sst, label)) < 0.04, label
+    assert sample_records(sst, 0) is sst and sample_records(sst, len(sst) + 1) is sst

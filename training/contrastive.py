@@ -96,7 +96,7 @@ class ContrastiveConfig:
                              "sts_benchmark.json written to --output-dir")
     epochs: int = flag(1, "passes over the data (per stage)")
     max_steps: int = flag(0, "stop each stage after this many batches (0 = run all epochs)")
-    max_train_examples: int = flag(0, "use at most this many examples of each data file (0 = all)")
+    max_train_examples: int = flag(0, "use a random sample of at most this many examples of each data file (0 = all)")
     batch_size: int | None = flag(None, "batch size (default per method: simcse 64, mnrl 32, ct 16, sg 16, "
                                         "consert 96)")
     lr: float | None = flag(None, "peak learning rate (default per method and data: simcse 5e-5 NLI, 2e-5 Quora, "
