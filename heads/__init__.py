@@ -30,8 +30,8 @@ class MLP(nn.Module):
 
     residual=True gives x + MLP(x) with the second layer starting at zero: the MLP starts as the
     identity, so a cosine or bilinear head on top starts from the pretrained encoder's own geometry
-    instead of a random projection of it (which costs a sentence-embedding model like
-    all-MiniLM-L6-v2 about 0.1 STS r that a short run does not win back).
+    instead of a random projection of it, which a sentence-embedding model like all-MiniLM-L6-v2
+    has to win back first.
     """
 
     def __init__(self, in_features: int, hidden_features: int, out_features: int,

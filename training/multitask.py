@@ -179,7 +179,8 @@ class MultitaskTrainer:
                                     config.encodings["sts"], config.share, config.common_layer, config.head_dropout,
                                     config.cross_head, config.pair_mlp)
         if (config.resume or config.init) and (Path(start) / "heads.safetensors").exists():
-            self._check_pair_mlp(Path(start))
+            if config.init:  # a resumed run's flags, pair_mlp among them, are checked by _check_resumable
+                self._check_pair_mlp(Path(start))
             load_heads(self.model, start)
         if config.option == "pretrain":
             self.model.encoder.requires_grad_(False)
@@ -213,8 +214,9 @@ class MultitaskTrainer:
     def _check_pair_mlp(self, checkpoint: Path):
         # Plain and residual pair MLPs have the same tensors, so loading one as the other would not fail, it
         # would silently compute something else. Runs from before --pair-mlp existed had plain MLPs.
-        saved = read_json(checkpoint / "run_config.json").get("pair_mlp", "plain") \
-            if (checkpoint / "run_config.json").exists() else self.config.pair_mlp
+        if not (checkpoint / "run_config.json").exists():
+            return
+        saved = read_json(checkpoint / "run_config.json").get("pair_mlp", "plain")
         if saved != self.config.pair_mlp:
             raise CheckpointError(f"{checkpoint}: its heads have --pair-mlp {saved}; start with --pair-mlp {saved} "
                                   f"to use them")
