@@ -1,4 +1,5 @@
 """pretrain_contrastive.py on a tiny random BERT and tiny data files: batches, methods, checkpoints, evaluation."""
+import importlib.util
 import json
 import math
 import random
@@ -25,6 +26,7 @@ from training.multitask import MultitaskConfig, MultitaskTrainer
 from training.objectives import CT_LR_STEPS, ContrastiveTension, MultipleNegatives, SimCSE, max_pooled_layers
 from training.precision import Precision
 
+ROOT = Path(__file__).resolve().parents[1]
 WORDS = "the a cat dog sat ran on mat big small red fast slow house car tree".split()
 
 
@@ -421,6 +423,25 @@ def test_eval_prints_and_saves_the_sts_benchmark_before_and_after(tiny_model, ti
                                                                     pooling), nan_ok=True)
     printed = capsys.readouterr().out
     assert all(f"| {row} |" in printed for row in rows)
+
+
+def test_compare_contrastive_scores_the_zero_shot_encoder_and_every_saved_one(tiny_model, tiny_data, tmp_path):
+    spec = importlib.util.spec_from_file_location("compare_contrastive", ROOT / "benchmarks/compare_contrastive.py")
+    compare = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(compare)
+    rows = compare.main(["--model", str(tiny_model), "--data-dir", str(tiny_data), "--output-root", str(tmp_path),
+                         "--runs", "simcse-nli,ct-unlabeled", "--max-steps", "1", "--pooling", "mean",
+                         "--batch-size", "8", "--lr", "1e-2", "--device", "cpu"])
+    assert list(rows) == ["zero-shot", "simcse-nli", "ct-unlabeled (model1)", "ct-unlabeled (model2)"]
+    tokenizer = Tokenizer.from_pretrained(tiny_model)
+    for name, model in zip(rows, [tiny_model, *(tmp_path / "mean" / f for f in
+                                                ("simcse-nli", "ct-unlabeled/model1", "ct-unlabeled/model2"))]):
+        assert rows[name]["results"] == pytest.approx(sts_benchmark(from_pretrained(model), tokenizer, tiny_data,
+                                                                    "mean"), nan_ok=True)
+    assert rows["zero-shot"]["results"] != rows["simcse-nli"]["results"]  # the runs trained the encoder
+    saved = json.loads((tmp_path / "mean/results.json").read_text())["rows"]
+    for name in rows:
+        assert saved[name]["results"] == pytest.approx(rows[name]["results"], nan_ok=True)
 
 
 def test_bad_data_is_one_clear_line_not_a_traceback(tiny_model, tiny_data, tmp_path, capsys):

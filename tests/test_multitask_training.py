@@ -9,6 +9,7 @@ import pytest
 import torch
 import transformers
 
+import cli
 import multitask_classifier
 from data.readers import read_quora, read_sentiment, read_sts
 from training import multitask
@@ -122,12 +123,33 @@ def test_resume_refuses_changed_flags(tiny_model, tiny_data, tmp_path):
                                        "--batch-size", "4"))
 
 
-def test_init_refuses_heads_of_the_other_pair_mlp_kind(tiny_model, tiny_data, tmp_path):
+def test_init_refuses_heads_trained_under_other_head_flags(tiny_model, tiny_data, tmp_path):
     multitask_classifier.main(args(tiny_model, tiny_data, tmp_path / "plain", "--epochs", "1", "--pair-mlp", "plain"))
     init = ["--init", str(tmp_path / "plain/run/best"), "--epochs", "1"]
+    # Same tensors, other meaning: these would load without the check.
     with pytest.raises(CheckpointError, match="--pair-mlp plain"):
         multitask_classifier.main(args(tiny_model, tiny_data, tmp_path / "residual", *init))
-    multitask_classifier.main(args(tiny_model, tiny_data, tmp_path / "again", *init, "--pair-mlp", "plain"))
+    with pytest.raises(CheckpointError, match="--pooling mean"):
+        multitask_classifier.main(args(tiny_model, tiny_data, tmp_path / "cls", *init, "--pair-mlp", "plain",
+                                       "--pooling", "cls"))
+    with pytest.raises(CheckpointError, match="--no-common-layer"):
+        multitask_classifier.main(args(tiny_model, tiny_data, tmp_path / "cl", *init, "--pair-mlp", "plain",
+                                       "--common-layer"))
+    # The same encodings spelled another way are the same flags.
+    multitask_classifier.main(args(tiny_model, tiny_data, tmp_path / "again", *init, "--pair-mlp", "plain",
+                                   "--pair-encoding", "para=bi"))
+
+
+def test_init_from_an_encoder_alone_still_sets_the_cosine_floor(tiny_model, tiny_data, tmp_path):
+    # A contrastive checkpoint has no heads, so M must be measured as for --model, not left at -1.
+    def floor(*start):
+        config = cli.parse_config(multitask.MultitaskConfig, "", args(tiny_model, tiny_data, tmp_path, *start,
+                                                                      "--sts-target", "cosine-range"))
+        return multitask.MultitaskTrainer(config).model.similarity.cosine_floor.item()
+
+    from_model = floor()
+    assert from_model > -1
+    assert floor("--init", str(tiny_model)) == pytest.approx(from_model)
 
 
 def run_cli(*argv, env_extra=None, cwd=ROOT):

@@ -100,6 +100,14 @@ class MultitaskConfig:
 
     # What --resume may change without changing the run.
     RUNTIME_FIELDS = ("resume", "device", "predictions_dir", "eval_batch_size")
+    # What the heads' tensors mean: --init with heads needs the same values.
+    HEAD_FIELDS = ("pooling", "pair_encoding", "share", "pair_mlp", "common_layer", "cross_head", "sts_target")
+
+
+def as_flag(name: str, value) -> str:
+    """The command-line spelling of a config value: --share none, --common-layer, --no-common-layer."""
+    flag_name = name.replace("_", "-")
+    return f"--{flag_name}" if value is True else f"--no-{flag_name}" if value is False else f"--{flag_name} {value}"
 
 
 def parse_pair_encoding(text: str) -> dict[str, str]:
@@ -178,15 +186,16 @@ class MultitaskTrainer:
         self.model = MultitaskModel(from_pretrained(start), config.pooling, config.encodings["para"],
                                     config.encodings["sts"], config.share, config.common_layer, config.head_dropout,
                                     config.cross_head, config.pair_mlp)
-        if (config.resume or config.init) and (Path(start) / "heads.safetensors").exists():
-            if config.init:  # a resumed run's flags, pair_mlp among them, are checked by _check_resumable
-                self._check_pair_mlp(Path(start))
+        heads_loaded = bool(config.resume or config.init) and (Path(start) / "heads.safetensors").exists()
+        if heads_loaded:
+            if config.init:  # a resumed run's flags, head flags among them, are checked by _check_resumable
+                self._check_head_flags(Path(start))
             load_heads(self.model, start)
         if config.option == "pretrain":
             self.model.encoder.requires_grad_(False)
         self.model.to(self.device)
         self.splits = self._load_data()
-        if config.sts_target == "cosine-range" and "sts" in self.splits and not (config.resume or config.init):
+        if config.sts_target == "cosine-range" and "sts" in self.splits and not heads_loaded:  # else M came with them
             self._set_cosine_floor()
         self.optimizer = AdamW(self._parameter_groups(), lr=config.lr, weight_decay=config.weight_decay)
         self.batch_counts = count_batches({t: len(self.splits[t]["train"]) for t in config.task_list},
@@ -211,14 +220,22 @@ class MultitaskTrainer:
             raise CheckpointError(f"--resume: flags differ from the interrupted run's ({', '.join(changed)}); "
                                   f"resume with the same flags, or start a new --output-dir")
 
-    def _check_pair_mlp(self, checkpoint: Path):
-        # Plain and residual pair MLPs have the same tensors, so loading one as the other would not fail, it
-        # would silently compute something else. Runs from before --pair-mlp existed had plain MLPs.
+    def _check_head_flags(self, checkpoint: Path):
+        # Heads trained under other flags either fail to load (another shape) or, worse, load and silently
+        # compute something else: plain and residual pair MLPs have the same tensors, and pooling or the STS
+        # target change what the tensors mean. Runs from before --pair-mlp existed had plain MLPs.
         if not (checkpoint / "run_config.json").exists():
             return
-        saved = read_json(checkpoint / "run_config.json").get("pair_mlp", "plain")
-        if saved != self.config.pair_mlp:
-            raise CheckpointError(f"{checkpoint}: its heads have --pair-mlp {saved}; start with --pair-mlp {saved} "
+        saved = {"pair_mlp": "plain", **read_json(checkpoint / "run_config.json")}
+        ours = self.config.to_dict()
+        def comparable(name, value):  # "para=cross" and "para=cross,sts=bi" are the same encodings
+            return parse_pair_encoding(value) if name == "pair_encoding" else value
+
+        differ = [name for name in MultitaskConfig.HEAD_FIELDS
+                  if name in saved and comparable(name, saved[name]) != comparable(name, ours[name])]
+        if differ:
+            flags = " ".join(as_flag(name, saved[name]) for name in differ)
+            raise CheckpointError(f"{checkpoint}: its heads were trained with {flags}; start with the same flags "
                                   f"to use them")
 
     def _load_data(self) -> dict[str, dict[str, TaskSplit]]:

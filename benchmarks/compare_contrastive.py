@@ -1,0 +1,87 @@
+"""Every contrastive method under one budget, scored on the STS benchmark before and after.
+
+    python benchmarks/compare_contrastive.py --model all-MiniLM-L6-v2 --pooling cls --max-steps 300
+
+The zero-shot encoder is scored once; then each method (one pretrain_contrastive.py run with its paper's
+defaults, --pooling P and --max-steps N) and the encoders it saved (CT: both copies) are scored with the same
+pooling. Prints a Markdown table with each run's minutes and writes it as JSON to --output-root/results.json.
+Any other pretrain_contrastive.py flag is passed on to every run.
+"""
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import pretrain_contrastive  # noqa: E402
+from evaluation.sts_benchmark import DEFAULT_DATA, EVAL_SETS, sts_benchmark  # noqa: E402
+from models import Tokenizer, from_pretrained  # noqa: E402
+
+# (row name, method, data): the issue's seven runs; mnrl takes NLI's (anchor, entailment, contradiction) triplets.
+RUNS = {
+    "simcse-unlabeled": ("simcse", "unlabeled"),
+    "simcse-nli": ("simcse", "nli"),
+    "simcse-quora": ("simcse", "quora"),
+    "mnrl-nli": ("mnrl", "nli"),
+    "ct-unlabeled": ("ct", "unlabeled"),
+    "sg-opt-unlabeled": ("sg-opt", "unlabeled"),
+    "consert-unlabeled": ("consert", "unlabeled"),
+}
+
+
+def saved_encoders(folder: Path) -> list[Path]:
+    """The encoder checkpoints a run wrote: the folder itself, or CT's model1/ and model2/."""
+    return [d for d in (folder, *sorted(p for p in folder.iterdir() if p.is_dir()))
+            if (d / "model.safetensors").is_file()]
+
+
+def score(model: str | Path, pooling: str, data_dir: str) -> dict[str, float]:
+    return sts_benchmark(from_pretrained(str(model)), Tokenizer.from_pretrained(str(model)), data_dir, pooling)
+
+
+def markdown(rows: dict[str, dict]) -> str:
+    columns = [*EVAL_SETS, "sts-dev", "mean"]
+    lines = ["| run | " + " | ".join(columns) + " | minutes |", "|---" * (len(columns) + 2) + "|"]
+    for name, row in rows.items():
+        cells = " | ".join(f"{row['results'][c]:.2f}" for c in columns)
+        minutes = f"{row['seconds'] / 60:.1f}" if row["seconds"] else "-"
+        lines.append(f"| {name} | {cells} | {minutes} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="all-MiniLM-L6-v2")
+    parser.add_argument("--pooling", default="cls", choices=("cls", "mean"))
+    parser.add_argument("--max-steps", type=int, default=300)
+    parser.add_argument("--runs", default=",".join(RUNS), help=f"comma-separated, of: {', '.join(RUNS)}")
+    parser.add_argument("--data-dir", default=str(DEFAULT_DATA))
+    parser.add_argument("--output-root", type=Path, default=Path("runs/contrastive"))
+    args, passthrough = parser.parse_known_args(argv)
+    names = args.runs.split(",")
+    if unknown := sorted(set(names) - set(RUNS)):
+        parser.error(f"unknown --runs {', '.join(unknown)}; choose from {', '.join(RUNS)}")
+    root = args.output_root / args.pooling
+    rows = {"zero-shot": {"results": score(args.model, args.pooling, args.data_dir), "seconds": 0}}
+    for name in names:
+        method, data = RUNS[name]
+        started = time.time()
+        pretrain_contrastive.main(["--model", args.model, "--method", method, "--data", data,
+                                   "--pooling", args.pooling, "--max-steps", str(args.max_steps),
+                                   "--data-dir", args.data_dir, "--output-dir", str(root / name), *passthrough])
+        seconds = time.time() - started
+        for encoder in saved_encoders(root / name):
+            label = name if encoder == root / name else f"{name} ({encoder.name})"
+            rows[label] = {"results": score(encoder, args.pooling, args.data_dir), "seconds": seconds}
+    table = markdown(rows)
+    print(f"\n{args.model}, --pooling {args.pooling}, --max-steps {args.max_steps}, "
+          f"extra flags: {' '.join(passthrough) or 'none'}; Spearman x 100\n{table}")
+    (root / "results.json").write_text(json.dumps(
+        {"model": args.model, "pooling": args.pooling, "max_steps": args.max_steps, "extra_flags": passthrough,
+         "rows": rows}, indent=2))
+    return rows
+
+
+if __name__ == "__main__":
+    main()
