@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from tqdm import tqdm
 
 import cli
 from cli import flag
@@ -47,15 +48,14 @@ def sts_benchmark(encoder: BertModel, tokenizer: Tokenizer, data_dir: str | Path
                   pooling: str = "cls", max_length: int = 128, batch_size: int = 128) -> dict[str, float]:
     """Spearman x 100 per set ("sts12" .. "sickr", "sts-dev"), their "mean", and "alignment"/"uniformity"."""
     data_dir = Path(data_dir)
+    sets = {name: read_sts_eval(data_dir / "sts-eval" / f"{name}.tsv")[0] for name in EVAL_SETS}
+    sets["sts-dev"] = dev = read_sts(data_dir / "sts-dev.csv")[0]
     results = {}
-    for name in EVAL_SETS:
-        pairs, _ = read_sts_eval(data_dir / "sts-eval" / f"{name}.tsv")
+    for name, pairs in tqdm(sets.items(), desc="STS benchmark", total=len(sets), leave=False):
         first, second = pair_cosines(encoder, tokenizer, pairs, pooling, max_length, batch_size)
         results[name] = 100 * spearman((first * second).sum(-1), [p.label for p in pairs])
-    dev, _ = read_sts(data_dir / "sts-dev.csv")
-    first, second = pair_cosines(encoder, tokenizer, dev, pooling, max_length, batch_size)
-    results["sts-dev"] = 100 * spearman((first * second).sum(-1), [p.label for p in dev])
-    results["mean"] = sum(results[name] for name in (*EVAL_SETS, "sts-dev")) / (len(EVAL_SETS) + 1)
+    # sts-dev comes last, so first and second are its embeddings now.
+    results["mean"] = sum(results.values()) / len(results)
     # Wang & Isola on STS dev: positives are the pairs scored >= 4 (as in SimCSE), uniformity over all sentences.
     positives = [i for i, p in enumerate(dev) if p.label >= 4]
     results["alignment"] = alignment(first[positives], second[positives])

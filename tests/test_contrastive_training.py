@@ -6,6 +6,7 @@ import random
 from pathlib import Path
 
 import pytest
+import scipy.stats
 import torch
 import transformers
 from safetensors.torch import load_file
@@ -423,6 +424,36 @@ def test_eval_prints_and_saves_the_sts_benchmark_before_and_after(tiny_model, ti
                                                                     pooling), nan_ok=True)
     printed = capsys.readouterr().out
     assert all(f"| {row} |" in printed for row in rows)
+
+
+def test_sts_benchmark_equals_a_direct_computation_with_transformers_and_scipy(tiny_model, tiny_data):
+    hf_model = transformers.BertModel.from_pretrained(tiny_model).eval()
+    hf_tokenizer = transformers.AutoTokenizer.from_pretrained(tiny_model)
+
+    def embed(sentences):  # unit-length mean-pooled embeddings, all sentences padded together
+        batch = hf_tokenizer(sentences, padding=True, return_tensors="pt")
+        with torch.no_grad():
+            hidden = hf_model(**batch).last_hidden_state
+        mask = batch["attention_mask"].unsqueeze(-1).float()
+        return torch.nn.functional.normalize((hidden * mask).sum(1) / mask.sum(1), dim=-1)
+
+    sets = {name: (rows_of(tiny_data / "sts-eval" / f"{name}.tsv"), "score") for name in EVAL_SETS}
+    sets["sts-dev"] = (rows_of(tiny_data / "sts-dev.csv"), "similarity")
+    expected = {}
+    for name, (rows, label) in sets.items():
+        first, second = embed([r["sentence1"] for r in rows]), embed([r["sentence2"] for r in rows])
+        gold = [float(r[label]) for r in rows]
+        expected[name] = 100 * scipy.stats.spearmanr((first * second).sum(-1).numpy(), gold).statistic
+    expected["mean"] = sum(expected.values()) / len(expected)
+    positives = torch.tensor(gold) >= 4  # sts-dev's, the last set
+    assert positives.any()
+    expected["alignment"] = (first[positives] - second[positives]).pow(2).sum(-1).mean().item()
+    both = torch.cat([first, second])
+    distances = torch.cdist(both, both).pow(2)[tuple(torch.triu_indices(len(both), len(both), offset=1))]
+    expected["uniformity"] = distances.mul(-2).exp().mean().log().item()
+
+    results = sts_benchmark(from_pretrained(tiny_model), Tokenizer.from_pretrained(tiny_model), tiny_data, "mean")
+    assert results == pytest.approx(expected, abs=1e-4)
 
 
 def test_compare_contrastive_scores_the_zero_shot_encoder_and_every_saved_one(tiny_model, tiny_data, tmp_path):
