@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import pretrain_contrastive  # noqa: E402
-from evaluation.sts_benchmark import DEFAULT_DATA, EVAL_SETS, sts_benchmark  # noqa: E402
+from evaluation.sts_benchmark import DEFAULT_DATA, EVAL_SETS, format_table, sts_benchmark  # noqa: E402
 from models import Tokenizer, from_pretrained  # noqa: E402
 
 # (row name, method, data): the seven runs; mnrl takes NLI's (anchor, entailment, contradiction) triplets.
@@ -38,16 +38,6 @@ def saved_encoders(folder: Path) -> list[Path]:
 
 def score(model: str | Path, pooling: str, data_dir: str) -> dict[str, float]:
     return sts_benchmark(from_pretrained(str(model)), Tokenizer.from_pretrained(str(model)), data_dir, pooling)
-
-
-def markdown(rows: dict[str, dict]) -> str:
-    columns = [*EVAL_SETS, "sts-dev", "mean"]
-    lines = ["| run | " + " | ".join(columns) + " | minutes |", "|---" * (len(columns) + 2) + "|"]
-    for name, row in rows.items():
-        cells = " | ".join(f"{row['results'][c]:.2f}" for c in columns)
-        minutes = f"{row['seconds'] / 60:.1f}" if row["seconds"] else "-"
-        lines.append(f"| {name} | {cells} | {minutes} |")
-    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -74,7 +64,9 @@ def main(argv: list[str] | None = None) -> dict:
         for encoder in saved_encoders(root / name):
             label = name if encoder == root / name else f"{name} ({encoder.name})"
             rows[label] = {"results": score(encoder, args.pooling, args.data_dir), "seconds": seconds}
-    table = markdown(rows)
+    table_rows = {name: {**row["results"], "minutes": f"{row['seconds'] / 60:.1f}" if row["seconds"] else "-"}
+               for name, row in rows.items()}
+    table = format_table(table_rows, columns=(*EVAL_SETS, "sts-dev", "mean", "minutes"), label="run")
     print(f"\n{args.model}, --pooling {args.pooling}, --max-steps {args.max_steps}, "
           f"extra flags: {' '.join(passthrough) or 'none'}; Spearman x 100\n{table}")
     (root / "results.json").write_text(json.dumps(

@@ -54,21 +54,26 @@ def sts_benchmark(encoder: BertModel, tokenizer: Tokenizer, data_dir: str | Path
     for name, pairs in tqdm(sets.items(), desc="STS benchmark", total=len(sets), leave=False):
         first, second = pair_cosines(encoder, tokenizer, pairs, pooling, max_length, batch_size)
         results[name] = 100 * spearman((first * second).sum(-1), [p.label for p in pairs])
-    # sts-dev comes last, so first and second are its embeddings now.
+        if name == "sts-dev":
+            dev_embeddings = first, second
     results["mean"] = sum(results.values()) / len(results)
     # Wang & Isola on STS dev: positives are the pairs scored >= 4 (as in SimCSE), uniformity over all sentences.
+    first, second = dev_embeddings
     positives = [i for i, p in enumerate(dev) if p.label >= 4]
     results["alignment"] = alignment(first[positives], second[positives])
     results["uniformity"] = uniformity(torch.cat([first, second]))
     return results
 
 
-def format_table(rows: dict[str, dict[str, float]]) -> str:
-    """A Markdown table: one row per model/method, one column per set."""
-    columns = [*EVAL_SETS, "sts-dev", "mean", "alignment", "uniformity"]
-    lines = ["| model | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
+TABLE_COLUMNS = (*EVAL_SETS, "sts-dev", "mean", "alignment", "uniformity")
+
+
+def format_table(rows: dict[str, dict], columns=TABLE_COLUMNS, label: str = "model") -> str:
+    """A Markdown table: one row per model/method, one column per set; numbers to 2 decimals, text as it is."""
+    lines = [f"| {label} | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
     for name, result in rows.items():
-        lines.append(f"| {name} | " + " | ".join(f"{result[c]:.2f}" for c in columns) + " |")
+        cells = (f"{result[c]:.2f}" if isinstance(result[c], float) else str(result[c]) for c in columns)
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

@@ -228,6 +228,7 @@ class MultitaskTrainer:
             return
         saved = {"pair_mlp": "plain", **read_json(checkpoint / "run_config.json")}
         ours = self.config.to_dict()
+
         def comparable(name, value):  # "para=cross" and "para=cross,sts=bi" are the same encodings
             return parse_pair_encoding(value) if name == "pair_encoding" else value
 
