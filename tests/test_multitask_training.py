@@ -176,3 +176,16 @@ def test_missing_data_file_is_a_clear_error(tiny_model, tmp_path):
 def test_bad_flag_values_are_usage_errors(tmp_path):
     result = run_cli("--task-weights", "para=two", "--output-dir", str(tmp_path))
     assert result.returncode == 2 and "weight 'two' of 'para' is not a number" in result.stderr
+
+
+@pytest.mark.parametrize("schedule", ["mtdnn", "rr-epoch"])
+def test_one_task_trains_with_the_default_task_order(tiny_model, tiny_data, tmp_path, schedule):
+    metrics = multitask_classifier.main(args(tiny_model, tiny_data, tmp_path, "--tasks", "sst", "--epochs", "1",
+                                             "--schedule", schedule))
+    assert "sst" in metrics and "para" not in metrics and "sts" not in metrics
+
+
+def test_task_order_must_match_the_trained_tasks(tmp_path):
+    result = run_cli("--tasks", "sst,sts", "--task-order", "sst,para,sts", "--output-dir", str(tmp_path))
+    assert result.returncode == 2 and "must name each task of --tasks 'sst,sts'" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -50,7 +50,8 @@ class MultitaskConfig:
                          choices=("finetune", "pretrain"))
     tasks: str = flag("sst,para,sts", "tasks to train, comma-separated")
     schedule: str = flag("mtdnn", "how task batches are combined (see training/schedules.py)", choices=SCHEDULES)
-    task_order: str = flag("sst,para,sts", "task order of the rr-batch, rr-epoch and sequential schedules")
+    task_order: str = flag("", "task order of the rr-batch, rr-epoch and sequential schedules "
+                                 "(empty: the order of --tasks)")
     task_weights: str = flag("", "mtdnn sampling weights, e.g. para=2 (tasks left out weigh 1)")
     surgery: str = flag("pcgrad", "gradient surgery aggregator of --schedule pcgrad", choices=SURGERY_METHODS)
     pooling: str = flag("mean", "sentence embedding: [CLS] vector, mean of tokens, or pooler output",
@@ -88,7 +89,10 @@ class MultitaskConfig:
 
     def __post_init__(self):
         self.task_list = parse_task_order(self.tasks)
-        self.order = parse_task_order(self.task_order)
+        self.order = parse_task_order(self.task_order) if self.task_order else self.task_list
+        if set(self.order) != set(self.task_list):
+            raise ValueError(f"--task-order {self.task_order!r} must name each task of --tasks {self.tasks!r}, "
+                             f"and only those")
         self.weights = parse_task_weights(self.task_weights) if self.task_weights else None
         self.encodings = parse_pair_encoding(self.pair_encoding)
         for name in ("epochs", "batch_size", "max_length", "eval_batch_size"):
