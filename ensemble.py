@@ -33,6 +33,7 @@ from data.readers import DataError
 from data.tasks import FILES, TASKS, read_task_file
 from evaluation.evaluate import hard_predictions, summary, task_metric
 from evaluation.predictions import SPLITS, write_predictions
+from evaluation.tables import markdown_table
 from models.loading import CheckpointError
 from training.checkpoint import write_json
 from training.multitask import DEFAULT_DATA
@@ -167,15 +168,6 @@ def fit_weights(method: str, task: str, outputs: list[torch.Tensor], labels: tor
 
 # ---- the command ----
 
-def format_table(rows: dict[str, dict[str, float]]) -> str:
-    """A Markdown table: one row per member (and the ensemble), one column per metric; '-' where not scored."""
-    columns = [*TASKS, "overall", "mean"]
-    lines = ["| model | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
-    for name, metrics in rows.items():
-        lines.append(f"| {name} | " + " | ".join(f"{metrics[c]:.4f}" if c in metrics else "-" for c in columns) + " |")
-    return "\n".join(lines)
-
-
 def ensemble(config: EnsembleConfig) -> dict:
     """Fit the weights, write the ensemble's predictions and the JSON report, and return the report."""
     members = {name: load_member(name) for name in config.member_list}
@@ -208,7 +200,8 @@ def ensemble(config: EnsembleConfig) -> dict:
 def main(argv: list[str] | None = None) -> dict:
     config = cli.parse_config(EnsembleConfig, __doc__, argv)
     report = ensemble(config)
-    print(format_table({**report["members"], f"ensemble ({config.method})": report["ensemble"]}))
+    print(markdown_table({**report["members"], f"ensemble ({config.method})": report["ensemble"]},
+                         [*TASKS, "overall", "mean"], digits=4))
     for task, task_weights in report["weights"].items():
         print(f"{task} weights: " + ", ".join(f"{name} {weight:.2f}" for name, weight in task_weights.items()))
     if report["dev_is_optimistic"]:

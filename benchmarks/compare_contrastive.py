@@ -15,7 +15,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import pretrain_contrastive  # noqa: E402
-from evaluation.sts_benchmark import DEFAULT_DATA, EVAL_SETS, format_table, sts_benchmark  # noqa: E402
+from evaluation.sts_benchmark import DEFAULT_DATA, EVAL_SETS, sts_benchmark  # noqa: E402
+from evaluation.tables import markdown_table  # noqa: E402
 from models import Tokenizer, from_pretrained  # noqa: E402
 
 # (row name, method, data): the seven runs; mnrl takes NLI's (anchor, entailment, contradiction) triplets.
@@ -66,7 +67,7 @@ def main(argv: list[str] | None = None) -> dict:
             rows[label] = {"results": score(encoder, args.pooling, args.data_dir), "seconds": seconds}
     table_rows = {name: {**row["results"], "minutes": f"{row['seconds'] / 60:.1f}" if row["seconds"] else "-"}
                for name, row in rows.items()}
-    table = format_table(table_rows, columns=(*EVAL_SETS, "sts-dev", "mean", "minutes"), label="run")
+    table = markdown_table(table_rows, columns=(*EVAL_SETS, "sts-dev", "mean", "minutes"), label="run")
     print(f"\n{args.model}, --pooling {args.pooling}, --max-steps {args.max_steps}, "
           f"extra flags: {' '.join(passthrough) or 'none'}; Spearman x 100\n{table}")
     (root / "results.json").write_text(json.dumps(

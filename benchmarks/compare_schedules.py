@@ -15,6 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import multitask_classifier  # noqa: E402
+from evaluation.tables import markdown_table  # noqa: E402
 from training.schedules import SCHEDULES  # noqa: E402
 
 
@@ -39,10 +40,10 @@ def main():
         rows.append((schedule, metrics, steps, time.time() - started))
     print(f"\n{args.model}, {args.max_train_examples} examples per task, {args.epochs} epochs' worth of "
           f"batches, extra flags: {' '.join(passthrough) or 'none'}")
-    print("| schedule | SST acc | Quora acc | STS r | overall | steps | minutes |\n|---|---|---|---|---|---|---|")
-    for schedule, m, steps, seconds in rows:
-        print(f"| {schedule} | {m['sst']:.3f} | {m['para']:.3f} | {m['sts']:.3f} | {m['overall']:.3f} | {steps} "
-              f"| {seconds / 60:.1f} |")
+    table = {schedule: {**{key: m[key] for key in ("sst", "para", "sts", "overall")}, "steps": steps,
+                        "minutes": f"{seconds / 60:.1f}"} for schedule, m, steps, seconds in rows}
+    print(markdown_table(table, ["sst", "para", "sts", "overall", "steps", "minutes"], label="schedule", digits=3,
+                         headers=["SST acc", "Quora acc", "STS r", "overall", "steps", "minutes"]))
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ import cli
 from cli import flag
 from data.readers import PairExample, read_sts, read_sts_eval
 from evaluation.metrics import spearman
+from evaluation.tables import markdown_table
 from models import BertModel, Tokenizer, embed_sentences, from_pretrained
 from training.checkpoint import write_json
 
@@ -68,15 +69,6 @@ def sts_benchmark(encoder: BertModel, tokenizer: Tokenizer, data_dir: str | Path
 TABLE_COLUMNS = (*EVAL_SETS, "sts-dev", "mean", "alignment", "uniformity")
 
 
-def format_table(rows: dict[str, dict], columns=TABLE_COLUMNS, label: str = "model") -> str:
-    """A Markdown table: one row per model/method, one column per set; numbers to 2 decimals, text as it is."""
-    lines = [f"| {label} | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
-    for name, result in rows.items():
-        cells = (f"{result[c]:.2f}" if isinstance(result[c], float) else str(result[c]) for c in columns)
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
 @dataclass
 class StsBenchmarkConfig:
     model: str = flag("all-MiniLM-L6-v2", "encoder to evaluate: hub id, checkpoint folder, or all-MiniLM-L6-v2")
@@ -93,7 +85,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     encoder = from_pretrained(config.model).to(cli.resolve_device(config.device))
     results = sts_benchmark(encoder, Tokenizer.from_pretrained(config.model), config.data_dir, config.pooling,
                             config.max_length, config.batch_size)
-    print(format_table({f"{config.model} ({config.pooling})": results}))
+    print(markdown_table({f"{config.model} ({config.pooling})": results}, TABLE_COLUMNS))
     if config.out:
         write_json(config.out, {"model": config.model, "pooling": config.pooling, "results": results})
     return results

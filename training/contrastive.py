@@ -20,7 +20,8 @@ from data.batching import split_rows
 from data.contrastive import (DATA_MODES, Dataset, PairSet, SentenceBatch, SentenceSet, TripletSet, as_sentences,
                               detect_format, load_data)
 from data.readers import DataError
-from evaluation.sts_benchmark import DEFAULT_DATA, format_table, sts_benchmark
+from evaluation.sts_benchmark import DEFAULT_DATA, TABLE_COLUMNS, sts_benchmark
+from evaluation.tables import markdown_table
 from models import POOLINGS, AdamW, Tokenizer, from_pretrained
 from training.checkpoint import save_checkpoint, write_json
 from training.consert import AUGMENTATIONS, SCHEDULES, ConsertSupervised, ConsertUnsupervised
@@ -246,7 +247,7 @@ class ContrastiveTrainer:
         if config.eval:
             for name, encoder in encoders.items():
                 results[f"after {name}".strip()] = self._benchmark(encoder)
-            print(format_table(results))
+            print(markdown_table(results, TABLE_COLUMNS))
             metrics["sts_benchmark"] = results
         for name, encoder in encoders.items():
             save_checkpoint(self.output_dir / name, encoder, self.tokenizer, config.to_dict(), metrics)
