@@ -40,8 +40,7 @@ def main():
         rows.append((schedule, metrics, steps, time.time() - started))
     print(f"\n{args.model}, {args.max_train_examples} examples per task, {args.epochs} epochs' worth of "
           f"batches, extra flags: {' '.join(passthrough) or 'none'}")
-    table = {schedule: {**{key: m[key] for key in ("sst", "para", "sts", "overall")}, "steps": steps,
-                        "minutes": f"{seconds / 60:.1f}"} for schedule, m, steps, seconds in rows}
+    table = {schedule: {**m, "steps": steps, "minutes": f"{seconds / 60:.1f}"} for schedule, m, steps, seconds in rows}
     print(markdown_table(table, ["sst", "para", "sts", "overall", "steps", "minutes"], label="schedule", digits=3,
                          headers=["SST acc", "Quora acc", "STS r", "overall", "steps", "minutes"]))
 
