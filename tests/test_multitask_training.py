@@ -173,9 +173,51 @@ def test_missing_data_file_is_a_clear_error(tiny_model, tmp_path):
     assert "Traceback" not in result.stderr
 
 
-def test_bad_flag_values_are_usage_errors(tmp_path):
-    result = run_cli("--task-weights", "para=two", "--output-dir", str(tmp_path))
-    assert result.returncode == 2 and "weight 'two' of 'para' is not a number" in result.stderr
+@pytest.mark.parametrize("flag, value, message", [
+    ("--task-weights", "para=two", "weight 'two' of 'para' is not a number"),
+    ("--loss-weights", "sst=-1", "--loss-weights 'sst=-1': weight of 'sst' must be a finite number >= 0"),
+    ("--layer-lr-decay", "0", "--layer-lr-decay must be in (0, 1], got 0.0")])
+def test_bad_flag_values_are_usage_errors(tmp_path, flag, value, message):
+    result = run_cli(flag, value, "--output-dir", str(tmp_path))
+    assert result.returncode == 2 and message in result.stderr
+
+
+def test_combine_losses_weighs_each_task_then_averages():
+    losses = {"sst": torch.tensor(2.0), "para": torch.tensor(4.0)}
+    assert multitask.combine_losses(losses, {}).item() == 3.0
+    assert multitask.combine_losses(losses, {"sst": 3.0}).item() == (3 * 2 + 4) / 2
+
+
+def test_a_zero_loss_weight_leaves_the_encoder_untouched(tiny_model, tiny_data, tmp_path):
+    # With no weight decay, a task weighted 0 gives zero gradients and AdamW moves nothing.
+    def encoder_after(out, *extra):
+        multitask_classifier.main(args(tiny_model, tiny_data, out, "--tasks", "sst", "--epochs", "1",
+                                       "--weight-decay", "0", *extra))
+        return from_pretrained(out / "run" / "last").state_dict()
+
+    start = from_pretrained(tiny_model).state_dict()
+    untouched = encoder_after(tmp_path / "zero", "--loss-weights", "sst=0")
+    trained = encoder_after(tmp_path / "one")
+    assert all(torch.equal(untouched[name], start[name]) for name in start)
+    assert not all(torch.equal(trained[name], start[name]) for name in start)
+
+
+def test_layer_lr_decay_gives_lower_layers_smaller_rates(tiny_model, tiny_data, tmp_path):
+    config = multitask.MultitaskConfig(model=str(tiny_model), data_dir=str(tiny_data), output_dir=str(tmp_path),
+                                       device="cpu", lr=1e-3, head_lr=1e-2, layer_lr_decay=0.5)
+    trainer = multitask.MultitaskTrainer(config)
+    rate = {id(p): (group["lr"], group["weight_decay"]) for group in trainer.optimizer.param_groups
+            for p in group["params"]}
+    expected = {"encoder.embeddings.word_embeddings.weight": 1e-3 * 0.5 ** 2,  # two layers below the top
+                "encoder.encoder.layer.0.attention.self.query.weight": 1e-3 * 0.5,
+                "encoder.encoder.layer.1.output.dense.weight": 1e-3,
+                "encoder.pooler.dense.weight": 1e-3,
+                "sentiment.mlp.first.1.weight": 1e-2}
+    parameters = dict(trainer.model.named_parameters())
+    for name, lr in expected.items():
+        assert rate[id(parameters[name])] == pytest.approx((lr, config.weight_decay)), name
+    assert rate[id(parameters["encoder.encoder.layer.0.output.LayerNorm.bias"])] == pytest.approx((1e-3 * 0.5, 0.0))
+    assert len(rate) == sum(p.requires_grad for p in parameters.values())
 
 
 @pytest.mark.parametrize("schedule", ["mtdnn", "rr-epoch"])

@@ -53,6 +53,7 @@ class MultitaskConfig:
     task_order: str = flag("", "task order of the rr-batch, rr-epoch and sequential schedules "
                                  "(empty: the order of --tasks)")
     task_weights: str = flag("", "mtdnn sampling weights, e.g. para=2 (tasks left out weigh 1)")
+    loss_weights: str = flag("", "task loss multipliers, e.g. sst=2 (tasks left out weigh 1)")
     surgery: str = flag("pcgrad", "gradient surgery aggregator of --schedule pcgrad", choices=SURGERY_METHODS)
     pooling: str = flag("mean", "sentence embedding: [CLS] vector, mean of tokens, or pooler output",
                           choices=POOLINGS)
@@ -70,6 +71,8 @@ class MultitaskConfig:
     epochs: int = flag(3, "training epochs")
     batch_size: int = flag(32, "examples per task batch")
     lr: float = flag(2e-5, "peak learning rate of the encoder")
+    layer_lr_decay: float = flag(1.0, "layer-wise LR decay: each encoder layer below the top one, and the "
+                                      "embeddings below them, get this factor times the LR above (1 = off)")
     head_lr: float = flag(1e-3, "peak learning rate of the heads (new, randomly initialised layers)")
     weight_decay: float = flag(0.01, "AdamW decoupled weight decay (not on biases and LayerNorm)")
     warmup: float = flag(0.1, "fraction of steps of linear warm-up")
@@ -94,6 +97,9 @@ class MultitaskConfig:
             raise ValueError(f"--task-order {self.task_order!r} must name each task of --tasks {self.tasks!r}, "
                              f"and only those")
         self.weights = parse_task_weights(self.task_weights) if self.task_weights else None
+        self.loss_scale = parse_task_weights(self.loss_weights, option="--loss-weights") if self.loss_weights else {}
+        if not 0 < self.layer_lr_decay <= 1:
+            raise ValueError(f"--layer-lr-decay must be in (0, 1], got {self.layer_lr_decay}")
         self.encodings = parse_pair_encoding(self.pair_encoding)
         for name in ("epochs", "batch_size", "max_length", "eval_batch_size"):
             if getattr(self, name) < 1:
@@ -152,6 +158,20 @@ def task_loss(model: MultitaskModel, task: str, batch: dict) -> torch.Tensor:
     if task == "para":
         return F.binary_cross_entropy_with_logits(outputs.float(), labels)
     return F.mse_loss(outputs.float(), labels)
+
+
+def combine_losses(task_losses: dict[str, torch.Tensor], loss_scale: dict[str, float]) -> torch.Tensor:
+    """The mean of one step's task losses, each times its --loss-weights factor (tasks left out: 1)."""
+    return sum(loss_scale.get(task, 1.0) * loss for task, loss in task_losses.items()) / len(task_losses)
+
+
+def encoder_depth(name: str, num_layers: int) -> int:
+    """How many layers below the top an encoder parameter sits: top layer and pooler 0, embeddings num_layers."""
+    if name.startswith("embeddings."):
+        return num_layers
+    if name.startswith("encoder.layer."):
+        return num_layers - 1 - int(name.split(".")[2])
+    return 0
 
 
 def seed_everything(seed: int) -> None:
@@ -275,14 +295,21 @@ class MultitaskTrainer:
 
     def _parameter_groups(self):
         # The pretrained encoder moves slowly (lr), the new heads fast (head_lr); no weight decay on
-        # biases and LayerNorm weights, as in BERT's own fine-tuning recipe.
-        groups = []
-        for part, lr in ((self.model.encoder, self.config.lr), (self.model, self.config.head_lr)):
-            own = [p for n, p in part.named_parameters() if p.requires_grad
-                   and (part is self.model.encoder or not n.startswith("encoder."))]
-            groups += [{"params": [p for p in own if p.dim() > 1], "lr": lr},
-                       {"params": [p for p in own if p.dim() <= 1], "lr": lr, "weight_decay": 0.0}]
-        return [g for g in groups if g["params"]]
+        # biases and LayerNorm weights, as in BERT's own fine-tuning recipe. --layer-lr-decay d < 1 moves
+        # lower layers, which hold more general features, slower still: lr * d^depth (Howard & Ruder 2018).
+        encoder, num_layers = self.model.encoder, self.model.encoder.config.num_hidden_layers
+        groups = defaultdict(list)
+        for name, parameter in self.model.named_parameters():
+            if not parameter.requires_grad:
+                continue
+            if name.startswith("encoder."):
+                depth = encoder_depth(name.removeprefix("encoder."), num_layers)
+                lr = self.config.lr * self.config.layer_lr_decay ** depth
+            else:
+                lr = self.config.head_lr
+            groups[lr, parameter.dim() > 1].append(parameter)
+        return [{"params": params, "lr": lr, **({} if decayed else {"weight_decay": 0.0})}
+                for (lr, decayed), params in groups.items()]
 
     def plan(self, epoch: int):
         generator = torch.Generator().manual_seed(self.config.seed * 1000 + epoch)
@@ -386,7 +413,7 @@ class MultitaskTrainer:
         return {t: float(np.mean(v)) for t, v in losses.items() if v}
 
     def _train_step(self, step, streams, consumed, losses):
-        task_losses = []
+        task_losses = {}
         for task in step:
             rows = streams[task].batch_indices(consumed[task])
             consumed[task] += 1
@@ -395,14 +422,15 @@ class MultitaskTrainer:
             batch["labels"] = batch["labels"].to(self.device)
             with self.precision.autocast():
                 loss = task_loss(self.model, task, batch)
-            task_losses.append(loss)
+            task_losses[task] = loss
             losses[task].append(loss.item())
+        scale = self.config.loss_scale
         if self.config.schedule == "pcgrad" and len(step) > 1:
             heads = self.model.head_parameters()
-            surgery_backward([self.precision.scale(l) for l in task_losses], self.model.shared_parameters(),
-                             [heads[t] for t in step], self.config.surgery)
+            surgery_backward([self.precision.scale(scale.get(t, 1.0) * l) for t, l in task_losses.items()],
+                             self.model.shared_parameters(), [heads[t] for t in step], self.config.surgery)
         else:
-            self.precision.scale(sum(task_losses) / len(task_losses)).backward()
+            self.precision.scale(combine_losses(task_losses, scale)).backward()
         self.precision.step(self.optimizer, self.model.parameters(), self.config.max_grad_norm)
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)

@@ -134,24 +134,24 @@ def parse_task_order(text: str, tasks: Sequence[str] = TASKS) -> tuple[str, ...]
     return order
 
 
-def parse_task_weights(text: str, tasks: Sequence[str] = TASKS) -> dict[str, float]:
-    """'--task-weights para=2,sst=0.5' -> {'para': 2.0, 'sst': 0.5}. Tasks left out weigh 1 in plan_epoch."""
+def parse_task_weights(text: str, tasks: Sequence[str] = TASKS, option: str = "--task-weights") -> dict[str, float]:
+    """'para=2,sst=0.5' -> {'para': 2.0, 'sst': 0.5}, for the flag `option`. Tasks left out weigh 1."""
     weights: dict[str, float] = {}
-    for item in _split_option(text, "--task-weights"):
+    for item in _split_option(text, option):
         task, equals, value = (part.strip() for part in item.partition("="))
         if not equals or not task or not value:
-            raise ValueError(f"--task-weights {text!r}: {item!r} is not of the form task=weight")
+            raise ValueError(f"{option} {text!r}: {item!r} is not of the form task=weight")
         if task not in tasks:
-            raise ValueError(f"--task-weights {text!r}: unknown task {task!r}; known tasks: {', '.join(tasks)}")
+            raise ValueError(f"{option} {text!r}: unknown task {task!r}; known tasks: {', '.join(tasks)}")
         if task in weights:
-            raise ValueError(f"--task-weights {text!r}: task {task!r} is given twice")
+            raise ValueError(f"{option} {text!r}: task {task!r} is given twice")
         try:
             weight = float(value)
         except ValueError:
-            raise ValueError(f"--task-weights {text!r}: weight {value!r} of {task!r} is not a number") from None
+            raise ValueError(f"{option} {text!r}: weight {value!r} of {task!r} is not a number") from None
         if not math.isfinite(weight) or weight < 0:
-            raise ValueError(f"--task-weights {text!r}: weight of {task!r} must be a finite number >= 0, got {value}")
+            raise ValueError(f"{option} {text!r}: weight of {task!r} must be a finite number >= 0, got {value}")
         weights[task] = weight
     if set(weights) == set(tasks) and not any(weights.values()):
-        raise ValueError(f"--task-weights {text!r}: at least one task needs a positive weight")
+        raise ValueError(f"{option} {text!r}: at least one task needs a positive weight")
     return weights

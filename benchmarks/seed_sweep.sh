@@ -1,0 +1,36 @@
+#!/bin/bash
+# How much the documented mtdnn run moves with the seed (and with a few flags): every argument
+# "NAME|FLAGS" is one run of the README's command plus FLAGS and --eval-every 379, all started at once
+# (one GPU holds a dozen all-MiniLM-L6-v2 runs). Their dev metrics go, one JSON line per evaluation,
+# to $RESULTS; benchmarks/summarize_sweep.py tables them.
+#
+#   DEVICE=cuda bash benchmarks/seed_sweep.sh "base-s1|--seed 1" "lw2-s1|--seed 1 --loss-weights sst=2"
+#
+# MODEL, DATA, DEVICE, PRECISION, RUNS (run folders) and RESULTS can be set; LIMIT caps each run's seconds.
+MODEL=${MODEL:-all-MiniLM-L6-v2} DATA=${DATA:-../shared/data} DEVICE=${DEVICE:-auto}
+PRECISION=${PRECISION:-fp32} RUNS=${RUNS:-runs/sweep} RESULTS=${RESULTS:-$RUNS/sweep.jsonl}
+PYTHON=${PYTHON:-$(command -v .venv/bin/python || command -v python3)}
+BASE="--model $MODEL --data-dir $DATA --device $DEVICE --precision $PRECISION --schedule mtdnn --option finetune
+      --pair-encoding para=cross,sts=bi --sts-target cosine-range --task-weights para=0.8 --lr 5e-5 --epochs 3
+      --eval-every 379"
+mkdir -p "$RUNS"
+for spec in "$@"; do
+  name="${spec%%|*}"; flags="${spec#*|}"
+  timeout "${LIMIT:-0}" "$PYTHON" multitask_classifier.py $BASE $flags --output-dir "$RUNS/$name" \
+    --predictions-dir "$RUNS/$name/predictions" > "$RUNS/$name.log" 2>&1 &
+done
+wait
+"$PYTHON" - "$RUNS" "$@" > "$RESULTS" <<'PY'
+import json, sys
+runs, specs = sys.argv[1], sys.argv[2:]
+for spec in specs:
+    name, _, flags = spec.partition("|")
+    try:
+        lines = open(f"{runs}/{name}/metrics.jsonl", encoding="utf-8").read().splitlines()
+    except FileNotFoundError:
+        print(f"{name}: no metrics (see {runs}/{name}.log)", file=sys.stderr)
+        continue
+    for line in lines:
+        print(json.dumps({"run": name, "flags": flags.strip(), **json.loads(line)}))
+PY
+echo "results: $RESULTS"
