@@ -123,6 +123,18 @@ def test_resume_refuses_changed_flags(tiny_model, tiny_data, tmp_path):
                                        "--batch-size", "4"))
 
 
+def test_resume_takes_flags_newer_than_the_run_as_their_defaults(tiny_model, tiny_data, tmp_path):
+    multitask_classifier.main(args(tiny_model, tiny_data, tmp_path, "--epochs", "1"))
+    saved = tmp_path / "run" / "last" / "run_config.json"
+    config = json.loads(saved.read_text())
+    del config["loss_weights"], config["layer_lr_decay"]  # as written before these flags existed
+    saved.write_text(json.dumps(config))
+    multitask_classifier.main(args(tiny_model, tiny_data, tmp_path, "--epochs", "1", "--resume"))
+    with pytest.raises(Exception, match="flags differ.*layer_lr_decay"):
+        multitask_classifier.main(args(tiny_model, tiny_data, tmp_path, "--epochs", "1", "--resume",
+                                       "--layer-lr-decay", "0.5"))
+
+
 def test_init_refuses_heads_trained_under_other_head_flags(tiny_model, tiny_data, tmp_path):
     multitask_classifier.main(args(tiny_model, tiny_data, tmp_path / "plain", "--epochs", "1", "--pair-mlp", "plain"))
     init = ["--init", str(tmp_path / "plain/run/best"), "--epochs", "1"]

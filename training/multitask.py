@@ -237,9 +237,10 @@ class MultitaskTrainer:
     def _check_resumable(self, last: Path):
         if not (last / "training_state.pt").exists():
             raise CheckpointError(f"--resume: no interrupted run in {self.output_dir} (no last/training_state.pt)")
-        saved = read_json(last / "run_config.json")
+        # A flag added since the run started is absent from its run_config.json: it ran with the default.
+        saved = {f.name: f.default for f in dataclasses.fields(MultitaskConfig)} | read_json(last / "run_config.json")
         changed = [k for k, v in self.config.to_dict().items()
-                   if k not in MultitaskConfig.RUNTIME_FIELDS and saved.get(k) != v]
+                   if k not in MultitaskConfig.RUNTIME_FIELDS and saved[k] != v]
         if changed:
             raise CheckpointError(f"--resume: flags differ from the interrupted run's ({', '.join(changed)}); "
                                   f"resume with the same flags, or start a new --output-dir")
