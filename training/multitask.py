@@ -297,8 +297,9 @@ class MultitaskTrainer:
     def _parameter_groups(self):
         # The pretrained encoder moves slowly (lr), the new heads fast (head_lr); no weight decay on
         # biases and LayerNorm weights, as in BERT's own fine-tuning recipe. --layer-lr-decay d < 1 moves
-        # lower layers, which hold more general features, slower still: lr * d^depth (Howard & Ruder 2018).
-        encoder, num_layers = self.model.encoder, self.model.encoder.config.num_hidden_layers
+        # lower layers, which hold more general features, slower still: lr * d^depth (discriminative
+        # fine-tuning, Howard & Ruder 2018; for BERT, Sun et al. 2019).
+        num_layers = self.model.encoder.config.num_hidden_layers
         groups = defaultdict(list)
         for name, parameter in self.model.named_parameters():
             if not parameter.requires_grad:
