@@ -179,6 +179,13 @@ def test_offline_hub_model_is_a_clear_error_not_a_traceback(tmp_path):
     assert "Traceback" not in result.stderr
 
 
+def test_cosine_range_without_low_scored_training_pairs_is_a_clear_error(tiny_model, tiny_data, tmp_path):
+    result = run_cli(*args(tiny_model, tiny_data, tmp_path, "--sts-target", "cosine-range",
+                           "--max-train-examples", "1"))
+    assert result.returncode == 2 and "needs STS training pairs scored <= 0.25 and the 1 used have none" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_missing_data_file_is_a_clear_error(tiny_model, tmp_path):
     result = run_cli("--model", str(tiny_model), "--data-dir", str(tmp_path), "--output-dir", str(tmp_path / "o"))
     assert result.returncode == 2 and "ids-sst-train.csv: file not found" in result.stderr
@@ -188,9 +195,10 @@ def test_missing_data_file_is_a_clear_error(tiny_model, tmp_path):
 @pytest.mark.parametrize("flag, value, message", [
     ("--task-weights", "para=two", "weight 'two' of 'para' is not a number"),
     ("--loss-weights", "sst=-1", "--loss-weights 'sst=-1': weight of 'sst' must be a finite number >= 0"),
-    ("--layer-lr-decay", "0", "--layer-lr-decay must be in (0, 1], got 0.0")])
+    ("--layer-lr-decay", "0", "--layer-lr-decay must be in (0, 1], got 0.0"),
+    ("--sts-target", "cosine-range --pair-encoding cross", "it needs sts=bi in --pair-encoding")])
 def test_bad_flag_values_are_usage_errors(tmp_path, flag, value, message):
-    result = run_cli(flag, value, "--output-dir", str(tmp_path))
+    result = run_cli(flag, *value.split(), "--output-dir", str(tmp_path))
     assert result.returncode == 2 and message in result.stderr
 
 

@@ -21,6 +21,7 @@ from tqdm import tqdm
 
 from cli import flag
 from data.batching import length_grouped_batches
+from data.readers import DataError
 from data.tasks import FILES, PAIR_ENCODINGS, TASKS, TaskSplit, load_split
 from evaluation.evaluate import hard_predictions, predict, summary, task_metric
 from evaluation.predictions import write_predictions
@@ -101,6 +102,9 @@ class MultitaskConfig:
         if not 0 < self.layer_lr_decay <= 1:
             raise ValueError(f"--layer-lr-decay must be in (0, 1], got {self.layer_lr_decay}")
         self.encodings = parse_pair_encoding(self.pair_encoding)
+        if self.sts_target == "cosine-range" and self.encodings["sts"] != "bi":
+            raise ValueError("--sts-target cosine-range is a cosine of two sentence embeddings: it needs sts=bi "
+                             "in --pair-encoding")
         for name in ("epochs", "batch_size", "max_length", "eval_batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
@@ -282,8 +286,9 @@ class MultitaskTrainer:
         """Seed 000 section 5.2: M = the model's mean cosine over training pairs in the lowest label bucket."""
         train = self.splits["sts"]["train"]
         low = [i for i, gold in enumerate(train.labels.tolist()) if gold <= 0.25]
-        if not low or self.config.encodings["sts"] != "bi":
-            raise ValueError("--sts-target cosine-range needs bi-encoding and training pairs scored <= 0.25")
+        if not low:
+            raise DataError(f"--sts-target cosine-range needs STS training pairs scored <= 0.25 and the "
+                            f"{len(train)} used have none (a larger --max-train-examples, or --sts-target score)")
         head = self.model.similarity
         with torch.no_grad():
             self.model.eval()
