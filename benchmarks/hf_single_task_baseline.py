@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from data.batching import collate  # noqa: E402
 from data.readers import read_quora, read_sentiment, read_sts  # noqa: E402
 from models import Tokenizer  # noqa: E402
+from cli import resolve_device  # noqa: E402
 from models.loading import resolve_checkpoint  # noqa: E402
 from training.checkpoint import write_json  # noqa: E402
 
@@ -55,7 +56,7 @@ def run_task(task, args, folder, tokenizer):
         train = train[:args.max_train_examples]
     regression = num_labels == 1
     torch.manual_seed(args.seed)
-    model = AutoModelForSequenceClassification.from_pretrained(folder, num_labels=num_labels)
+    model = AutoModelForSequenceClassification.from_pretrained(folder, num_labels=num_labels).to(args.device)
     train_encoded, dev_encoded = encode(tokenizer, train, args.max_length), encode(tokenizer, dev, args.max_length)
     epochs = args.epochs[task]
     steps = epochs * -(-len(train) // args.batch_size)
@@ -68,7 +69,7 @@ def run_task(task, args, folder, tokenizer):
         for _ in range(epochs):
             for batch in batches(train_encoded, [r.label for r in train], args.batch_size, True, rng,
                                  tokenizer.pad_id, regression):
-                loss = model(**batch).loss
+                loss = model(**{k: v.to(args.device) for k, v in batch.items()}).loss
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
                 optimizer.step(), schedule.step(), optimizer.zero_grad()
@@ -77,7 +78,7 @@ def run_task(task, args, folder, tokenizer):
     predictions = []
     with torch.no_grad():
         for batch in batches(dev_encoded, [r.label for r in dev], 128, False, rng, tokenizer.pad_id, regression):
-            logits = model(**{k: v for k, v in batch.items() if k != "labels"}).logits
+            logits = model(**{k: v.to(args.device) for k, v in batch.items() if k != "labels"}).logits
             predictions += (logits.squeeze(-1) if regression else logits.argmax(-1)).tolist()
     gold = [r.label for r in dev]
     metric = pearsonr(predictions, gold)[0] if regression else sum(p == g for p, g in zip(predictions, gold)) / len(gold)
@@ -96,9 +97,11 @@ def main():
     parser.add_argument("--max-length", type=int, default=128)
     parser.add_argument("--max-train-examples", type=int, default=0, help="0 = all")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (auto: cuda when present)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/hf_single_task_baseline.json"))
     args = parser.parse_args()
     args.epochs = {k: int(v) for k, v in (item.split("=") for item in args.epochs.split(","))}
+    args.device = resolve_device(args.device)
     folder = resolve_checkpoint(args.model)
     tokenizer = Tokenizer.from_pretrained(folder)
     results = []
@@ -107,7 +110,8 @@ def main():
         r = results[-1]
         print(f"{r['task']:5s} {r['metric']:9s} {r['dev_metric']:.4f}  ({r['epochs']} epochs, {r['train_seconds']} s)",
               flush=True)
-        write_json(args.out, {"model": args.model, "threads": torch.get_num_threads(), "results": results})
+        write_json(args.out, {"model": args.model, "device": str(args.device), "threads": torch.get_num_threads(),
+                              "results": results})
 
 
 if __name__ == "__main__":
