@@ -202,10 +202,11 @@ def test_bad_flag_values_are_usage_errors(tmp_path, flag, value, message):
     assert result.returncode == 2 and message in result.stderr
 
 
-def test_combine_losses_weighs_each_task_then_averages():
+def test_weighted_losses_weigh_each_task_and_their_mean_is_the_step_loss():
     losses = {"sst": torch.tensor(2.0), "para": torch.tensor(4.0)}
-    assert multitask.combine_losses(losses, {}).item() == 3.0
-    assert multitask.combine_losses(losses, {"sst": 3.0}).item() == (3 * 2 + 4) / 2
+    assert [l.item() for l in multitask.weighted_losses(losses, {})] == [2.0, 4.0]
+    assert sum(multitask.weighted_losses(losses, {})).item() / 2 == 3.0
+    assert sum(multitask.weighted_losses(losses, {"sst": 3.0})).item() / 2 == (3 * 2 + 4) / 2
 
 
 def test_a_zero_loss_weight_leaves_the_encoder_untouched(tiny_model, tiny_data, tmp_path):

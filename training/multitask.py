@@ -164,9 +164,9 @@ def task_loss(model: MultitaskModel, task: str, batch: dict) -> torch.Tensor:
     return F.mse_loss(outputs.float(), labels)
 
 
-def combine_losses(task_losses: dict[str, torch.Tensor], loss_scale: dict[str, float]) -> torch.Tensor:
-    """The mean of one step's task losses, each times its --loss-weights factor (tasks left out: 1)."""
-    return sum(loss_scale.get(task, 1.0) * loss for task, loss in task_losses.items()) / len(task_losses)
+def weighted_losses(task_losses: dict[str, torch.Tensor], loss_scale: dict[str, float]) -> list[torch.Tensor]:
+    """One step's task losses, each times its --loss-weights factor (tasks left out: 1)."""
+    return [loss_scale.get(task, 1.0) * loss for task, loss in task_losses.items()]
 
 
 def encoder_depth(name: str, num_layers: int) -> int:
@@ -431,13 +431,13 @@ class MultitaskTrainer:
                 loss = task_loss(self.model, task, batch)
             task_losses[task] = loss
             losses[task].append(loss.item())
-        scale = self.config.loss_scale
+        weighted = weighted_losses(task_losses, self.config.loss_scale)
         if self.config.schedule == "pcgrad" and len(step) > 1:
             heads = self.model.head_parameters()
-            surgery_backward([self.precision.scale(scale.get(t, 1.0) * l) for t, l in task_losses.items()],
-                             self.model.shared_parameters(), [heads[t] for t in step], self.config.surgery)
+            surgery_backward([self.precision.scale(l) for l in weighted], self.model.shared_parameters(),
+                             [heads[t] for t in step], self.config.surgery)
         else:
-            self.precision.scale(combine_losses(task_losses, scale)).backward()
+            self.precision.scale(sum(weighted) / len(weighted)).backward()
         self.precision.step(self.optimizer, self.model.parameters(), self.config.max_grad_norm)
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
