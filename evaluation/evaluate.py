@@ -4,14 +4,15 @@ from tqdm import tqdm
 
 from data.batching import sorted_batches
 from data.tasks import TaskSplit
+from heads.similarity import MAX_SCORE
 from evaluation.metrics import accuracy, mean_score, overall_score, pearson
 
 
 def soft_outputs(task: str, raw: torch.Tensor) -> torch.Tensor:
-    """What ensembles average: SST class probabilities [N, 5], P(paraphrase) [N], STS scores [N]."""
+    """What ensembles average: SST class probabilities [N, 5], P(paraphrase) [N], STS scores in [0, 5] [N]."""
     if task == "sst":
         return raw.float().softmax(-1)
-    return raw.float().sigmoid() if task == "para" else raw.float()
+    return raw.float().sigmoid() if task == "para" else raw.float().clamp(0.0, MAX_SCORE)
 
 
 def hard_predictions(task: str, outputs: torch.Tensor) -> torch.Tensor:

@@ -6,7 +6,10 @@ the cosine `floor` M maps to 0 and cosine 1 maps to 5. Two target modes share th
     cosine-range (seed 000 section 5.2): gold scores are mapped onto [M, 1], with M the model's
         mean cosine over the training pairs in the lowest label bucket (gold in [0, 0.25]), so the
         regression target asks the embedding space to move as little as possible.
-Train the raw cosine against gold_to_cosine(gold); forward() gives the [0, 5] score for predictions.
+forward() gives the score unclamped: cosines below M map below 0. Training compares that score with the
+gold score, which is the squared error of the raw cosine against gold_to_cosine(gold) times the constant
+(5 / (1 - M))^2, so every pair has a gradient, whatever its cosine, and the loss keeps the scale of a 0-5
+score. Predictions clamp to [0, 5] (evaluation/evaluate.soft_outputs).
 """
 import torch
 import torch.nn.functional as F
@@ -29,7 +32,7 @@ def lowest_bucket_mean_cosine(cosines: torch.Tensor, gold: torch.Tensor,
 
 
 class SimilarityHead(nn.Module):
-    """score = 5 * (cos(f(u), f(v)) - M) / (1 - M), clamped to [0, 5].
+    """score = 5 * (cos(f(u), f(v)) - M) / (1 - M), unclamped (see the module's docstring).
 
     The MLP f is passed in (see heads.pair_mlps) so that it can be shared with the paraphrase head.
     M is a buffer, so it travels with the checkpoint and predictions after reloading use the same map.
@@ -55,8 +58,8 @@ class SimilarityHead(nn.Module):
         return self.cosine_floor + (1 - self.cosine_floor) * gold / MAX_SCORE
 
     def cosine_to_gold(self, cosine: torch.Tensor) -> torch.Tensor:
-        """Inverse of gold_to_cosine; cosines below M clamp to 0."""
-        return (MAX_SCORE * (cosine - self.cosine_floor) / (1 - self.cosine_floor)).clamp(0.0, MAX_SCORE)
+        """Inverse of gold_to_cosine: M -> 0, 1 -> 5; cosines below M give scores below 0."""
+        return MAX_SCORE * (cosine - self.cosine_floor) / (1 - self.cosine_floor)
 
     def forward(self, embedding1: torch.Tensor, embedding2: torch.Tensor) -> torch.Tensor:
         return self.cosine_to_gold(self.cosine(embedding1, embedding2))

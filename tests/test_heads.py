@@ -93,8 +93,34 @@ def test_cosine_range_maps_gold_onto_floor_to_one_and_back(floor):
     torch.testing.assert_close(head.gold_to_cosine(gold), torch.tensor([floor, floor + step, floor + 2 * step, 1.0]))
     torch.testing.assert_close(head.cosine_to_gold(head.gold_to_cosine(gold)), gold)
     if floor > -1:
-        # cosines below M are below every gold score: they clamp to 0
-        assert head.cosine_to_gold(torch.tensor([floor - 0.5, -1.0])).tolist() == [0.0, 0.0]
+        # cosines below M are below every gold score: linear, not clamped (training needs their gradient)
+        torch.testing.assert_close(head.cosine_to_gold(torch.tensor([floor - 0.5])), torch.tensor([-2.5 / (1 - floor)]))
+
+
+def test_sts_loss_has_a_gradient_below_the_cosine_floor():
+    """Cosine 0.3 under M = 0.6 with gold 4 (the issue's example): the clamped score had loss 16 and gradient 0.
+    The loss on the unclamped score is (5 / (1 - M))^2 times the squared error of the cosine against
+    gold_to_cosine(gold), the Contrastive Tension paper's regression target."""
+    from training.multitask import task_loss
+
+    class OneCosine(torch.nn.Module):  # stands in for MultitaskModel: the STS output is the head's score
+        def __init__(self):
+            super().__init__()
+            self.cosine = torch.nn.Parameter(torch.tensor([0.3]))
+            self.similarity = SimilarityHead(MLP(H, H, H), cosine_floor=0.6)
+
+        def forward(self, task, inputs):
+            return self.similarity.cosine_to_gold(self.cosine)
+
+    model = OneCosine()
+    gold = torch.tensor([4.0])
+    loss = task_loss(model, "sts", {"inputs": {}, "labels": gold})
+    loss.backward()
+    target = model.similarity.gold_to_cosine(gold)  # 0.6 + 0.4 * 4 / 5 = 0.92
+    scale = (5 / (1 - 0.6)) ** 2
+    torch.testing.assert_close(loss, scale * (0.3 - target[0]) ** 2)
+    torch.testing.assert_close(model.cosine.grad, scale * 2 * (0.3 - target))
+    assert model.cosine.grad.item() < 0  # the cosine is pushed up, towards its target
 
 
 def test_cosine_floor_is_saved_with_the_head():
@@ -201,3 +227,11 @@ def test_cross_encoded_similarity_is_in_zero_to_five():
     assert score == pytest.approx(5 / (1 + math.exp(-1)))  # pair logit 1, as in the dph case above
     with pytest.raises(ValueError):
         CrossEncodedPairHead(H, variant="dpx")
+
+
+def test_sts_predictions_are_clamped_to_the_gold_scale():
+    from evaluation.evaluate import hard_predictions, soft_outputs
+
+    raw = torch.tensor([-0.7, 0.0, 2.5, 5.0, 6.2])  # the unclamped scores a head trains on
+    assert soft_outputs("sts", raw).tolist() == [0.0, 0.0, 2.5, 5.0, 5.0]
+    assert hard_predictions("sts", soft_outputs("sts", raw)).tolist() == [0.0, 0.0, 2.5, 5.0, 5.0]
