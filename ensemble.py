@@ -17,7 +17,7 @@ The weights of `best` and `weighted` are chosen on dev, so their dev scores are 
 a choice made on the very examples it is scored on. Test (the leaderboard) scores them fairly.
 
 A member may have been trained on some of the tasks only; each task's ensemble uses the members that
-have it. Writes {sst,para,sts}-{dev,test}-output.csv into --predictions-dir and, to --out, the dev
+have it. Writes {task}-{dev,test}-output.csv into --predictions-dir and, to --out, the dev
 metrics of every member and of the ensemble (with the course's overall score) and the weights.
 """
 import logging
@@ -27,20 +27,16 @@ from pathlib import Path
 
 import torch
 
-import cli
-from cli import flag
-from data.readers import DataError
-from data.tasks import FILES, TASKS, read_task_file
-from evaluation.evaluate import hard_predictions, summary, task_metric
+from common import cli
+from common.cli import flag
+from common.errors import CheckpointError, DataError
+from common.files import DEFAULT_DATA, write_json
+from common.tables import markdown_table
 from evaluation.predictions import SPLITS, write_predictions
-from evaluation.tables import markdown_table
-from models.loading import CheckpointError
-from training.checkpoint import write_json
-from training.multitask import DEFAULT_DATA
+from tasks import REGISTRY, summary
 
 log = logging.getLogger(__name__)
 METHODS = ("mean", "best", "weighted")
-OUTPUT_SHAPES = {"sst": "[N, 5]", "para": "[N]", "sts": "[N]"}  # what outputs-{task}-*.pt holds
 
 
 @dataclass
@@ -70,10 +66,10 @@ def read_outputs(path: Path, task: str) -> dict:
     if not isinstance(saved, dict) or not {"ids", "outputs"} <= set(saved):
         raise CheckpointError(f"{path}: expected a dict with 'ids' and 'outputs'")
     ids, outputs = list(saved["ids"]), saved["outputs"]
-    expected_dims = 2 if task == "sst" else 1
-    if outputs.dim() != expected_dims or len(outputs) != len(ids) or (task == "sst" and outputs.shape[1] != 5):
-        raise CheckpointError(f"{path}: outputs of shape {list(outputs.shape)} for {len(ids)} ids; "
-                              f"expected {OUTPUT_SHAPES[task]}")
+    expected = [len(ids), *REGISTRY[task].soft_shape]  # what outputs-{task}-*.pt holds
+    if not isinstance(outputs, torch.Tensor) or list(outputs.shape) != expected:
+        shape = list(outputs.shape) if isinstance(outputs, torch.Tensor) else type(outputs).__name__
+        raise CheckpointError(f"{path}: outputs of shape {shape} for {len(ids)} ids; expected {expected}")
     return {"ids": ids, "outputs": outputs}
 
 
@@ -83,7 +79,7 @@ def load_member(folder: str | Path) -> dict[str, dict[str, dict]]:
     if not any(folder.glob("outputs-*.pt")) and (folder / "best").is_dir():
         folder = folder / "best"  # a run folder: its best checkpoint
     member = {}
-    for task in TASKS:
+    for task in REGISTRY:
         paths = {split: folder / f"outputs-{task}-{split}.pt" for split in SPLITS}
         missing = [path.name for path in paths.values() if not path.is_file()]
         if len(missing) == len(paths):
@@ -92,7 +88,7 @@ def load_member(folder: str | Path) -> dict[str, dict[str, dict]]:
             raise CheckpointError(f"{folder}: {missing[0]} is missing (its other split is there)")
         member[task] = {split: read_outputs(path, task) for split, path in paths.items()}
     if not member:
-        raise CheckpointError(f"{folder}: no outputs-{{sst,para,sts}}-{{dev,test}}.pt files; multitask_classifier.py "
+        raise CheckpointError(f"{folder}: no outputs-{{task}}-{{dev,test}}.pt files; multitask_classifier.py "
                               f"writes them into OUTPUT_DIR/best/ when training ends (a run stopped earlier has none)")
     return member
 
@@ -113,8 +109,8 @@ def aligned(members: dict[str, dict], task: str, split: str) -> tuple[list[str],
 
 def dev_labels(data_dir: str | Path, task: str, ids: list[str]) -> torch.Tensor:
     """The gold labels of `ids`, in their order, from the task's dev file."""
-    path = Path(data_dir) / FILES[task][1]
-    records, _ = read_task_file(task, path, labeled=True)
+    path = Path(data_dir) / REGISTRY[task].files[1]
+    records = REGISTRY[task].read(path, labeled=True)
     label_by_id = {record.id: record.label for record in records}
     unknown = [i for i in ids if i not in label_by_id]
     if unknown:
@@ -133,7 +129,7 @@ def combine(outputs: list[torch.Tensor], weights: list[float]) -> torch.Tensor:
 
 def dev_score(task: str, outputs: torch.Tensor, labels: torch.Tensor) -> float:
     """The dev metric as a score to maximise: nan (the Pearson r of a constant output) ranks last."""
-    metric = task_metric(task, outputs, labels)
+    metric = REGISTRY[task].metric(outputs, labels)
     return -math.inf if math.isnan(metric) else metric
 
 
@@ -173,7 +169,7 @@ def ensemble(config: EnsembleConfig) -> dict:
     members = {name: load_member(name) for name in config.member_list}
     member_metrics = {name: {} for name in members}
     ensemble_metrics, weights = {}, {}
-    for task in TASKS:
+    for task in REGISTRY:
         if not any(task in member for member in members.values()):
             log.warning("no member has %s outputs: its prediction files are not written", task)
             continue
@@ -181,15 +177,15 @@ def ensemble(config: EnsembleConfig) -> dict:
         test_ids, test_outputs = aligned(members, task, "test")
         labels = dev_labels(config.data_dir, task, dev_ids)
         for name, outputs in dev_outputs.items():
-            member_metrics[name][task] = task_metric(task, outputs, labels)
+            member_metrics[name][task] = REGISTRY[task].metric(outputs, labels)
         names = list(dev_outputs)
         task_weights = fit_weights(config.method, task, list(dev_outputs.values()), labels, config.rounds)
         weights[task] = dict(zip(names, task_weights))
         dev = combine(list(dev_outputs.values()), task_weights)
         test = combine([test_outputs[name] for name in names], task_weights)
-        ensemble_metrics[task] = task_metric(task, dev, labels)
-        write_predictions(config.predictions_dir, task, "dev", dev_ids, hard_predictions(task, dev))
-        write_predictions(config.predictions_dir, task, "test", test_ids, hard_predictions(task, test))
+        ensemble_metrics[task] = REGISTRY[task].metric(dev, labels)
+        write_predictions(config.predictions_dir, task, "dev", dev_ids, REGISTRY[task].hard(dev))
+        write_predictions(config.predictions_dir, task, "test", test_ids, REGISTRY[task].hard(test))
     report = {"method": config.method, "members": {name: summary(m) for name, m in member_metrics.items()},
               "ensemble": summary(ensemble_metrics), "weights": weights,
               "dev_is_optimistic": config.method != "mean"}  # best/weighted chose their weights on dev
@@ -201,7 +197,7 @@ def main(argv: list[str] | None = None) -> dict:
     config = cli.parse_config(EnsembleConfig, __doc__, argv)
     report = ensemble(config)
     print(markdown_table({**report["members"], f"ensemble ({config.method})": report["ensemble"]},
-                         [*TASKS, "overall", "mean"], digits=4))
+                         [*report["weights"], "overall", "mean"], digits=4))
     for task, task_weights in report["weights"].items():
         print(f"{task} weights: " + ", ".join(f"{name} {weight:.2f}" for name, weight in task_weights.items()))
     if report["dev_is_optimistic"]:

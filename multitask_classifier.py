@@ -5,7 +5,7 @@
 Writes runs/multitask/{best,last}/ (checkpoints), runs/multitask/metrics.jsonl (dev metrics per
 evaluation) and predictions/{sst,para,sts}-{dev,test}-output.csv (the leaderboard files).
 """
-import cli
+from common import cli
 from training.multitask import MultitaskConfig, MultitaskTrainer
 
 

@@ -7,7 +7,7 @@
 Methods: simcse, mnrl, ct (Contrastive Tension), sg / sg-opt (self-guided), consert. Data: nli, quora, sst, sts,
 unlabeled, all3 (quora, then sst, then sts in every epoch), or a file in one of those formats.
 """
-import cli
+from common import cli
 from training.contrastive import ContrastiveConfig, ContrastiveTrainer
 
 

@@ -15,8 +15,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import pretrain_contrastive  # noqa: E402
-from evaluation.sts_benchmark import DEFAULT_DATA, EVAL_SETS, sts_benchmark  # noqa: E402
-from evaluation.tables import markdown_table  # noqa: E402
+from common.files import DEFAULT_DATA  # noqa: E402
+from common.tables import markdown_table  # noqa: E402
+from evaluation.sts_benchmark import EVAL_SETS, sts_benchmark  # noqa: E402
 from models import Tokenizer, from_pretrained  # noqa: E402
 
 # (row name, method, data): the seven runs; mnrl takes NLI's (anchor, entailment, contradiction) triplets.

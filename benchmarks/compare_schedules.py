@@ -15,7 +15,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import multitask_classifier  # noqa: E402
-from evaluation.tables import markdown_table  # noqa: E402
+from common.tables import markdown_table  # noqa: E402
+from tasks import COURSE_TASKS  # noqa: E402
 from training.schedules import SCHEDULES  # noqa: E402
 
 
@@ -41,7 +42,7 @@ def main():
     print(f"\n{args.model}, {args.max_train_examples} examples per task, {args.epochs} epochs' worth of "
           f"batches, extra flags: {' '.join(passthrough) or 'none'}")
     table = {schedule: {**m, "steps": steps, "minutes": f"{seconds / 60:.1f}"} for schedule, m, steps, seconds in rows}
-    print(markdown_table(table, ["sst", "para", "sts", "overall", "steps", "minutes"], label="schedule", digits=3,
+    print(markdown_table(table, [*COURSE_TASKS, "overall", "steps", "minutes"], label="schedule", digits=3,
                          headers=["SST acc", "Quora acc", "STS r", "overall", "steps", "minutes"]))
 
 

@@ -17,18 +17,12 @@ from tqdm import tqdm
 from transformers import AutoModelForSequenceClassification, get_linear_schedule_with_warmup
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from data.batching import collate  # noqa: E402
-from data.readers import read_quora, read_sentiment, read_sts  # noqa: E402
+from common.cli import resolve_device  # noqa: E402
+from common.files import write_json  # noqa: E402
 from models import Tokenizer  # noqa: E402
-from cli import resolve_device  # noqa: E402
 from models.loading import resolve_checkpoint  # noqa: E402
-from training.checkpoint import write_json  # noqa: E402
-
-TASKS = {  # task -> (reader, train file, dev file, num_labels: 1 = regression)
-    "sst": (lambda p: read_sentiment(p, 5), "ids-sst-train.csv", "ids-sst-dev.csv", 5),
-    "para": (read_quora, "quora-train.csv", "quora-dev.csv", 2),
-    "sts": (read_sts, "sts-train.csv", "sts-dev.csv", 1),
-}
+from models.tokenizer import collate  # noqa: E402
+from tasks import REGISTRY  # noqa: E402
 
 
 def encode(tokenizer, records, max_length):
@@ -49,9 +43,10 @@ def batches(encoded, labels, batch_size, shuffle, rng, pad_id, regression):
 
 
 def run_task(task, args, folder, tokenizer):
-    reader, train_file, dev_file, num_labels = TASKS[task]
-    train, _ = reader(args.data / train_file)
-    dev, _ = reader(args.data / dev_file)
+    spec = REGISTRY[task]
+    train_file, dev_file, _ = spec.files
+    train, dev = spec.read(args.data / train_file, labeled=True), spec.read(args.data / dev_file, labeled=True)
+    num_labels = spec.sequence_classifier_outputs  # 1 = regression
     if args.max_train_examples:
         train = train[:args.max_train_examples]
     regression = num_labels == 1

@@ -15,10 +15,11 @@ from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from evaluation.tables import markdown_table  # noqa: E402
+from common.tables import markdown_table  # noqa: E402
+from tasks import COURSE_TASKS  # noqa: E402
 from training.schedules import parse_task_weights  # noqa: E402
 
-METRICS = ("sst", "para", "sts", "overall")
+METRICS = (*COURSE_TASKS, "overall")
 
 
 def kept(records: list[dict], epoch_ends_only: bool) -> dict:
@@ -59,7 +60,7 @@ def main(argv=None):
     parser.add_argument("--targets", default="sst=0.48,para=0.84,sts=0.87", help="dev targets, task=value")
     args = parser.parse_args(argv)
     records = [json.loads(line) for line in args.results.read_text(encoding="utf-8").splitlines() if line.strip()]
-    rows = summarize(records, parse_task_weights(args.targets, option="--targets"))
+    rows = summarize(records, parse_task_weights(args.targets, COURSE_TASKS, option="--targets"))
     columns = ["runs", *METRICS, "targets met, epoch ends", "targets met, every 379"]
     print(markdown_table(rows, columns, label="flags beside the seed",
                          headers=["runs", "SST acc", "Quora acc", "STS r", "overall",

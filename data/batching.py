@@ -1,24 +1,6 @@
-"""From tokenised inputs to padded tensors."""
-from typing import TYPE_CHECKING
-
+"""Which rows go into which batch: length-grouped for training, length-sorted for evaluation, shared out
+between processes and accumulation steps."""
 import torch
-
-if TYPE_CHECKING:  # models.tokenizer imports this module
-    from models.tokenizer import Encoded
-
-
-def collate(inputs: list["Encoded"], pad_id: int) -> dict[str, torch.Tensor]:
-    """Pad to the longest input of this batch (not a global maximum), so short batches stay cheap."""
-    width = max(len(e.input_ids) for e in inputs)
-    input_ids = torch.full((len(inputs), width), pad_id, dtype=torch.long)
-    token_type_ids = torch.zeros((len(inputs), width), dtype=torch.long)
-    attention_mask = torch.zeros((len(inputs), width), dtype=torch.long)
-    for row, e in enumerate(inputs):
-        n = len(e.input_ids)
-        input_ids[row, :n] = torch.tensor(e.input_ids)
-        token_type_ids[row, :n] = torch.tensor(e.token_type_ids)
-        attention_mask[row, :n] = 1
-    return {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
 
 
 def length_grouped_batches(lengths: list[int], batch_size: int, generator: torch.Generator,
@@ -47,3 +29,15 @@ def split_rows(inputs: dict[str, torch.Tensor], size: int) -> list[dict[str, tor
     """Consecutive chunks of at most `size` rows of a padded batch (gradient caching embeds them one by one)."""
     rows = len(inputs["input_ids"])
     return [{name: tensor[start:start + size] for name, tensor in inputs.items()} for start in range(0, rows, size)]
+
+
+def split_evenly(rows: list[int], parts: int) -> list[list[int]]:
+    """`rows` cut into `parts` consecutive pieces whose sizes differ by at most one (the first ones larger):
+    a batch shared out between processes and gradient-accumulation steps."""
+    size, larger = divmod(len(rows), parts)
+    pieces, start = [], 0
+    for part in range(parts):
+        end = start + size + (part < larger)
+        pieces.append(rows[start:end])
+        start = end
+    return pieces

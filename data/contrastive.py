@@ -15,15 +15,15 @@ import functools
 import math
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
-import numpy as np
 import torch
 
-from data.batching import collate, length_grouped_batches
-from data.readers import DataError, read_lines, read_nli, read_quora, read_sentiment, read_sts, sample_records
-from losses.contrastive_tension import contrastive_tension_batch
-from models.tokenizer import Encoded, Tokenizer
+from common.errors import DataError
+from common.seeding import derived_seed
+from data.batching import length_grouped_batches, split_evenly
+from data.readers import read_lines, read_nli, read_quora, read_sentiment, read_sts, sample_records
+from models.tokenizer import Encoded, Tokenizer, collate
 
 DATA_MODES = ("nli", "quora", "sst", "sts", "unlabeled", "all3")
 FILES = {"nli": "nli_for_simcse.csv", "quora": "quora-train.csv", "sst": "ids-sst-train.csv",
@@ -36,6 +36,10 @@ Inputs = dict[str, torch.Tensor]  # input_ids, attention_mask, token_type_ids: [
 # ---- batches ----
 
 class _Batch:
+    def __len__(self) -> int:
+        """Rows of the batch (of each of its inputs)."""
+        return len(next(value for value in vars(self).values() if isinstance(value, dict))["input_ids"])
+
     def to(self, device):
         def move(value):
             if isinstance(value, dict):
@@ -72,6 +76,45 @@ Batch = SentenceBatch | PairBatch | TripletBatch
 
 
 # ---- tokenised sets ----
+
+def contrastive_tension_batch(sentences: Sequence[str], batch_size: int = 16, negatives_per_positive: int = 7,
+                              generator: torch.Generator | None = None
+                              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Draw batch_size / (K + 1) anchor sentences, each with one positive and K negative pairs.
+
+    Returns (first_indices [M], second_indices [M], labels [M] float) with M = batch_size: pair m is
+    (sentences[first[m]] for model 1, sentences[second[m]] for model 2), label 1.0 for the positive pair.
+    Negatives are drawn uniformly (with replacement) among sentences whose text differs from the anchor's,
+    so a duplicated sentence in the corpus is never labelled as a negative of itself.
+    """
+    group_size = negatives_per_positive + 1
+    if batch_size % group_size != 0:
+        raise ValueError(f"batch_size {batch_size} is not a multiple of K + 1 = {group_size}")
+    first, second, labels = [], [], []
+    for _ in range(batch_size // group_size):
+        anchor = _random_index(len(sentences), generator)
+        first += [anchor] * group_size
+        second.append(anchor)
+        second += [_random_different_sentence(sentences, anchor, generator)
+                   for _ in range(negatives_per_positive)]
+        labels += [1.0] + [0.0] * negatives_per_positive
+    return torch.tensor(first), torch.tensor(second), torch.tensor(labels)
+
+
+def _random_index(n: int, generator: torch.Generator | None) -> int:
+    return int(torch.randint(n, (1,), generator=generator))
+
+
+def _random_different_sentence(sentences: Sequence[str], anchor: int, generator: torch.Generator | None,
+                               max_tries: int = 1000) -> int:
+    # Rejection sampling: cheap on a real corpus, where almost every draw differs from the anchor.
+    for _ in range(max_tries):
+        candidate = _random_index(len(sentences), generator)
+        if sentences[candidate] != sentences[anchor]:
+            return candidate
+    raise ValueError(f"no sentence different from {sentences[anchor]!r} found in {max_tries} draws")
+
+
 
 @dataclass
 class SentenceSet:
@@ -218,38 +261,50 @@ def load_data(data: str, data_dir: str | Path, tokenizer: Tokenizer, max_length:
 @dataclass
 class PlannedBatch:
     source: str  # the set it comes from: nli, quora, sst, ...
-    build: Callable[[int], Batch]  # pad_id -> the batch; built when trained on, so a plan costs little memory
+    # (pad_id, rank, world) -> this process's part of the batch; built when trained on, so a plan costs little memory
+    make: Callable[[int, int, int], Batch]
+
+    def build(self, pad_id: int, rank: int = 0, world: int = 1) -> Batch:
+        return self.make(pad_id, rank, world)
 
 
-def _seed(*words: int) -> int:
-    return int(np.random.SeedSequence(list(words)).generate_state(1)[0])
+def _share_of_rows(dataset: Dataset, rows: list[int], pad_id: int, rank: int, world: int) -> Batch:
+    """This process's share of a planned batch (all of it in a single process)."""
+    return dataset.batch(split_evenly(rows, world)[rank], pad_id)
+
+
+def _own_tension_batch(dataset: SentenceSet, batch_size: int, negatives_per_positive: int, seed_words: tuple,
+                       pad_id: int, rank: int, world: int) -> PairBatch:
+    # Drawn when built, from a seed of its own; under torchrun each process draws its own batch.
+    seed = derived_seed(*seed_words) if world == 1 else derived_seed(*seed_words, rank)
+    return dataset.tension_batch(batch_size, negatives_per_positive, seed, pad_id)
 
 
 def plan_epoch(datasets: list[Dataset], batch_size: int, seed: int, epoch: int) -> list[PlannedBatch]:
-    """Each set in turn, as random batches: every example once per epoch.
+    """Each set in turn, as random batches of batch_size (all processes' together): every example once an epoch.
 
     Random, not length-grouped, batches: in-batch negatives should be a random sample of the data, as in the
     papers (group_batches=1 makes length_grouped_batches a plain shuffle into batches).
     """
     plan = []
     for index, dataset in enumerate(datasets):
-        generator = torch.Generator().manual_seed(_seed(seed, epoch, index))
+        generator = torch.Generator().manual_seed(derived_seed(seed, epoch, index))
         for rows in length_grouped_batches(dataset.lengths(), batch_size, generator, group_batches=1):
-            plan.append(PlannedBatch(dataset.name, functools.partial(dataset.batch, rows)))
+            plan.append(PlannedBatch(dataset.name, functools.partial(_share_of_rows, dataset, rows)))
     return plan
 
 
 def plan_tension_epoch(datasets: list[SentenceSet], batch_size: int, negatives_per_positive: int, seed: int,
-                       epoch: int) -> list[PlannedBatch]:
-    """Contrastive Tension batches; an epoch has each sentence as an anchor once in expectation."""
-    anchors_per_batch = batch_size // (negatives_per_positive + 1)
+                       epoch: int, processes: int = 1) -> list[PlannedBatch]:
+    """Contrastive Tension batches of batch_size per process; an epoch has each sentence as an anchor once in
+    expectation."""
+    anchors_per_step = batch_size // (negatives_per_positive + 1) * processes
     plan = []
     for index, dataset in enumerate(datasets):
         if len(set(dataset.texts)) < 2:
             raise DataError(f"{dataset.name}: Contrastive Tension needs at least two different sentences")
-        for k in range(math.ceil(len(dataset) / anchors_per_batch)):
-            # Drawn when built, from a seed of its own: the plan stays small and the run reproducible.
-            build = functools.partial(dataset.tension_batch, batch_size, negatives_per_positive,
-                                      _seed(seed, epoch, index, k))
-            plan.append(PlannedBatch(dataset.name, build))
+        for k in range(math.ceil(len(dataset) / anchors_per_step)):
+            make = functools.partial(_own_tension_batch, dataset, batch_size, negatives_per_positive,
+                                     (seed, epoch, index, k))
+            plan.append(PlannedBatch(dataset.name, make))
     return plan

@@ -18,12 +18,10 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from common.errors import DataError
+
 log = logging.getLogger(__name__)
 csv.field_size_limit(10_000_000)  # CFIMDB reviews are long
-
-
-class DataError(ValueError):
-    """A data file cannot be read as asked; the message names the file (and line)."""
 
 
 @dataclass

@@ -1,45 +1,32 @@
-"""The course leaderboard's prediction files: {sst,para,sts}-{dev,test}-output.csv.
+"""The course leaderboard's prediction files: {task}-{dev,test}-output.csv (sst, para, sts; cfimdb too).
 
 The format copies, byte for byte, what the CS224N starter's test_multitask writes and the leaderboard
 has always accepted (we do not know the grader's parser, so we do not "fix" it into strict CSV):
     header:  "id \\t Predicted_Sentiment \\n"   (id, space, TAB, space, column name, space)
     rows:    "{id} , {prediction} \\n"          (space-comma-space between the fields)
 Readers must therefore strip whitespace around fields, e.g. csv.reader plus str.strip(), or pandas
-with sep=r"\\s*,\\s*". The STS column is Predicted_Similarity, as in the later starter; the 2023
-starter misspelled it "Predicted_Similiary".
-
+with sep=r"\\s*,\\s*". 
 Predictions: SST an integer class 0-4, paraphrase 0 or 1 (the starter wrote "1.0"; the same number),
-STS a float. One row per id, in the order given.
+STS a float (tasks.Task.format; each task's column is in the registry). One row per id, in the order given.
 Each file is written to a temporary file in the same folder and moved into place with os.replace,
 which is atomic: a run that dies mid-write leaves the previous file (or none), never half of one.
 """
-import math
 import os
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
-PREDICTION_COLUMNS = {"sst": "Predicted_Sentiment", "para": "Predicted_Is_Paraphrase", "sts": "Predicted_Similarity"}
+from tasks import REGISTRY
+
 SPLITS = ("dev", "test")
 
 
 def prediction_path(out_dir: str | Path, task: str, split: str) -> Path:
-    if task not in PREDICTION_COLUMNS:
-        raise ValueError(f"unknown task {task!r}; expected one of {', '.join(PREDICTION_COLUMNS)}")
+    if task not in REGISTRY:
+        raise ValueError(f"unknown task {task!r}; expected one of {', '.join(REGISTRY)}")
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; expected one of {', '.join(SPLITS)}")
     return Path(out_dir) / f"{task}-{split}-output.csv"
-
-
-def _format_prediction(task: str, value) -> str:
-    value = float(value)
-    if task == "sts":
-        if not math.isfinite(value):
-            raise ValueError(f"STS prediction {value} is not a finite number")
-        return repr(value)
-    if not value.is_integer() or (task == "para" and value not in (0, 1)):
-        raise ValueError(f"{task} prediction {value} is not a {'0/1 label' if task == 'para' else 'class index'}")
-    return str(int(value))
 
 
 def _format_id(sentence_id) -> str:
@@ -60,9 +47,9 @@ def write_predictions(out_dir: str | Path, task: str, split: str, ids: Iterable,
     try:
         os.chmod(temp_name, 0o644)  # mkstemp creates 0600; a prediction file is meant to be shared
         with os.fdopen(handle, "w", encoding="utf-8", newline="") as f:
-            f.write(f"id \t {PREDICTION_COLUMNS[task]} \n")
+            f.write(f"id \t {REGISTRY[task].column} \n")
             for sentence_id, value in zip(ids, predictions, strict=True):
-                f.write(f"{_format_id(sentence_id)} , {_format_prediction(task, value)} \n")
+                f.write(f"{_format_id(sentence_id)} , {REGISTRY[task].format(float(value))} \n")
             f.flush()
             os.fsync(f.fileno())
         os.replace(temp_name, path)

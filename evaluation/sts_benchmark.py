@@ -14,16 +14,15 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-import cli
-from cli import flag
+from common import cli
+from common.cli import flag
+from common.files import DEFAULT_DATA, write_json
+from common.metrics import spearman
+from common.tables import markdown_table
 from data.readers import PairExample, read_sts, read_sts_eval
-from evaluation.metrics import spearman
-from evaluation.tables import markdown_table
 from models import BertModel, Tokenizer, embed_sentences, from_pretrained
-from training.checkpoint import write_json
 
 EVAL_SETS = ("sts12", "sts13", "sts14", "sts15", "sts16", "sickr")
-DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
 def pair_cosines(encoder: BertModel, tokenizer: Tokenizer, pairs: list[PairExample], pooling: str,

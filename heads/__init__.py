@@ -58,23 +58,24 @@ class MLP(nn.Module):
         return x + transformed if self.residual else transformed
 
 
-def pair_mlps(share: str, hidden_size: int, mlp_hidden: int | None = None,
-              dropout: float = DEFAULT_DROPOUT, kind: str = "plain") -> tuple[MLP, MLP]:
-    """The (paraphrase, STS) embedding transforms, H -> mlp_hidden -> H, shared as `share` says.
+def pair_mlps(share: str, hidden_size: int, count: int = 2, mlp_hidden: int | None = None,
+              dropout: float = DEFAULT_DROPOUT, kind: str = "plain") -> list[MLP]:
+    """`count` embedding transforms for the pair tasks, H -> mlp_hidden -> H, shared as `share` says.
 
     Sharing is by object identity, never by copying weights, so a shared layer has exactly one
-    set of parameters and receives the gradients of both tasks.
+    set of parameters and receives the gradients of every task that uses it.
     """
     if share not in SHARE_MODES:
         raise ValueError(f"unknown share mode {share!r}; expected one of {', '.join(SHARE_MODES)}")
     if kind not in PAIR_MLPS:
         raise ValueError(f"unknown pair MLP {kind!r}; expected one of {', '.join(PAIR_MLPS)}")
     mlp_hidden, residual = mlp_hidden or hidden_size, kind == "residual"
-    paraphrase_mlp = MLP(hidden_size, mlp_hidden, hidden_size, dropout, residual=residual)
+    first = MLP(hidden_size, mlp_hidden, hidden_size, dropout, residual=residual)
     if share == "all":
-        return paraphrase_mlp, paraphrase_mlp
-    share_first_with = paraphrase_mlp if share == "first-layer" else None
-    return paraphrase_mlp, MLP(hidden_size, mlp_hidden, hidden_size, dropout, share_first_with, residual)
+        return [first] * count
+    share_first_with = first if share == "first-layer" else None
+    return [first] + [MLP(hidden_size, mlp_hidden, hidden_size, dropout, share_first_with, residual)
+                      for _ in range(count - 1)]
 
 
 class CommonLayer(nn.Module):

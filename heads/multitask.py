@@ -1,39 +1,41 @@
-"""The multitask model: one shared encoder, pooled sentence embeddings, one head per task."""
+"""The multitask model: one shared encoder, pooled sentence embeddings, one head per task of the registry."""
+from collections.abc import Sequence
+
 import torch
 from torch import nn
 
 from heads import CommonLayer, pair_mlps
-from heads.paraphrase import CrossEncodedPairHead, ParaphraseHead
-from heads.sentiment import SentimentHead
-from heads.similarity import CrossEncodedSimilarityHead, SimilarityHead
 from models.bert import BertModel
 from models.sentence_embedding import pool
+from tasks import COURSE_TASKS, REGISTRY, HeadOptions
 
 
 class MultitaskModel(nn.Module):
-    """Task outputs from batches of data.tasks.TaskSplit.batch:
+    """model(task, inputs) -> the task head's raw outputs for a batch of data.splits.TaskSplit.batch:
+    class logits [B, classes], a paraphrase logit [B], a similarity score [B] (tasks.py turns them into
+    soft outputs and predictions)."""
 
-    sst:  [B, 5] class logits
-    para: [B] paraphrase logits
-    sts:  [B] similarity scores in [0, 5]
-    """
-
-    def __init__(self, encoder: BertModel, pooling: str = "cls", para_encoding: str = "bi", sts_encoding: str = "bi",
-                 share: str = "first-layer", common_layer: bool = False, head_dropout: float = 0.3,
-                 cross_head: str = "dpha", pair_mlp: str = "residual"):
+    def __init__(self, encoder: BertModel, tasks: Sequence[str] = COURSE_TASKS, pooling: str = "mean",
+                 options: HeadOptions = HeadOptions(),
+                 common_layer: bool = False):
         super().__init__()
         hidden = encoder.config.hidden_size
-        self.encoder, self.pooling = encoder, pooling
+        self.encoder, self.pooling, self.options = encoder, pooling, options
+        self.tasks = [REGISTRY[name] for name in tasks]
         self.common = CommonLayer(hidden) if common_layer else None
-        self.sentiment = SentimentHead(hidden, dropout=head_dropout)
-        # The paraphrase and STS MLPs can only be shared when both tasks embed sentences apart.
-        both_bi = para_encoding == sts_encoding == "bi"
-        paraphrase_mlp, similarity_mlp = pair_mlps(share if both_bi else "none", hidden, dropout=head_dropout,
-                                                   kind=pair_mlp)
-        self.paraphrase = (ParaphraseHead(paraphrase_mlp) if para_encoding == "bi"
-                           else CrossEncodedPairHead(hidden, cross_head, head_dropout))
-        self.similarity = (SimilarityHead(similarity_mlp) if sts_encoding == "bi"
-                           else CrossEncodedSimilarityHead(hidden, cross_head, head_dropout))
+        pair_tasks = [task for task in self.tasks if task.pair]
+        # The bi-encoded pair tasks' MLPs can share layers (--share) only when every pair task embeds its sentences
+        # apart. They are made together, before the first pair head, one per pair task (a cross-encoded task does
+        # not use its own): the order in which weights are drawn, and so every documented result, stays as it was.
+        all_bi = all(options.encoding(task) == "bi" for task in pair_tasks)
+        mlps, heads = {}, {}
+        for task in self.tasks:
+            if task.pair and not mlps:
+                made = pair_mlps(options.share if all_bi else "none", hidden, len(pair_tasks),
+                                 dropout=options.dropout, kind=options.pair_mlp)
+                mlps = dict(zip((t.name for t in pair_tasks), made))
+            heads[task.name] = task.head(hidden, options, mlps.get(task.name))
+        self.heads = nn.ModuleDict(heads)
 
     def embed(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         embedding = pool(self.encoder(**inputs), inputs["attention_mask"], self.pooling)
@@ -41,15 +43,13 @@ class MultitaskModel(nn.Module):
 
     def forward(self, task: str, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         embeddings = self.embed(inputs)
-        if task == "sst":
-            return self.sentiment(embeddings)
-        first, second = embeddings.chunk(2)  # the two views of each pair (see TaskSplit.batch)
-        return (self.paraphrase if task == "para" else self.similarity)(first, second)
+        if REGISTRY[task].pair:
+            return self.heads[task](*embeddings.chunk(2))  # the two views of each pair (see TaskSplit.batch)
+        return self.heads[task](embeddings)
 
     def head_parameters(self) -> dict[str, list[nn.Parameter]]:
-        """Each task's own head parameters (shared pair-MLP layers appear under both pair tasks)."""
-        return {"sst": list(self.sentiment.parameters()), "para": list(self.paraphrase.parameters()),
-                "sts": list(self.similarity.parameters())}
+        """Each task's own head parameters (shared pair-MLP layers appear under every task that uses them)."""
+        return {name: list(head.parameters()) for name, head in self.heads.items()}
 
     def shared_parameters(self) -> list[nn.Parameter]:
         """What every task uses: the encoder and the optional common layer."""

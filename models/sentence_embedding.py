@@ -1,9 +1,8 @@
 """Sentence embeddings from the encoder's output."""
 import torch
 
-from data.batching import collate
 from models.bert import BertModel, BertOutput
-from models.tokenizer import Tokenizer
+from models.tokenizer import Tokenizer, collate
 
 POOLINGS = ("cls", "mean", "pooler")
 

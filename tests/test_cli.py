@@ -3,7 +3,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from cli import build_parser, flag, parse_config
+from common.cli import build_parser, flag, parse_config
 
 
 @dataclass

@@ -11,12 +11,12 @@ import torch
 import transformers
 from safetensors.torch import load_file
 
-import cli
 import multitask_classifier
 import pretrain_contrastive
+from common import cli
+from common.errors import DataError
 from data.contrastive import (PairBatch, SentenceBatch, TripletBatch, TripletSet, as_sentences, load_data, plan_epoch,
                               plan_tension_epoch)
-from data.readers import DataError
 from evaluation.sts_benchmark import EVAL_SETS, sts_benchmark
 from losses import multiple_negatives_ranking_loss, quora_simcse_loss, simcse_loss
 from models import BertConfig, BertModel, Tokenizer, from_pretrained
@@ -27,38 +27,17 @@ from training.multitask import MultitaskConfig, MultitaskTrainer
 from training.objectives import CT_LR_STEPS, ContrastiveTension, MultipleNegatives, SimCSE, max_pooled_layers
 from training.precision import Precision
 
+from tests.conftest import sentence
+
 ROOT = Path(__file__).resolve().parents[1]
-WORDS = "the a cat dog sat ran on mat big small red fast slow house car tree".split()
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    # Tiny models gain nothing from threads, and on a busy 2-core machine torch's thread pool makes
-    # these tests ~100x slower (0.3 s -> 25 s) than one thread does.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory, minilm_dir):
-    folder = tmp_path_factory.mktemp("tiny-bert")
-    torch.manual_seed(0)
-    config = transformers.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                                     intermediate_size=64, max_position_embeddings=64)
-    transformers.BertModel(config).save_pretrained(folder)
-    transformers.AutoTokenizer.from_pretrained(minilm_dir).save_pretrained(folder)
-    return folder
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
 def tokenizer(tiny_model):
     return Tokenizer.from_pretrained(tiny_model)
-
-
-def sentence(rng):
-    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 9)))
 
 
 @pytest.fixture(scope="module")
@@ -240,9 +219,9 @@ def nli_batch(tiny_data, tokenizer):
 def test_grad_cache_gives_the_plain_batch_gradients(tiny_model, nli_batch):
     objective = SimCSE(from_pretrained(tiny_model), projection=True).eval()  # no dropout: one big batch is exact
     precision = Precision("fp32", torch.device("cpu"))
-    plain_loss = backward(objective, nli_batch, precision)
+    plain_loss = backward(objective, nli_batch, precision).item()
     plain = grads(objective)
-    cached_loss = backward(objective, nli_batch, precision, grad_cache_chunk=3)  # chunks of 3, 3 and 1
+    cached_loss = backward(objective, nli_batch, precision, grad_cache_chunk=3).item()  # chunks of 3, 3 and 1
     assert cached_loss == pytest.approx(plain_loss, abs=1e-5)
     assert_same_grads(grads(objective), plain)
     assert any(n.startswith("projection") for n in plain)  # the head's gradient comes from the loss itself

@@ -12,7 +12,7 @@ from scipy.stats import pearsonr
 from sklearn.metrics import accuracy_score
 
 import ensemble
-from models.loading import CheckpointError
+from common.errors import CheckpointError
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = ("sst", "para", "sts")

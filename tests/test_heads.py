@@ -149,8 +149,8 @@ def test_share_first_layer_shares_exactly_the_first_linear():
     para_mlp, sts_mlp = pair_mlps("first-layer", H, mlp_hidden=6)
     assert para_mlp.first is sts_mlp.first and para_mlp.second is not sts_mlp.second
     heads = nn.ModuleDict({"para": ParaphraseHead(para_mlp), "sts": SimilarityHead(sts_mlp)})
-    unshared = nn.ModuleDict({"para": ParaphraseHead(pair_mlps("none", H, 6)[0]),
-                              "sts": SimilarityHead(pair_mlps("none", H, 6)[1])})
+    unshared = nn.ModuleDict({"para": ParaphraseHead(pair_mlps("none", H, mlp_hidden=6)[0]),
+                              "sts": SimilarityHead(pair_mlps("none", H, mlp_hidden=6)[1])})
     first_linear_size = H * 6 + 6
     assert parameter_count(unshared) - parameter_count(heads) == first_linear_size
 
@@ -230,8 +230,9 @@ def test_cross_encoded_similarity_is_in_zero_to_five():
 
 
 def test_sts_predictions_are_clamped_to_the_gold_scale():
-    from evaluation.evaluate import hard_predictions, soft_outputs
+    from tasks import REGISTRY
 
     raw = torch.tensor([-0.7, 0.0, 2.5, 5.0, 6.2])  # the unclamped scores a head trains on
-    assert soft_outputs("sts", raw).tolist() == [0.0, 0.0, 2.5, 5.0, 5.0]
-    assert hard_predictions("sts", soft_outputs("sts", raw)).tolist() == [0.0, 0.0, 2.5, 5.0, 5.0]
+    sts = REGISTRY["sts"]
+    assert sts.soft(raw).tolist() == [0.0, 0.0, 2.5, 5.0, 5.0]
+    assert sts.hard(sts.soft(raw)).tolist() == [0.0, 0.0, 2.5, 5.0, 5.0]

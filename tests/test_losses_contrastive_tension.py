@@ -4,7 +4,8 @@ import math
 import pytest
 import torch
 
-from losses.contrastive_tension import contrastive_tension_batch, contrastive_tension_loss
+from data.contrastive import contrastive_tension_batch
+from losses.contrastive_tension import contrastive_tension_loss
 
 
 def sigmoid(z):

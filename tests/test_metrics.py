@@ -4,7 +4,7 @@ import pytest
 import torch
 from sklearn.metrics import accuracy_score
 
-from evaluation.metrics import accuracy, mean_score, overall_score, pearson, spearman
+from common.metrics import accuracy, mean_score, overall_score, pearson, spearman
 
 rng = np.random.default_rng(0)
 PREDICTED = rng.normal(size=50)

@@ -9,31 +9,17 @@ import pytest
 import torch
 import transformers
 
-import cli
 import multitask_classifier
+from common import cli
+from common.errors import CheckpointError
 from data.readers import read_quora, read_sentiment, read_sts
-from training import multitask
-from training.checkpoint import load_heads
 from models import from_pretrained
-from models.loading import CheckpointError
+from models.checkpoint import load_heads
+from training import multitask
+
+from tests.conftest import sentence
 
 ROOT = Path(__file__).resolve().parents[1]
-WORDS = "the a cat dog sat ran on mat big small red fast slow house car tree".split()
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory, minilm_dir):
-    folder = tmp_path_factory.mktemp("tiny-bert")
-    torch.manual_seed(0)
-    config = transformers.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                                     intermediate_size=64, max_position_embeddings=64)
-    transformers.BertModel(config).save_pretrained(folder)
-    transformers.AutoTokenizer.from_pretrained(minilm_dir).save_pretrained(folder)
-    return folder
-
-
-def sentence(rng):
-    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 9)))
 
 
 @pytest.fixture(scope="module")
@@ -89,24 +75,24 @@ def test_resumed_run_ends_with_the_same_weights(tiny_model, tiny_data, tmp_path,
     multitask_classifier.main(args(tiny_model, tiny_data, tmp_path / "full", "--schedule", schedule,
                                    "--eval-every", "2"))
     # The same run, killed in its second epoch after the checkpoint of step 6, then resumed.
-    original_step = multitask.MultitaskTrainer._train_step
+    original_step = multitask.MultitaskTrainer.train_step
 
     def dies_at_step_7(self, *a):
-        if self.global_step == 6:
+        if self.engine.step == 6:
             raise KeyboardInterrupt
         return original_step(self, *a)
 
-    monkeypatch.setattr(multitask.MultitaskTrainer, "_train_step", dies_at_step_7)
+    monkeypatch.setattr(multitask.MultitaskTrainer, "train_step", dies_at_step_7)
     interrupted = args(tiny_model, tiny_data, tmp_path / "resumed", "--schedule", schedule, "--eval-every", "2")
     with pytest.raises(KeyboardInterrupt):
         multitask_classifier.main(interrupted)
     steps_after_resume = []
 
     def counted_step(self, *a):
-        steps_after_resume.append(self.global_step)
+        steps_after_resume.append(self.engine.step)
         return original_step(self, *a)
 
-    monkeypatch.setattr(multitask.MultitaskTrainer, "_train_step", counted_step)
+    monkeypatch.setattr(multitask.MultitaskTrainer, "train_step", counted_step)
     multitask_classifier.main(interrupted + ["--resume"])
     assert steps_after_resume[0] == 6, "the resumed run starts after the last checkpoint, not from scratch"
 
@@ -157,7 +143,7 @@ def test_init_from_an_encoder_alone_still_sets_the_cosine_floor(tiny_model, tiny
     def floor(*start):
         config = cli.parse_config(multitask.MultitaskConfig, "", args(tiny_model, tiny_data, tmp_path, *start,
                                                                       "--sts-target", "cosine-range"))
-        return multitask.MultitaskTrainer(config).model.similarity.cosine_floor.item()
+        return multitask.MultitaskTrainer(config).model.heads["sts"].cosine_floor.item()
 
     from_model = floor()
     assert from_model > -1
@@ -227,13 +213,13 @@ def test_layer_lr_decay_gives_lower_layers_smaller_rates(tiny_model, tiny_data, 
     config = multitask.MultitaskConfig(model=str(tiny_model), data_dir=str(tiny_data), output_dir=str(tmp_path),
                                        device="cpu", lr=1e-3, head_lr=1e-2, layer_lr_decay=0.5)
     trainer = multitask.MultitaskTrainer(config)
-    rate = {id(p): (group["lr"], group["weight_decay"]) for group in trainer.optimizer.param_groups
+    rate = {id(p): (group["lr"], group["weight_decay"]) for group in trainer.engine.optimizer.param_groups
             for p in group["params"]}
     expected = {"encoder.embeddings.word_embeddings.weight": 1e-3 * 0.5 ** 2,  # two layers below the top
                 "encoder.encoder.layer.0.attention.self.query.weight": 1e-3 * 0.5,
                 "encoder.encoder.layer.1.output.dense.weight": 1e-3,
                 "encoder.pooler.dense.weight": 1e-3,
-                "sentiment.mlp.first.1.weight": 1e-2}
+                "heads.sst.mlp.first.1.weight": 1e-2}
     parameters = dict(trainer.model.named_parameters())
     for name, lr in expected.items():
         assert rate[id(parameters[name])] == pytest.approx((lr, config.weight_decay)), name

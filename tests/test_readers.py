@@ -3,8 +3,8 @@ import logging
 
 import pytest
 
-from data.readers import (DataError, read_lines, read_nli, read_quora, read_sentiment, read_sts, sample_records,
-                          read_sts_eval)
+from common.errors import DataError
+from data.readers import read_lines, read_nli, read_quora, read_sentiment, read_sts, read_sts_eval, sample_records
 
 SST = lambda path, **kw: read_sentiment(path, num_classes=5, **kw)  # noqa: E731
 CFIMDB = lambda path, **kw: read_sentiment(path, num_classes=2, **kw)  # noqa: E731

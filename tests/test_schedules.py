@@ -5,6 +5,8 @@ import torch
 
 from training.schedules import SCHEDULES, count_batches, parse_task_order, parse_task_weights, plan_epoch
 
+TASKS = ("sst", "para", "sts")
+
 # Deliberately unequal: STS is the smallest set, as in the project's data.
 BATCHES = {"sst": 6, "para": 10, "sts": 3}
 
@@ -114,8 +116,8 @@ def test_unknown_schedule_and_task_order_errors():
 
 
 def test_parse_task_weights():
-    assert parse_task_weights("para=2,sst=1") == {"para": 2.0, "sst": 1.0}
-    assert parse_task_weights(" sts = 0.5 ") == {"sts": 0.5}
+    assert parse_task_weights("para=2,sst=1", TASKS) == {"para": 2.0, "sst": 1.0}
+    assert parse_task_weights(" sts = 0.5 ", TASKS) == {"sts": 0.5}
 
 
 @pytest.mark.parametrize("text, message", [
@@ -134,11 +136,11 @@ def test_parse_task_weights():
 ])
 def test_parse_task_weights_errors_name_the_problem(text, message):
     with pytest.raises(ValueError, match=message):
-        parse_task_weights(text)
+        parse_task_weights(text, TASKS)
 
 
 def test_parse_task_order():
-    assert parse_task_order("sst, para,sts") == ("sst", "para", "sts")
-    assert parse_task_order("sts,sst,sts") == ("sts", "sst", "sts")
+    assert parse_task_order("sst, para,sts", TASKS) == ("sst", "para", "sts")
+    assert parse_task_order("sts,sst,sts", TASKS) == ("sts", "sst", "sts")
     with pytest.raises(ValueError, match="unknown task 'quora'"):
-        parse_task_order("sst,quora")
+        parse_task_order("sst,quora", TASKS)

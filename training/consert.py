@@ -60,6 +60,7 @@ def augmented_embedding(encoder: BertModel, pooling: str, augmentation: str, inp
 class ConsertUnsupervised(Objective):
     """L_con: NT-Xent (tau 0.1) between the --aug1 and --aug2 views of each sentence."""
     input_kind = "sentences"
+    gathers_batch = True
 
     def __init__(self, encoder: BertModel, pooling: str = "mean", aug1: str = "shuffle", aug2: str = "feature-cutoff",
                  temperature: float = 0.1, projection: bool = False):

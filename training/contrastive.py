@@ -5,31 +5,30 @@ the batch, embedded by the encoder, and its loss; training/objectives.py, traini
 plain or with gradient caching -> AdamW -> checkpoint that `multitask_classifier.py --init` starts from.
 A run is one stage, except ConSERT's two-stage schedules (supervised NLI, then unsupervised --data).
 """
-import dataclasses
 import itertools
 import logging
-from collections import deque
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from tqdm import tqdm
 
-from cli import flag, resolve_device
+from common import distributed
+from common.cli import flag
+from common.errors import DataError
+from common.files import DEFAULT_DATA, atomic_directory, write_json
+from common.tables import markdown_table
 from data.batching import split_rows
 from data.contrastive import (DATA_MODES, Dataset, PairSet, SentenceBatch, SentenceSet, TripletSet, as_sentences,
                               detect_format, load_data)
-from data.readers import DataError
-from evaluation.sts_benchmark import DEFAULT_DATA, TABLE_COLUMNS, sts_benchmark
-from evaluation.tables import markdown_table
-from models import POOLINGS, AdamW, Tokenizer, from_pretrained
-from training.checkpoint import save_checkpoint, write_json
+from evaluation.sts_benchmark import TABLE_COLUMNS, sts_benchmark
+from models import POOLINGS, Tokenizer, from_pretrained
+from models.checkpoint import write_encoder_folder
 from training.consert import AUGMENTATIONS, SCHEDULES, ConsertSupervised, ConsertUnsupervised
+from training.engine import Engine, TrainingConfig, load_training_state
 from training.grad_cache import grad_cache_backward
-from training.multitask import seed_everything
-from training.objectives import (ContrastiveTension, MultipleNegatives, Objective, SelfGuided, SentimentFusion,
-                                 SimCSE)
-from training.precision import PRECISIONS, Precision
+from training.objectives import ContrastiveTension, MultipleNegatives, Objective, SelfGuided, SentimentFusion, SimCSE
+from training.precision import Precision
 
 log = logging.getLogger(__name__)
 
@@ -66,52 +65,50 @@ def default_lr(method: str, datasets: list[Dataset], stage: str) -> float:
 
 
 @dataclass
-class ContrastiveConfig:
-    model: str = flag("bert-base-uncased", "starting weights: hub id, checkpoint folder, or all-MiniLM-L6-v2")
+class ContrastiveConfig(TrainingConfig):
     method: str = flag("simcse", "contrastive method (see training/objectives.py)", choices=METHODS)
-    data: str = flag("nli", f"training data: {', '.join(DATA_MODES)} (seed 002: quora, sst, sts in each epoch), "
-                            "or a file in one of their formats")
+    data: str = flag("nli", f"training data: {', '.join(DATA_MODES)} (all3: quora, sst, sts in each epoch, as "
+                            "Chen's report), or a file in one of their formats")
     data_dir: str = flag(str(DEFAULT_DATA), "folder with the data files (and sts-eval/, sts-dev.csv for --eval)")
     pooling: str | None = flag(None, "sentence embedding (default: cls for simcse, sg; mean otherwise)",
                                choices=POOLINGS)
-    projection: str = flag("auto", "2-layer MLP on the embeddings in training only (seed 002, after SimCLR); "
+    projection: str = flag("auto", "2-layer MLP on the embeddings in training only (SimCLR's projection head); "
                                    "auto: on for simcse, off for mnrl and consert", choices=("auto", "on", "off"))
     temperature: float | None = flag(None, "tau of simcse (0.05), sg (0.01), consert (0.1)")
     scale: float = flag(20.0, "mnrl: scale of the cosine similarities")
-    negatives: bool = flag(True, "simcse on quora: push the non-duplicate pairs apart (seed 002); --no-negatives "
-                                 "leaves them out (its Table 4 ablation)")
-    negatives_per_positive: int = flag(7, "ct: K, negative pairs per positive pair (seed 000)")
-    sg_lambda: float = flag(0.1, "sg, sg-opt: weight lambda of the L2 regulariser towards BERT_F (seed 001)")
+    negatives: bool = flag(True, "simcse on quora: push the non-duplicate pairs apart (Chen's report); "
+                                 "--no-negatives leaves them out (its ablation)")
+    negatives_per_positive: int = flag(7, "ct: K, negative pairs per positive pair (Contrastive Tension)")
+    sg_lambda: float = flag(0.1, "sg, sg-opt: weight lambda of the L2 regulariser towards BERT_F (SG-BERT)")
     aug1: str = flag("shuffle", "consert: augmentation of the first view", choices=AUGMENTATIONS)
     aug2: str = flag("feature-cutoff", "consert: augmentation of the second view", choices=AUGMENTATIONS)
-    schedule: str = flag("unsup", "consert: unsup, or NLI supervision added jointly / before (seed 004 section 3.3); "
-                                  "the NLI stages read --data when it is NLI, else nli_for_simcse.csv of --data-dir",
-                         choices=tuple(SCHEDULES))
+    schedule: str = flag("unsup", "consert: unsup, or NLI supervision added jointly / before (ConSERT section "
+                                  "3.3); the NLI stages read --data when it is NLI, else nli_for_simcse.csv of "
+                                  "--data-dir", choices=tuple(SCHEDULES))
     alpha: float = flag(0.15, "consert joint: L_ce + alpha * L_con")
     fgv_epsilon: float = flag(1.0, "consert adversarial view: norm of the FGV perturbation of each token")
-    fusion: bool = flag(False, "seed 002 fusion: each SST batch takes a sentiment cross-entropy step, "
-                               "then the contrastive step")
+    fusion: bool = flag(False, "fusion training (Chen's report): each SST batch takes a sentiment cross-entropy "
+                               "step, then the contrastive step")
     grad_cache_chunk: int = flag(0, "embed each batch this many rows at a time with gradient caching: the same "
                                     "gradients with the memory of a small batch (0 = off)")
     eval: bool = flag(False, "STS benchmark before and after training: table printed, "
                              "sts_benchmark.json written to --output-dir")
-    epochs: int = flag(1, "passes over the data (per stage)")
     max_steps: int = flag(0, "stop each stage after this many batches (0 = run all epochs)")
     max_train_examples: int = flag(0, "use a random sample of at most this many examples of each data file (0 = all)")
-    batch_size: int | None = flag(None, "batch size (default per method: simcse 64, mnrl 32, ct 16, sg 16, "
-                                        "consert 96)")
+    eval_batch_size: int = flag(128, "batch size of --eval")
+    # Defaults that differ from the multitask command's:
+    epochs: int = flag(1, "passes over the data (per stage)")
+    batch_size: int | None = flag(None, "batch size per process (default per method: simcse 64, mnrl 32, ct 16, "
+                                        "sg 16, consert 96)")
     lr: float | None = flag(None, "peak learning rate (default per method and data: simcse 5e-5 NLI, 2e-5 Quora, "
                                   "3e-5 sentences; mnrl 2e-5; ct 1e-5; sg 5e-5; consert 2e-5 NLI, 5e-7 unsup)")
     warmup: float | None = flag(None, "fraction of steps of linear warm-up before linear decay "
                                       "(default: 0.1 for mnrl and consert, else 0; ct has its own schedule)")
     weight_decay: float = flag(0.0, "AdamW decoupled weight decay")
-    max_grad_norm: float = flag(1.0, "gradient clipping norm (0 = off)")
     max_length: int | None = flag(None, "tokens per sentence (default per method: simcse 32, ct 75, else 64)")
-    eval_batch_size: int = flag(128, "batch size of --eval")
-    seed: int = flag(11711, "random seed; the same seed gives the same run")
     output_dir: str = flag("", "checkpoint folder (default runs/pretrain-METHOD); ct writes OUT/model1, OUT/model2")
-    device: str = flag("auto", "cpu, cuda, cuda:1, ... (auto: cuda when present)")
-    precision: str = flag("auto", "auto: bf16 (or fp16) autocast on GPUs, fp32 on CPU", choices=PRECISIONS)
+
+    RUNTIME_FIELDS = TrainingConfig.RUNTIME_FIELDS + ("eval", "eval_batch_size")
 
     def __post_init__(self):
         defaults = METHOD_DEFAULTS[self.method]
@@ -127,6 +124,9 @@ class ContrastiveConfig:
                 raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
         if self.grad_cache_chunk < 0 or self.max_steps < 0:
             raise ValueError("--grad-cache-chunk and --max-steps must be at least 0")
+        if self.grad_accum != 1:
+            raise ValueError("--grad-accum: a contrastive loss compares the examples of one batch, so adding up the "
+                             "gradients of smaller batches is not a larger batch; use --grad-cache-chunk for that")
         if not self.negatives and self.method != "simcse":
             raise ValueError("--no-negatives is the ablation of SimCSE on Quora; use it with --method simcse")
         if self.method != "consert" and self.schedule != "unsup":
@@ -146,12 +146,10 @@ class ContrastiveConfig:
         if self.fusion and self.data in DATA_MODES and self.data not in ("sst", "all3"):
             raise ValueError("--fusion needs SST sentences with labels: --data sst or all3")
 
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
 
 
-def backward(objective: Objective, batch, precision: Precision, grad_cache_chunk: int = 0) -> float:
-    """Backpropagate the objective's loss on `batch` into .grad; returns the loss.
+def backward(objective: Objective, batch, precision: Precision, grad_cache_chunk: int = 0) -> torch.Tensor:
+    """Backpropagate the objective's loss on `batch` into .grad; returns the loss (detached, on the device).
 
     With grad_cache_chunk, every view is embedded grad_cache_chunk rows at a time (training/grad_cache.py): the
     gradients of the whole batch, in-batch negatives included, with the activation memory of one chunk.
@@ -160,7 +158,7 @@ def backward(objective: Objective, batch, precision: Precision, grad_cache_chunk
         with precision.autocast():
             loss = objective(batch)
         precision.scale(loss).backward()
-        return loss.item()
+        return loss.detach()
     views, losses = objective.views(batch), []
 
     def scaled_loss(*embeddings):
@@ -171,7 +169,7 @@ def backward(objective: Objective, batch, precision: Precision, grad_cache_chunk
     with precision.autocast():
         grad_cache_backward([v.embed for v in views], [split_rows(v.inputs, grad_cache_chunk) for v in views],
                             scaled_loss)
-    return losses[0].item()
+    return losses[0]
 
 
 def make_objective(config: ContrastiveConfig, encoder, stage: str) -> Objective:
@@ -202,10 +200,9 @@ class Stage:
 class ContrastiveTrainer:
     def __init__(self, config: ContrastiveConfig):
         self.config = config
-        self.device = resolve_device(config.device)
-        self.precision = Precision(config.precision, self.device)
+        self.engine = Engine(config)
         self.output_dir = Path(config.output_dir)
-        seed_everything(config.seed)
+        self.resume_from = self.engine.check_resumable(config.RUNTIME_FIELDS) if config.resume else None
         self.tokenizer = Tokenizer.from_pretrained(config.model)
         self.encoder = from_pretrained(config.model)
         stage_names = SCHEDULES[config.schedule] if config.method == "consert" else ("train",)
@@ -214,9 +211,10 @@ class ContrastiveTrainer:
         if config.fusion:
             if not any(isinstance(d, SentenceSet) and d.labels for stage in self.stages for d in stage.datasets):
                 raise DataError(f"--fusion needs SST sentences with sentiment labels; --data {config.data} has none")
-            self.fusion = SentimentFusion(self.stages[-1].objective.encoder, config.pooling).to(self.device)
+            self.fusion = SentimentFusion(self.stages[-1].objective.encoder, config.pooling).to(self.engine.device)
         for stage in self.stages:
-            stage.objective.to(self.device)
+            stage.objective.to(self.engine.device)
+        self.stage_index, self.results = 0, {}
 
     def _stage(self, name: str) -> Stage:
         config = self.config
@@ -239,58 +237,90 @@ class ContrastiveTrainer:
     # ---- training ----
 
     def train(self) -> dict:
-        config, results = self.config, {}
-        if config.eval:
-            results["before"] = self._benchmark(self.encoder)
-        metrics = {"stages": {stage.name: self._run_stage(stage) for stage in self.stages}}
+        config, engine = self.config, self.engine
+        state = load_training_state(self.resume_from) if self.resume_from else None
+        if state:
+            self.load_state_dict(state["trainer"])
+        elif config.eval and engine.is_main:
+            self.results["before"] = self._benchmark(self.encoder)
+        metrics = {"stages": {}}
+        # A resumed run skips the stages it finished: their weights came with the training state.
+        for index, stage in enumerate(self.stages[self.stage_index:], start=self.stage_index):
+            self.stage_index = index
+            metrics["stages"][stage.name] = self._run_stage(stage, state)
+            state = None  # a later stage starts with a fresh optimizer and schedule
         encoders = self.stages[-1].objective.encoders_to_save()
-        if config.eval:
+        if config.eval and engine.is_main:
             for name, encoder in encoders.items():
-                results[f"after {name}".strip()] = self._benchmark(encoder)
-            print(markdown_table(results, TABLE_COLUMNS))
-            metrics["sts_benchmark"] = results
-        for name, encoder in encoders.items():
-            save_checkpoint(self.output_dir / name, encoder, self.tokenizer, config.to_dict(), metrics)
-        if config.eval:
-            write_json(self.output_dir / "sts_benchmark.json",
-                       {"model": config.model, "method": config.method, "pooling": config.pooling, "results": results})
-        log.info("saved %s", ", ".join(str(self.output_dir / name) for name in encoders))
+                self.results[f"after {name}".strip()] = self._benchmark(encoder)
+            print(markdown_table(self.results, TABLE_COLUMNS))
+            metrics["sts_benchmark"] = self.results
+        if engine.is_main:
+            self._save_final(encoders, metrics)
+        distributed.barrier()
         return metrics
 
-    def _run_stage(self, stage: Stage) -> dict:
-        config, objective = self.config, stage.objective
+    def _save_final(self, encoders: dict, metrics: dict) -> None:
+        """The encoder folder(s), in one atomic swap of the output folder; last/ goes: the run is complete."""
+        with atomic_directory(self.output_dir) as temp:
+            for name, encoder in encoders.items():
+                (temp / name).mkdir(exist_ok=True)
+                write_encoder_folder(temp / name, encoder, self.tokenizer, self.config.to_dict(), metrics)
+            if (self.output_dir / "metrics.jsonl").exists():
+                shutil.copy2(self.output_dir / "metrics.jsonl", temp / "metrics.jsonl")
+            if self.config.eval:
+                write_json(temp / "sts_benchmark.json", {"model": self.config.model, "method": self.config.method,
+                                                         "pooling": self.config.pooling, "results": self.results})
+        log.info("saved %s", ", ".join(str(self.output_dir / name) for name in encoders))
+
+    def _run_stage(self, stage: Stage, resume_state: dict | None) -> dict:
+        config, objective, engine = self.config, stage.objective, self.engine
         objective.train()
-        trained = [objective] + ([self.fusion.train()] if self.fusion else [])
-        parameters = list(dict.fromkeys(p for module in trained for p in module.parameters() if p.requires_grad))
-        optimizer = AdamW(parameters, lr=stage.lr, betas=objective.adam_betas, weight_decay=config.weight_decay)
-        plan = list(itertools.chain.from_iterable(objective.plan_epoch(stage.datasets, config.batch_size, config.seed,
-                                                                       epoch) for epoch in range(config.epochs)))
+        self.trained = [objective] + ([self.fusion.train()] if self.fusion else [])
+        parameters = list(dict.fromkeys(p for module in self.trained for p in module.parameters() if p.requires_grad))
+        plan = list(itertools.chain.from_iterable(
+            objective.plan_epoch(stage.datasets, config.batch_size, config.seed, epoch, distributed.world_size())
+            for epoch in range(config.epochs)))
         plan = plan[:config.max_steps] if config.max_steps else plan
-        scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda step: objective.lr_multiplier(step, len(plan), config.warmup))
-        chunk = config.grad_cache_chunk if objective.supports_grad_cache else 0
+        engine.prepare(parameters, parameters, stage.lr, len(plan),
+                       lambda step: objective.lr_multiplier(step, len(plan), config.warmup), objective.adam_betas)
+        if resume_state:
+            engine.restore(resume_state)
+        self.stage, self.chunk = stage, config.grad_cache_chunk if objective.supports_grad_cache else 0
+        self.updates = engine.step  # a resumed stage counts the updates before the interruption as one each
         log.info("%s %s: %d steps on %s, lr %.2g, batch %d", config.method, stage.name, len(plan),
                  " + ".join(f"{d.name} ({len(d):,})" for d in stage.datasets), stage.lr, config.batch_size)
+        engine.run(plan, self, f"{config.method} {stage.name}")
+        return {"steps": len(plan), "updates": self.updates, "lr": stage.lr,
+                "final_loss": engine.losses.period_means().get("loss")}
 
-        def update(module, batch, grad_cache_chunk=0) -> float:
-            loss = backward(module, batch, self.precision, grad_cache_chunk)
-            self.precision.step(optimizer, parameters, config.max_grad_norm)
-            optimizer.zero_grad(set_to_none=True)
-            return loss
+    def train_step(self, planned) -> tuple[dict[str, torch.Tensor], int]:
+        engine = self.engine
+        batch = planned.build(self.tokenizer.pad_id, distributed.rank(), distributed.world_size()).to(engine.device)
+        if self.fusion and isinstance(batch, SentenceBatch) and batch.labels is not None:
+            # Fusion: the sentiment step first, an update of its own, then the contrastive step on the same batch.
+            backward(self.fusion, batch, engine.precision)
+            engine.optimizer_step(advance_schedule=False)
+            self.updates += 1
+        loss = backward(self.stage.objective, batch, engine.precision, self.chunk)
+        self.updates += 1  # the engine's optimizer step that follows
+        return {"loss": loss}, len(batch)
 
-        recent, updates = deque(maxlen=50), 0
-        progress = tqdm(plan, desc=f"{config.method} {stage.name}", dynamic_ncols=True)
-        for planned in progress:
-            batch = planned.build(self.tokenizer.pad_id).to(self.device)
-            if self.fusion and isinstance(batch, SentenceBatch) and batch.labels is not None:
-                update(self.fusion, batch)  # fusion (seed 002): the sentiment step first, then the contrastive one
-                updates += 1
-            recent.append(update(objective, batch, chunk))
-            updates += 1
-            scheduler.step()
-            progress.set_postfix(loss=f"{sum(recent) / len(recent):.4f}", source=planned.source)
-        return {"steps": len(plan), "updates": updates, "lr": stage.lr,
-                "final_loss": sum(recent) / max(1, len(recent))}
+    def after_step(self, planned) -> None:
+        pass
+
+    def write_checkpoint(self, folder: Path) -> None:
+        pass  # everything --resume needs is in the training state
+
+    def state_dict(self) -> dict:
+        return {"stage": self.stage_index, "results": self.results,
+                "modules": [module.state_dict() for module in self.trained]}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.stage_index, self.results = state["stage"], state["results"]
+        modules = [self.stages[self.stage_index].objective] + ([self.fusion] if self.fusion else [])
+        for module, saved in zip(modules, state["modules"]):
+            module.load_state_dict(saved)
 
     def _benchmark(self, encoder) -> dict:
         return sts_benchmark(encoder, self.tokenizer, self.config.data_dir, self.config.pooling,

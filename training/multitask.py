@@ -1,55 +1,49 @@
-"""Multi-task fine-tuning: one shared encoder, three heads, a schedule that decides which task's batch comes next.
+"""Multi-task fine-tuning: one shared encoder, a head per task, a schedule that decides which task's batch comes next.
 
-Flow: files -> TaskSplit (tokenised once) -> per-epoch plan of steps (training/schedules.py) ->
-batches grouped by length -> MultitaskModel -> task losses -> average (or gradient surgery) ->
-AdamW with linear warm-up and decay -> dev evaluation -> best checkpoint, predictions.
+Flow: files -> TaskSplit (tokenised once) -> per-epoch plan of steps (training/schedules.py) -> batches grouped
+by length -> MultitaskModel -> task losses -> average (or gradient surgery) -> the engine (AdamW, warm-up and
+decay, checkpoints; training/engine.py) -> dev evaluation -> best checkpoint, predictions.
+What is particular to a task (files, head, loss, metric) comes from the registry, tasks.py.
 """
-import dataclasses
-import json
 import logging
 import math
-import random
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
-import torch.nn.functional as F
-from tqdm import tqdm
 
-from cli import flag
-from data.batching import length_grouped_batches
-from data.readers import DataError
-from data.tasks import FILES, PAIR_ENCODINGS, TASKS, TaskSplit, load_split
-from evaluation.evaluate import hard_predictions, predict, summary, task_metric
+from common import distributed
+from common.cli import flag
+from common.errors import CheckpointError
+from common.files import DEFAULT_DATA, atomic_file, read_json, write_json
+from common.seeding import derived_seed
+from data.batching import length_grouped_batches, split_evenly
+from data.splits import PAIR_ENCODINGS, TaskSplit
+from evaluation.evaluate import predict
 from evaluation.predictions import write_predictions
 from heads import PAIR_MLPS, SHARE_MODES
 from heads.multitask import MultitaskModel
 from heads.paraphrase import CrossEncodedPairHead
-from heads.similarity import lowest_bucket_mean_cosine
-from models import AdamW, POOLINGS, Tokenizer, from_pretrained
-from models.loading import CheckpointError
-from training.checkpoint import (atomic_file, load_heads, load_training_state, read_json, save_checkpoint,
-                                 write_json)
+from models import POOLINGS, Tokenizer, from_pretrained
+from models.checkpoint import load_heads, save_checkpoint, write_encoder_folder
+from tasks import REGISTRY, STS_TARGETS, TASK_NAMES, HeadOptions, selection_score, summary
+from training.engine import Engine, TrainingConfig, linear_warmup_decay, load_training_state
 from training.gradient_surgery import METHODS as SURGERY_METHODS
 from training.gradient_surgery import surgery_backward
 from training.schedules import SCHEDULES, count_batches, parse_task_order, parse_task_weights, plan_epoch
-from training.precision import PRECISIONS, Precision
 
 log = logging.getLogger(__name__)
-DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
 @dataclass
-class MultitaskConfig:
-    model: str = flag("bert-base-uncased", "starting weights: hub id, checkpoint folder, or all-MiniLM-L6-v2")
+class MultitaskConfig(TrainingConfig):
     init: str = flag("", "a checkpoint of ours to start from (e.g. from pretrain_contrastive.py); "
                            "overrides --model; its heads are loaded too when it has matching ones")
     option: str = flag("finetune", "finetune: train encoder and heads; pretrain: heads on a frozen encoder",
                          choices=("finetune", "pretrain"))
-    tasks: str = flag("sst,para,sts", "tasks to train, comma-separated")
+    tasks: str = flag("sst,para,sts", f"tasks to train, comma-separated, from {', '.join(TASK_NAMES)}")
     schedule: str = flag("mtdnn", "how task batches are combined (see training/schedules.py)", choices=SCHEDULES)
     task_order: str = flag("", "task order of the rr-batch, rr-epoch and sequential schedules "
                                  "(empty: the order of --tasks)")
@@ -60,62 +54,58 @@ class MultitaskConfig:
                           choices=POOLINGS)
     pair_encoding: str = flag("bi", "bi: sentences embedded apart; cross: pair encoded together in both orders; "
                                     "per task: para=cross,sts=bi")
-    share: str = flag("first-layer", "sharing between the paraphrase and STS MLPs (bi-encoding)",
-                        choices=SHARE_MODES)
-    pair_mlp: str = flag("residual", "paraphrase and STS MLPs (bi-encoding): residual = x + MLP(x), starting as "
-                                     "the identity; plain = seed 002's 2-layer MLP", choices=PAIR_MLPS)
-    common_layer: bool = flag(False, "a Linear+tanh layer shared by all heads (seed 003 CL)")
-    cross_head: str = flag("dpha", "cross-encoded pair head (seed 003)", choices=CrossEncodedPairHead.VARIANTS)
-    sts_target: str = flag("score", "score: regress 0-5; cosine-range: gold mapped onto [M, 1] (seed 000)",
-                             choices=("score", "cosine-range"))
+    share: str = flag("first-layer", "sharing between the pair tasks' MLPs (bi-encoding)", choices=SHARE_MODES)
+    pair_mlp: str = flag("residual", "pair tasks' MLPs (bi-encoding): residual = x + MLP(x), starting as the "
+                                     "identity; plain = Chen's 2-layer MLP", choices=PAIR_MLPS)
+    common_layer: bool = flag(False, "a Linear+tanh layer shared by all heads (Mohammed and Sabane's CL)")
+    cross_head: str = flag("dpha", "cross-encoded pair head (Mohammed and Sabane: ph, dph, dpha)",
+                             choices=CrossEncodedPairHead.VARIANTS)
+    sts_target: str = flag("score", "score: regress 0-5; cosine-range: gold mapped onto [M, 1] (Contrastive "
+                                    "Tension, Carlsson et al.)", choices=STS_TARGETS)
     head_dropout: float = flag(0.3, "dropout before each head layer")
-    epochs: int = flag(3, "training epochs")
-    batch_size: int = flag(32, "examples per task batch")
-    lr: float = flag(2e-5, "peak learning rate of the encoder")
     layer_lr_decay: float = flag(1.0, "layer-wise LR decay: each encoder layer below the top one, and the "
                                       "embeddings below them, get this factor times the LR above (1 = off)")
     head_lr: float = flag(1e-3, "peak learning rate of the heads (new, randomly initialised layers)")
-    weight_decay: float = flag(0.01, "AdamW decoupled weight decay (not on biases and LayerNorm)")
-    warmup: float = flag(0.1, "fraction of steps of linear warm-up")
-    max_grad_norm: float = flag(1.0, "gradient clipping norm (0 = off)")
-    max_length: int = flag(128, "tokens per input; longer ones are truncated (and counted)")
     max_train_examples: int = flag(0, "use a random sample of at most this many training examples per task (0 = all)")
     max_eval_examples: int = flag(0, "use a random sample of at most this many dev/test examples per task (0 = all)")
     eval_every: int = flag(0, "also evaluate (and save) every N steps (0 = after each epoch only)")
     eval_batch_size: int = flag(128, "batch size for evaluation")
-    seed: int = flag(11711, "random seed; the same seed gives the same run")
     data_dir: str = flag(str(DEFAULT_DATA), "folder with the course's data files")
-    output_dir: str = flag("runs/multitask", "checkpoints (best/, last/) and metrics.jsonl go here")
     predictions_dir: str = flag("predictions", "leaderboard CSVs of the best checkpoint go here")
-    resume: bool = flag(False, "continue the interrupted run in --output-dir")
-    device: str = flag("auto", "cpu, cuda, cuda:1, ... (auto: cuda when present)")
-    precision: str = flag("auto", "auto: bf16 (or fp16) autocast on GPUs, fp32 on CPU", choices=PRECISIONS)
+
+    RUNTIME_FIELDS = TrainingConfig.RUNTIME_FIELDS + ("predictions_dir", "eval_batch_size")
+    # What the heads' tensors mean: --init with heads needs the same values.
+    HEAD_FIELDS = ("tasks", "pooling", "pair_encoding", "share", "pair_mlp", "common_layer", "cross_head",
+                   "sts_target")
 
     def __post_init__(self):
-        self.task_list = parse_task_order(self.tasks)
-        self.order = parse_task_order(self.task_order) if self.task_order else self.task_list
+        self.task_list = parse_task_order(self.tasks, TASK_NAMES)
+        if len(set(self.task_list)) < len(self.task_list):
+            raise ValueError(f"--tasks {self.tasks!r}: a task is named twice")
+        self.order = parse_task_order(self.task_order, TASK_NAMES) if self.task_order else self.task_list
         if set(self.order) != set(self.task_list):
             raise ValueError(f"--task-order {self.task_order!r} must name each task of --tasks {self.tasks!r}, "
                              f"and only those")
-        self.weights = parse_task_weights(self.task_weights) if self.task_weights else None
-        self.loss_scale = parse_task_weights(self.loss_weights, option="--loss-weights") if self.loss_weights else {}
+        self.weights = self._task_values(self.task_weights, "--task-weights") or None
+        self.loss_scale = self._task_values(self.loss_weights, "--loss-weights")
         if not 0 < self.layer_lr_decay <= 1:
             raise ValueError(f"--layer-lr-decay must be in (0, 1], got {self.layer_lr_decay}")
-        self.encodings = parse_pair_encoding(self.pair_encoding)
-        if self.sts_target == "cosine-range" and self.encodings["sts"] != "bi":
-            raise ValueError("--sts-target cosine-range is a cosine of two sentence embeddings: it needs sts=bi "
-                             "in --pair-encoding")
-        for name in ("epochs", "batch_size", "max_length", "eval_batch_size"):
+        self.head_options = HeadOptions(parse_pair_encoding(self.pair_encoding), self.share, self.pair_mlp,
+                                        self.cross_head, self.head_dropout, self.sts_target)
+        for name in self.task_list:
+            REGISTRY[name].check(self.head_options)
+        for name in ("epochs", "batch_size", "max_length", "eval_batch_size", "grad_accum"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
 
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
 
-    # What --resume may change without changing the run.
-    RUNTIME_FIELDS = ("resume", "device", "predictions_dir", "eval_batch_size")
-    # What the heads' tensors mean: --init with heads needs the same values.
-    HEAD_FIELDS = ("pooling", "pair_encoding", "share", "pair_mlp", "common_layer", "cross_head", "sts_target")
+    def _task_values(self, text: str, option: str) -> dict[str, float]:
+        """'para=2,sst=0.5' of --task-weights or --loss-weights, for trained tasks only."""
+        values = parse_task_weights(text, TASK_NAMES, option=option) if text else {}
+        untrained = [task for task in values if task not in self.task_list]
+        if untrained:
+            raise ValueError(f"{option} {text!r}: {', '.join(untrained)} is not trained (--tasks {self.tasks})")
+        return values
 
 
 def as_flag(name: str, value) -> str:
@@ -125,14 +115,16 @@ def as_flag(name: str, value) -> str:
 
 
 def parse_pair_encoding(text: str) -> dict[str, str]:
-    """'cross' -> {'para': 'cross', 'sts': 'cross'}; 'para=cross,sts=bi' -> per task (tasks left out: bi)."""
+    """'cross' -> every pair task cross-encoded; 'para=cross,sts=bi' -> per task (pair tasks left out: bi)."""
+    pair_tasks = [name for name, task in REGISTRY.items() if task.pair]
     if text in PAIR_ENCODINGS:
-        return {"para": text, "sts": text}
-    encodings = {"para": "bi", "sts": "bi"}
+        return dict.fromkeys(pair_tasks, text)
+    encodings = dict.fromkeys(pair_tasks, "bi")
     for item in text.split(","):
         task, _, encoding = (part.strip() for part in item.partition("="))
         if task not in encodings or encoding not in PAIR_ENCODINGS:
-            raise ValueError(f"--pair-encoding {text!r}: expected bi, cross, or task=bi|cross for para and sts")
+            raise ValueError(f"--pair-encoding {text!r}: expected bi, cross, or task=bi|cross for "
+                             f"{' and '.join(pair_tasks)}")
         encodings[task] = encoding
     return encodings
 
@@ -149,19 +141,13 @@ class TaskStream:
         per_pass = math.ceil(len(self.split) / self.batch_size)
         if k // per_pass != self.pass_index:
             self.pass_index = k // per_pass
-            seed = int(np.random.SeedSequence(self.seed_words + [self.pass_index]).generate_state(1)[0])
+            seed = derived_seed(*self.seed_words, self.pass_index)
             self.batches = length_grouped_batches(self.lengths, self.batch_size, torch.Generator().manual_seed(seed))
         return self.batches[k % per_pass]
 
 
 def task_loss(model: MultitaskModel, task: str, batch: dict) -> torch.Tensor:
-    outputs = model(task, batch["inputs"])
-    labels = batch["labels"]
-    if task == "sst":
-        return F.cross_entropy(outputs.float(), labels)
-    if task == "para":
-        return F.binary_cross_entropy_with_logits(outputs.float(), labels)
-    return F.mse_loss(outputs.float(), labels)
+    return REGISTRY[task].loss(model(task, batch["inputs"]), batch["labels"])
 
 
 def weighted_losses(task_losses: dict[str, torch.Tensor], loss_scale: dict[str, float]) -> list[torch.Tensor]:
@@ -178,76 +164,50 @@ def encoder_depth(name: str, num_layers: int) -> int:
     return 0
 
 
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
-def rng_state() -> dict:
-    state = {"torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: dict) -> None:
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+def build_model(config: MultitaskConfig, start: str | Path) -> MultitaskModel:
+    """The encoder of `start` with fresh heads for config's tasks and head flags."""
+    return MultitaskModel(from_pretrained(start), config.task_list, config.pooling, config.head_options,
+                          config.common_layer)
 
 
 class MultitaskTrainer:
     def __init__(self, config: MultitaskConfig):
-        from cli import resolve_device
-
         self.config = config
-        self.device = resolve_device(config.device)
-        self.precision = Precision(config.precision, self.device)
+        self.engine = engine = Engine(config)
         self.output_dir = Path(config.output_dir)
-        seed_everything(config.seed)
-        resume_from = self.output_dir / "last"
-        if config.resume:
-            self._check_resumable(resume_from)
-        start = resume_from if config.resume else Path(config.init) if config.init else config.model
+        resume_from = engine.check_resumable(config.RUNTIME_FIELDS) if config.resume else None
+        start = resume_from or (Path(config.init) if config.init else config.model)
         self.tokenizer = Tokenizer.from_pretrained(start)
-        self.model = MultitaskModel(from_pretrained(start), config.pooling, config.encodings["para"],
-                                    config.encodings["sts"], config.share, config.common_layer, config.head_dropout,
-                                    config.cross_head, config.pair_mlp)
-        heads_loaded = bool(config.resume or config.init) and (Path(start) / "heads.safetensors").exists()
+        self.model = build_model(config, start)
+        heads_loaded = bool(resume_from or config.init) and (Path(start) / "heads.safetensors").exists()
         if heads_loaded:
-            if config.init:  # a resumed run's flags, head flags among them, are checked by _check_resumable
+            if config.init:  # a resumed run's flags, head flags among them, were checked by check_resumable
                 self._check_head_flags(Path(start))
             load_heads(self.model, start)
         if config.option == "pretrain":
             self.model.encoder.requires_grad_(False)
-        self.model.to(self.device)
+        self.model.to(engine.device)
         self.splits = self._load_data()
-        if config.sts_target == "cosine-range" and "sts" in self.splits and not heads_loaded:  # else M came with them
-            self._set_cosine_floor()
-        self.optimizer = AdamW(self._parameter_groups(), lr=config.lr, weight_decay=config.weight_decay)
-        self.batch_counts = count_batches({t: len(self.splits[t]["train"]) for t in config.task_list},
-                                          config.batch_size)
-        self.total_steps = sum(len(self.plan(epoch)) for epoch in range(config.epochs))
-        warmup_steps = int(config.warmup * self.total_steps)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda step: min(
-            (step + 1) / max(1, warmup_steps), max(0.0, (self.total_steps - step) / max(1, self.total_steps - warmup_steps))))
-        self.epoch, self.step_in_epoch, self.global_step, self.best = 0, 0, 0, -math.inf
-        if config.resume:
-            self._restore(load_training_state(resume_from))
+        if not heads_loaded:  # else what the heads measured came with them
+            self._calibrate_heads()
+        # Each step's batch of a task is shared out between the processes and the accumulation steps.
+        self.parts = distributed.world_size() * config.grad_accum
+        batch_counts = count_batches({t: len(self.splits[t]["train"]) for t in config.task_list},
+                                     config.batch_size * self.parts)
+        self.plans = [plan_epoch(config.schedule, batch_counts, epoch=epoch, num_epochs=config.epochs,
+                                 task_order=config.order, task_weights=config.weights,
+                                 generator=torch.Generator().manual_seed(config.seed * 1000 + epoch))
+                      for epoch in range(config.epochs)]
+        # The plan as one list of steps: (epoch, step within the epoch, the tasks whose batches it takes).
+        self.steps = [(epoch, i, tasks) for epoch, plan in enumerate(self.plans) for i, tasks in enumerate(plan)]
+        trained = [p for p in self.model.parameters() if p.requires_grad]
+        engine.prepare(trained, self._parameter_groups(), config.lr, len(self.steps),
+                       lambda step: linear_warmup_decay(step, len(self.steps), config.warmup))
+        self.best, self.last_record, self.stream_epoch = -math.inf, {}, None
+        if resume_from:
+            engine.restore(load_training_state(resume_from))
 
     # ---- setup ----
-
-    def _check_resumable(self, last: Path):
-        if not (last / "training_state.pt").exists():
-            raise CheckpointError(f"--resume: no interrupted run in {self.output_dir} (no last/training_state.pt)")
-        # A flag added since the run started is absent from its run_config.json: it ran with the default.
-        saved = {f.name: f.default for f in dataclasses.fields(MultitaskConfig)} | read_json(last / "run_config.json")
-        changed = [k for k, v in self.config.to_dict().items()
-                   if k not in MultitaskConfig.RUNTIME_FIELDS and saved[k] != v]
-        if changed:
-            raise CheckpointError(f"--resume: flags differ from the interrupted run's ({', '.join(changed)}); "
-                                  f"resume with the same flags, or start a new --output-dir")
 
     def _check_head_flags(self, checkpoint: Path):
         # Heads trained under other flags either fail to load (another shape) or, worse, load and silently
@@ -271,33 +231,33 @@ class MultitaskTrainer:
     def _load_data(self) -> dict[str, dict[str, TaskSplit]]:
         config, data = self.config, Path(self.config.data_dir)
         splits = {}
-        for task in config.task_list:
-            train, dev, test = (data / name for name in FILES[task])
+        for name in config.task_list:
+            task = REGISTRY[name]
+            train, dev, test = (data / file for file in task.files)
             common = dict(tokenizer=self.tokenizer, max_length=config.max_length,
-                          pair_encoding=config.encodings.get(task, "bi"))
-            splits[task] = {
-                "train": load_split(task, train, max_examples=config.max_train_examples, **common),
-                "dev": load_split(task, dev, max_examples=config.max_eval_examples, **common),
-                "test": load_split(task, test, labeled=False, max_examples=config.max_eval_examples, **common),
+                          encoding=config.head_options.encoding(task))
+            splits[name] = {
+                "train": task.load_split(train, max_examples=config.max_train_examples, **common),
+                "dev": task.load_split(dev, max_examples=config.max_eval_examples, **common),
+                "test": task.load_split(test, labeled=False, max_examples=config.max_eval_examples, **common),
             }
         return splits
 
-    def _set_cosine_floor(self):
-        """Seed 000 section 5.2: M = the model's mean cosine over training pairs in the lowest label bucket."""
-        train = self.splits["sts"]["train"]
-        low = [i for i, gold in enumerate(train.labels.tolist()) if gold <= 0.25]
-        if not low:
-            raise DataError(f"--sts-target cosine-range needs STS training pairs scored <= 0.25 and the "
-                            f"{len(train)} used have none (a larger --max-train-examples, or --sts-target score)")
-        head = self.model.similarity
-        with torch.no_grad():
-            self.model.eval()
-            inputs = {k: v.to(self.device) for k, v in train.batch(low, self.tokenizer.pad_id)["inputs"].items()}
-            cosines = head.cosine(*self.model.embed(inputs).chunk(2)).cpu()
-            self.model.train()
-        head.set_cosine_floor(lowest_bucket_mean_cosine(cosines, train.labels[low]))
-        log.info("cosine-range STS target: M = %.4f (mean cosine of %d pairs scored <= 0.25)",
-                 head.cosine_floor.item(), len(low))
+    def _calibrate_heads(self):
+        """Let each head measure what it needs on its training split (the cosine floor M of cosine-range STS)."""
+        for name in self.config.task_list:
+            task, split = REGISTRY[name], self.splits[name]["train"]
+            if not task.needs_calibration(self.config.head_options):
+                continue
+
+            def embed(rows):
+                inputs = {k: v.to(self.engine.device) for k, v in split.batch(rows, self.tokenizer.pad_id)["inputs"].items()}
+                return self.model.embed(inputs)
+
+            with torch.no_grad():
+                self.model.eval()
+                task.calibrate(self.model.heads[name], split, embed)
+                self.model.train()
 
     def _parameter_groups(self):
         # The pretrained encoder moves slowly (lr), the new heads fast (head_lr); no weight decay on
@@ -318,137 +278,129 @@ class MultitaskTrainer:
         return [{"params": params, "lr": lr, **({} if decayed else {"weight_decay": 0.0})}
                 for (lr, decayed), params in groups.items()]
 
-    def plan(self, epoch: int):
-        generator = torch.Generator().manual_seed(self.config.seed * 1000 + epoch)
-        return plan_epoch(self.config.schedule, self.batch_counts, epoch=epoch, num_epochs=self.config.epochs,
-                          task_order=self.config.order, task_weights=self.config.weights, generator=generator)
+    # ---- training (called by the engine) ----
 
-    # ---- checkpoints ----
+    def train(self) -> dict:
+        if self.engine.is_main:
+            write_json(self.output_dir / "run_config.json", self.config.to_dict())
+        self.model.train()
+        self.engine.run(self.steps, self, "multitask")
+        return self.finish()
 
-    def _training_state(self, rng: dict) -> dict:
-        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-                "scaler": self.precision.state_dict(), "epoch": self.epoch, "step_in_epoch": self.step_in_epoch,
-                "global_step": self.global_step, "best": self.best, "rng": rng}
+    def _streams(self, epoch: int, index: int):
+        """This epoch's task streams, and how many batches of each task its steps before `index` took."""
+        if self.stream_epoch != epoch:
+            config = self.config
+            self.streams = {t: TaskStream(self.splits[t]["train"], config.batch_size * self.parts, config.seed,
+                                          epoch, i) for i, t in enumerate(config.task_list)}
+            self.consumed = Counter(task for step in self.plans[epoch][:index] for task in step)
+            self.stream_epoch = epoch
+        return self.streams
 
-    def _restore(self, state: dict):
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        self.precision.load_state_dict(state["scaler"])
-        self.epoch, self.step_in_epoch = state["epoch"], state["step_in_epoch"]
-        self.global_step, self.best = state["global_step"], state["best"]
-        set_rng_state(state["rng"])
-        log.info("resuming at epoch %d, step %d of %d", self.epoch + 1, self.global_step, self.total_steps)
+    def train_step(self, item) -> tuple[dict[str, torch.Tensor], int]:
+        """One optimizer step's gradients: each task of the step takes its next batch, this process's share of it,
+        in --grad-accum parts. Each part's mean loss counts by its share of the batch's examples, so the step's
+        gradient is the gradient of the mean loss over the whole batch, as one process with one batch gives."""
+        epoch, index, tasks = item
+        streams, config, engine = self._streams(epoch, index), self.config, self.engine
+        world, rank, accum = distributed.world_size(), distributed.rank(), config.grad_accum
+        parts = {}
+        for task in tasks:
+            rows = streams[task].batch_indices(self.consumed[task])
+            self.consumed[task] += 1
+            pieces = split_evenly(rows, self.parts)[rank * accum:(rank + 1) * accum]
+            parts[task] = [(piece, len(piece) * world / len(rows)) for piece in pieces]
+        reported, examples = {task: 0.0 for task in tasks}, 0
+        for micro in range(accum):
+            task_losses = {}
+            for task in tasks:
+                piece, share = parts[task][micro]
+                if not piece:
+                    continue
+                batch = self.splits[task]["train"].batch(piece, self.tokenizer.pad_id)
+                batch["inputs"] = {k: v.to(engine.device, non_blocking=True) for k, v in batch["inputs"].items()}
+                batch["labels"] = batch["labels"].to(engine.device, non_blocking=True)
+                with engine.precision.autocast():
+                    task_losses[task] = share * task_loss(self.model, task, batch)
+                reported[task] = reported[task] + task_losses[task].detach() / world
+                examples += len(piece)
+            if task_losses:
+                self._backward(task_losses)
+        return reported, examples
 
-    def save(self, name: str, metrics: dict, rng: dict | None = None) -> Path:
-        return save_checkpoint(self.output_dir / name, self.model.encoder, self.tokenizer, self.config.to_dict(),
-                               metrics, extra_modules=self.model,
-                               training_state=None if rng is None else self._training_state(rng))
+    def _backward(self, task_losses: dict[str, torch.Tensor]) -> None:
+        weighted = weighted_losses(task_losses, self.config.loss_scale)
+        if self.config.schedule == "pcgrad" and len(task_losses) > 1:
+            heads = self.model.head_parameters()
+            surgery_backward([self.engine.precision.scale(loss) for loss in weighted], self.model.shared_parameters(),
+                             [heads[t] for t in task_losses], self.config.surgery)
+        else:
+            self.engine.backward(sum(weighted) / len(weighted))
+
+    def after_step(self, item) -> None:
+        epoch, index, _ = item
+        epoch_end = index + 1 == len(self.plans[epoch])
+        if epoch_end or (self.config.eval_every and self.engine.step % self.config.eval_every == 0):
+            self._evaluate_and_save(epoch + 1, epoch_end)
+
+    def write_checkpoint(self, folder: Path) -> None:
+        write_encoder_folder(folder, self.model.encoder, self.tokenizer, None, self.last_record,
+                             extra_modules=self.model)
+
+    def state_dict(self) -> dict:
+        return {"best": self.best, "last_record": self.last_record}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.best, self.last_record = state["best"], state["last_record"]
 
     # ---- evaluation ----
 
     def predict_all(self, split_name: str) -> dict[str, torch.Tensor]:
         """Soft outputs of every task on its dev or test split."""
         return {task: predict(self.model, splits[split_name], self.tokenizer.pad_id, self.config.eval_batch_size,
-                              self.precision.autocast)
+                              self.engine.precision.autocast)
                 for task, splits in self.splits.items()}
 
     def write_outputs(self, split_name: str, outputs: dict[str, torch.Tensor]) -> None:
         """The leaderboard CSVs, and the soft outputs beside the best checkpoint (for ensemble.py)."""
-        for task, task_outputs in outputs.items():
-            split = self.splits[task][split_name]
-            write_predictions(self.config.predictions_dir, task, split_name, split.ids,
-                              hard_predictions(task, task_outputs))
-            with atomic_file(self.output_dir / "best" / f"outputs-{task}-{split_name}.pt") as temp:
+        for name, task_outputs in outputs.items():
+            split = self.splits[name][split_name]
+            write_predictions(self.config.predictions_dir, name, split_name, split.ids, REGISTRY[name].hard(task_outputs))
+            with atomic_file(self.output_dir / "best" / f"outputs-{name}-{split_name}.pt") as temp:
                 torch.save({"ids": split.ids, "outputs": task_outputs}, temp)
 
-    def _score(self, metrics: dict) -> float:
-        if "overall" in metrics:
-            return metrics["overall"]
-        return sum((m + 1) / 2 if t == "sts" else m for t, m in metrics.items() if t in TASKS) / len(self.splits)
-
-    def _evaluate_and_save(self, losses: dict, started: float, rng: dict):
-        outputs = self.predict_all("dev")
-        metrics = summary({task: task_metric(task, outputs[task], self.splits[task]["dev"].labels)
-                           for task in outputs})
-        # Mid-epoch (--eval-every) the epoch under way; at an epoch's end (epoch already counted) that epoch.
-        epoch = self.epoch + 1 if self.step_in_epoch else self.epoch
-        record = {"epoch": epoch, "step": self.global_step, "train_loss": losses,
-                  "dev": metrics, "seconds": round(time.time() - started, 1)}
-        with open(self.output_dir / "metrics.jsonl", "a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
-        log.info("step %d dev: %s", self.global_step, "  ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
-        if self._score(metrics) > self.best:
-            self.best = self._score(metrics)
-            self.save("best", record)
-            self.write_outputs("dev", outputs)
-        self.save("last", record, rng=rng)
-
-    # ---- training ----
-
-    def train(self) -> dict:
-        config = self.config
-        self.output_dir.mkdir(parents=True, exist_ok=True)
-        write_json(self.output_dir / "run_config.json", config.to_dict())
-        self.model.train()
-        started = time.time()
-        progress = tqdm(total=self.total_steps, initial=self.global_step, desc="multitask", dynamic_ncols=True)
-        while self.epoch < config.epochs:
-            plan = self.plan(self.epoch)
-            streams = {t: TaskStream(self.splits[t]["train"], config.batch_size, config.seed, self.epoch, i)
-                       for i, t in enumerate(config.task_list)}
-            consumed = defaultdict(int)  # batches of each task taken so far this epoch (replayed on resume)
-            for step in plan[:self.step_in_epoch]:
-                for task in step:
-                    consumed[task] += 1
-            losses = defaultdict(list)
-            for step in plan[self.step_in_epoch:]:
-                self._train_step(step, streams, consumed, losses)
-                self.step_in_epoch += 1
-                self.global_step += 1
-                progress.update()
-                progress.set_postfix({t: f"{np.mean(v[-50:]):.3f}" for t, v in losses.items()})
-                if config.eval_every and self.global_step % config.eval_every == 0 and self.step_in_epoch < len(plan):
-                    self._evaluate_and_save(self._mean_losses(losses), started, rng_state())
-            self.epoch += 1
-            self.step_in_epoch = 0
-            self._evaluate_and_save(self._mean_losses(losses), started, rng_state())
-        progress.close()
-        return self.finish()
-
-    @staticmethod
-    def _mean_losses(losses):
-        return {t: float(np.mean(v)) for t, v in losses.items() if v}
-
-    def _train_step(self, step, streams, consumed, losses):
-        task_losses = {}
-        for task in step:
-            rows = streams[task].batch_indices(consumed[task])
-            consumed[task] += 1
-            batch = self.splits[task]["train"].batch(rows, self.tokenizer.pad_id)
-            batch["inputs"] = {k: v.to(self.device) for k, v in batch["inputs"].items()}
-            batch["labels"] = batch["labels"].to(self.device)
-            with self.precision.autocast():
-                loss = task_loss(self.model, task, batch)
-            task_losses[task] = loss
-            losses[task].append(loss.item())
-        weighted = weighted_losses(task_losses, self.config.loss_scale)
-        if self.config.schedule == "pcgrad" and len(step) > 1:
-            heads = self.model.head_parameters()
-            surgery_backward([self.precision.scale(l) for l in weighted], self.model.shared_parameters(),
-                             [heads[t] for t in step], self.config.surgery)
+    def _evaluate_and_save(self, epoch: int, epoch_end: bool):
+        """Rank 0 scores the dev sets and saves best/ when they improve; every rank then saves last/.
+        The record's training losses are the means over the epoch so far."""
+        record = None
+        if self.engine.is_main:
+            outputs = self.predict_all("dev")
+            metrics = summary({name: REGISTRY[name].metric(outputs[name], self.splits[name]["dev"].labels)
+                               for name in outputs})
+            record = {"event": "eval", "epoch": epoch, "step": self.engine.step,
+                      "train_loss": self.engine.losses.period_means(reset=epoch_end),
+                      "dev": metrics, "seconds": round(time.time() - self.engine.started, 1)}
+            self.engine.write_record(record)
+            log.info("step %d dev: %s", self.engine.step, "  ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
+            self.last_record = record
+            if selection_score(metrics) > self.best:
+                self.best = selection_score(metrics)
+                save_checkpoint(self.output_dir / "best", self.model.encoder, self.tokenizer, self.config.to_dict(),
+                                record, extra_modules=self.model)
+                self.write_outputs("dev", outputs)
         else:
-            self.precision.scale(sum(weighted) / len(weighted)).backward()
-        self.precision.step(self.optimizer, self.model.parameters(), self.config.max_grad_norm)
-        self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
+            self.engine.losses.period_means(reset=epoch_end)  # every process starts the next epoch's means together
+        self.engine.save_last(self)
 
     def finish(self) -> dict:
         """Reload the best checkpoint, write its test predictions (dev ones are written when it is saved)."""
         best = self.output_dir / "best"
-        self.model.encoder = from_pretrained(best)
-        load_heads(self.model, best)
-        self.model.to(self.device)
-        self.write_outputs("test", self.predict_all("test"))
+        if self.engine.is_main:
+            self.model.encoder = from_pretrained(best)
+            load_heads(self.model, best)
+            self.model.to(self.engine.device)
+            self.write_outputs("test", self.predict_all("test"))
+        distributed.barrier()
         metrics = read_json(best / "metrics.json")["dev"]
         log.info("best dev: %s; predictions in %s/", "  ".join(f"{k} {v:.4f}" for k, v in metrics.items()),
                  self.config.predictions_dir)

@@ -16,6 +16,7 @@ require gradients are what the optimizer trains; encoders_to_save() is what the 
     SentimentFusion     seed 002 Table 1: the cross-entropy step that precedes each SST batch's contrastive step
 """
 import copy
+import dataclasses
 import functools
 from dataclasses import dataclass
 from typing import Callable
@@ -24,12 +25,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from common import distributed
 from data.contrastive import Batch, Inputs, PairBatch, SentenceBatch, TripletBatch, plan_epoch, plan_tension_epoch
 from heads import MLP
 from heads.sentiment import SentimentHead
 from losses import (ProjectionHead, contrastive_tension_loss, l2_regulariser, multiple_negatives_ranking_loss,
                     quora_simcse_loss, sample_layer_views, self_guided_base_loss, self_guided_opt3_loss, simcse_loss)
 from models import BertModel, pool
+from training.engine import linear_warmup_decay
 
 
 @dataclass
@@ -47,19 +50,13 @@ def projection_mlp(hidden_size: int) -> nn.Module:
     return MLP(hidden_size, hidden_size, hidden_size, dropout=0.0)
 
 
-def linear_warmup_decay(step: int, total_steps: int, warmup: float) -> float:
-    """Learning-rate multiplier: linear warm-up over the first `warmup` fraction of steps, then linear decay to 0."""
-    warmup_steps = int(warmup * total_steps)
-    if step < warmup_steps:
-        return (step + 1) / warmup_steps
-    return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
-
-
 class Objective(nn.Module):
     """Every objective sets self.encoder: the encoder it trains (the one --fusion's sentiment head sits on)."""
     input_kind = "any"  # "any": --data's batches as they are; "sentences": single sentences only; "triplets": NLI
     supports_grad_cache = True
     adam_betas = (0.9, 0.999)
+    # In-batch negatives: under torchrun the loss sees every process's embeddings (and labels) as one batch.
+    gathers_batch = False
 
     def views(self, batch: Batch) -> list[View]:
         raise NotImplementedError
@@ -71,12 +68,17 @@ class Objective(nn.Module):
         return self.loss_fp32(batch, *(view.embed(view.inputs) for view in self.views(batch)))
 
     def loss_fp32(self, batch: Batch, *embeddings: torch.Tensor) -> torch.Tensor:
+        if self.gathers_batch and distributed.world_size() > 1:
+            embeddings = [distributed.gather_rows(e) for e in embeddings]
+            if getattr(batch, "labels", None) is not None:
+                batch = dataclasses.replace(batch, labels=distributed.gather_rows(batch.labels, differentiable=False))
         # Outside autocast: cosine / temperature logits need more precision than bf16 has.
         with torch.autocast(embeddings[0].device.type, enabled=False):
             return self.loss(batch, *(e.float() for e in embeddings))
 
-    def plan_epoch(self, datasets, batch_size: int, seed: int, epoch: int):
-        return plan_epoch(datasets, batch_size, seed, epoch)
+    def plan_epoch(self, datasets, batch_size: int, seed: int, epoch: int, processes: int = 1):
+        """The epoch's batches; batch_size is one process's (each planned batch is shared out between them)."""
+        return plan_epoch(datasets, batch_size * processes, seed, epoch)
 
     def lr_multiplier(self, step: int, total_steps: int, warmup: float) -> float:
         return linear_warmup_decay(step, total_steps, warmup)
@@ -88,6 +90,7 @@ class Objective(nn.Module):
 
 class InBatchNegatives(Objective):
     """SimCSE and MNRL share their views: two dropout passes of a sentence, a pair's two sentences, or a triplet."""
+    gathers_batch = True
 
     def __init__(self, encoder: BertModel, pooling: str, projection: bool):
         super().__init__()
@@ -159,8 +162,8 @@ class ContrastiveTension(Objective):
     def model1(self) -> BertModel:
         return self.encoder
 
-    def plan_epoch(self, datasets, batch_size, seed, epoch):
-        return plan_tension_epoch(datasets, batch_size, self.negatives_per_positive, seed, epoch)
+    def plan_epoch(self, datasets, batch_size, seed, epoch, processes=1):
+        return plan_tension_epoch(datasets, batch_size, self.negatives_per_positive, seed, epoch, processes)
 
     def views(self, batch: PairBatch) -> list[View]:
         return [View(functools.partial(pooled, self.model1, self.pooling), batch.first),

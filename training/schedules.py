@@ -36,7 +36,6 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-TASKS = ("sst", "para", "sts")
 SCHEDULES = ("avg", "pcgrad", "rr-batch", "rr-epoch", "sequential", "mtdnn")
 
 Step = tuple[str, ...]
@@ -125,7 +124,7 @@ def _split_option(text: str, option: str) -> list[str]:
     return items
 
 
-def parse_task_order(text: str, tasks: Sequence[str] = TASKS) -> tuple[str, ...]:
+def parse_task_order(text: str, tasks: Sequence[str]) -> tuple[str, ...]:
     """'--task-order sst,para,sts' -> ('sst', 'para', 'sts'); repeats are allowed (see module doc)."""
     order = tuple(_split_option(text, "--task-order"))
     unknown = [task for task in order if task not in tasks]
@@ -134,7 +133,7 @@ def parse_task_order(text: str, tasks: Sequence[str] = TASKS) -> tuple[str, ...]
     return order
 
 
-def parse_task_weights(text: str, tasks: Sequence[str] = TASKS, option: str = "--task-weights") -> dict[str, float]:
+def parse_task_weights(text: str, tasks: Sequence[str], option: str = "--task-weights") -> dict[str, float]:
     """'para=2,sst=0.5' -> {'para': 2.0, 'sst': 0.5}, for the flag `option`. Tasks left out weigh 1."""
     weights: dict[str, float] = {}
     for item in _split_option(text, option):

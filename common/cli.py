@@ -7,14 +7,14 @@ one place: the dataclass, which is also what is saved beside every checkpoint.
 import argparse
 import dataclasses
 import logging
+import os
 import sys
 import typing
 from typing import Any, Callable
 
 import torch
 
-from data.readers import DataError
-from models.loading import CheckpointError
+from common.errors import CheckpointError, UserError
 
 
 def flag(default: Any, help: str, choices: tuple | None = None, **extra) -> Any:
@@ -67,10 +67,13 @@ def resolve_device(name: str) -> torch.device:
 
 def run(main: Callable[[], Any]) -> None:
     """Run a command: user errors (bad files, missing checkpoints) become one clear line and exit code 2."""
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    # Under torchrun every process would print the same lines: only rank 0 talks, unless something goes wrong.
+    quiet = os.environ.get("RANK", "0") != "0"
+    logging.basicConfig(level=logging.WARNING if quiet else logging.INFO,
+                        format="%(levelname)s %(name)s: %(message)s")
     try:
         main()
-    except (DataError, CheckpointError) as error:
+    except UserError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:

@@ -1,0 +1,14 @@
+"""The errors a user can cause and fix. Commands turn them into one line and exit code 2 (cli.run);
+anything else is a bug and keeps its traceback."""
+
+
+class UserError(Exception):
+    """Something the user can fix: the message names the file (and line) or the flag."""
+
+
+class DataError(UserError, ValueError):
+    """A data file cannot be read as asked."""
+
+
+class CheckpointError(UserError):
+    """A checkpoint (or another file we load) cannot be found or read."""

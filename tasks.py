@@ -1,0 +1,280 @@
+"""The task registry: everything that is particular to one fine-tuning task, in one place.
+
+A Task says where its files are and how to read them, whether an example is one sentence or a pair, which
+head it gets, its loss, how the head's raw outputs become soft outputs (what ensembles average) and hard
+predictions (what the leaderboard gets), its metric, and its leaderboard file. Heads, trainer, evaluation,
+predictions and ensembles ask the registry; none of them knows a task by name.
+
+    sst     SST-5 sentiment, 5 classes, accuracy                  (the course's first task)
+    para    Quora paraphrase detection, 0/1, accuracy              (second)
+    sts     STS similarity, a score in [0, 5], Pearson r           (third)
+    cfimdb  CFIMDB movie-review polarity, 2 classes, accuracy      (the course's optional extra set)
+
+Adding a task is one entry in REGISTRY, plus a reader or head if it needs one that does not exist yet.
+"""
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from common.errors import DataError
+from common.metrics import accuracy, mean_score, overall_score, pearson
+from data.readers import read_quora, read_sentiment, read_sts, sample_records
+from data.splits import TaskSplit, encode_views
+from heads import MLP
+from heads.paraphrase import CrossEncodedPairHead, ParaphraseHead
+from heads.sentiment import SentimentHead
+from heads.similarity import (
+    LOWEST_BUCKET_WIDTH,
+    MAX_SCORE,
+    CrossEncodedSimilarityHead,
+    SimilarityHead,
+    lowest_bucket_mean_cosine,
+)
+from models.tokenizer import Tokenizer
+
+SPLITS = ("train", "dev", "test")
+STS_TARGETS = ("score", "cosine-range")
+
+
+@dataclass(frozen=True)
+class HeadOptions:
+    """The flags that decide what the heads compute (saved with them: heads trained under other values
+    either fail to load or, worse, load and compute something else)."""
+    encodings: dict[str, str] = field(default_factory=dict)  # pair task -> bi | cross (left out: bi)
+    share: str = "first-layer"  # how the bi-encoded pair tasks' MLPs share layers (heads.pair_mlps)
+    pair_mlp: str = "residual"
+    cross_head: str = "dpha"
+    dropout: float = 0.3
+    sts_target: str = "score"
+
+    def encoding(self, task: "Task") -> str:
+        return self.encodings.get(task.name, "bi") if task.pair else "single"
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    description: str
+    files: tuple[str, str, str]  # train, dev, test-student in --data-dir, the course's names
+    column: str  # the leaderboard file's prediction column
+    pair: bool = False  # two sentences an example
+
+    # ---- data ----
+    def read(self, path: Path, labeled: bool) -> list:
+        raise NotImplementedError
+
+    def load_split(self, path: Path, tokenizer: Tokenizer, max_length: int, encoding: str, labeled: bool = True,
+                   max_examples: int = 0) -> TaskSplit:
+        records = sample_records(self.read(path, labeled), max_examples)
+        if not records:
+            raise DataError(f"{path}: no usable rows")
+        texts = [(r.sentence1, r.sentence2) if self.pair else (r.sentence,) for r in records]
+        views = encode_views(tokenizer, texts, encoding, max_length, source=path.name)
+        labels = torch.tensor([r.label for r in records], dtype=self.label_dtype) if labeled else None
+        return TaskSplit(self.name, [r.id for r in records], views, labels)
+
+    label_dtype = torch.long
+
+    # ---- model ----
+    def head(self, hidden_size: int, options: HeadOptions, mlp: MLP | None) -> nn.Module:
+        """The task's head on pooled embeddings; mlp: the pair MLP of a bi-encoded pair task."""
+        raise NotImplementedError
+
+    def loss(self, raw: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def check(self, options: HeadOptions) -> None:
+        """Raise ValueError (a usage error) for flag values this task's head cannot take."""
+
+    def needs_calibration(self, options: HeadOptions) -> bool:
+        """Whether the head measures something on the training data before training (calibrate)."""
+        return False
+
+    def calibrate(self, head: nn.Module, split: TaskSplit, embed: Callable[[list[int]], torch.Tensor]) -> None:
+        """Measure what the head needs from the training split; embed(rows) -> pooled embeddings of those rows'
+        views (view-major), computed in eval mode."""
+        raise NotImplementedError
+
+    # ---- outputs ----
+    soft_shape = ()  # one example's soft output
+
+    def soft(self, raw: torch.Tensor) -> torch.Tensor:
+        """What ensembles average: class probabilities, P(paraphrase), a score in [0, 5]."""
+        raise NotImplementedError
+
+    def hard(self, soft: torch.Tensor) -> torch.Tensor:
+        """The leaderboard's predictions from soft outputs."""
+        raise NotImplementedError
+
+    def format(self, prediction: float) -> str:
+        """One prediction as the leaderboard file writes it."""
+        raise NotImplementedError
+
+    # ---- metric ----
+    metric_name = "accuracy"
+    # The task as one transformers AutoModelForSequenceClassification sees it (1 = regression); the baseline's.
+    sequence_classifier_outputs = 2
+
+    def metric(self, soft: torch.Tensor, labels: torch.Tensor) -> float:
+        return accuracy(self.hard(soft), labels.long())
+
+    def score(self, metric: float) -> float:
+        """The metric on [0, 1], as the course's overall score counts it."""
+        return metric
+
+
+@dataclass(frozen=True)
+class Classification(Task):
+    """One sentence, one of num_classes classes; cross-entropy; accuracy."""
+    num_classes: int = 2
+
+    def read(self, path, labeled):
+        return read_sentiment(path, num_classes=self.num_classes, labeled=labeled)[0]
+
+    def head(self, hidden_size, options, mlp):
+        return SentimentHead(hidden_size, self.num_classes, dropout=options.dropout)
+
+    def loss(self, raw, labels):
+        return F.cross_entropy(raw.float(), labels)
+
+    @property
+    def soft_shape(self):
+        return (self.num_classes,)
+
+    @property
+    def sequence_classifier_outputs(self):
+        return self.num_classes
+
+    def soft(self, raw):
+        return raw.float().softmax(-1)
+
+    def hard(self, soft):
+        return soft.argmax(-1)
+
+    def format(self, prediction):
+        if not float(prediction).is_integer() or not 0 <= prediction < self.num_classes:
+            raise ValueError(f"{self.name} prediction {prediction} is not a class index 0-{self.num_classes - 1}")
+        return str(int(prediction))
+
+
+@dataclass(frozen=True)
+class Paraphrase(Task):
+    """A pair, paraphrase or not; one logit, binary cross-entropy; accuracy at P = 0.5."""
+    pair: bool = True
+    label_dtype = torch.float
+
+    def read(self, path, labeled):
+        return read_quora(path, labeled=labeled)[0]
+
+    def head(self, hidden_size, options, mlp):
+        if options.encoding(self) == "cross":
+            return CrossEncodedPairHead(hidden_size, options.cross_head, options.dropout)
+        return ParaphraseHead(mlp)
+
+    def loss(self, raw, labels):
+        return F.binary_cross_entropy_with_logits(raw.float(), labels)
+
+    def soft(self, raw):
+        return raw.float().sigmoid()
+
+    def hard(self, soft):
+        return (soft > 0.5).long()
+
+    def format(self, prediction):
+        if prediction not in (0, 1):
+            raise ValueError(f"{self.name} prediction {prediction} is not a 0/1 label")
+        return str(int(prediction))
+
+
+@dataclass(frozen=True)
+class Similarity(Task):
+    """A pair, a similarity score in [0, 5]; squared error on the unclamped score; Pearson r."""
+    pair: bool = True
+    label_dtype = torch.float
+    metric_name = "pearson"
+    sequence_classifier_outputs = 1
+
+    def read(self, path, labeled):
+        return read_sts(path, labeled=labeled)[0]
+
+    def head(self, hidden_size, options, mlp):
+        if options.encoding(self) == "cross":
+            return CrossEncodedSimilarityHead(hidden_size, options.cross_head, options.dropout)
+        return SimilarityHead(mlp)
+
+    def check(self, options: HeadOptions) -> None:
+        if options.sts_target == "cosine-range" and options.encoding(self) != "bi":
+            raise ValueError(f"--sts-target cosine-range is a cosine of two sentence embeddings: it needs "
+                             f"{self.name}=bi in --pair-encoding")
+
+    def needs_calibration(self, options: HeadOptions) -> bool:
+        return options.sts_target == "cosine-range"
+
+    def calibrate(self, head, split, embed):
+        """Contrastive Tension (Carlsson et al.) section 5.2: with --sts-target cosine-range, gold scores map onto
+        [M, 1], M = the model's mean cosine over the training pairs in the lowest label bucket (gold <= 0.25)."""
+        low = [i for i, gold in enumerate(split.labels.tolist()) if gold <= LOWEST_BUCKET_WIDTH]
+        if not low:
+            raise DataError(f"--sts-target cosine-range needs {self.name.upper()} training pairs scored <= "
+                            f"{LOWEST_BUCKET_WIDTH} and the {len(split)} used have none (a larger "
+                            f"--max-train-examples, or --sts-target score)")
+        cosines = head.cosine(*embed(low).chunk(2)).cpu()
+        head.set_cosine_floor(lowest_bucket_mean_cosine(cosines, split.labels[low]))
+
+    def loss(self, raw, labels):
+        return F.mse_loss(raw.float(), labels)
+
+    def soft(self, raw):
+        return raw.float().clamp(0.0, MAX_SCORE)
+
+    def hard(self, soft):
+        return soft
+
+    def format(self, prediction):
+        if not math.isfinite(prediction):
+            raise ValueError(f"{self.name} prediction {prediction} is not a finite number")
+        return repr(float(prediction))
+
+    def metric(self, soft, labels):
+        return pearson(soft, labels)
+
+    def score(self, metric):
+        return (metric + 1) / 2
+
+
+REGISTRY: dict[str, Task] = {task.name: task for task in (
+    Classification("sst", "SST-5 sentiment (5 classes)",
+                   ("ids-sst-train.csv", "ids-sst-dev.csv", "ids-sst-test-student.csv"),
+                   column="Predicted_Sentiment", num_classes=5),
+    Paraphrase("para", "Quora paraphrase detection",
+               ("quora-train.csv", "quora-dev.csv", "quora-test-student.csv"), column="Predicted_Is_Paraphrase"),
+    # The later starter's column name; the 2023 starter misspelled it "Predicted_Similiary".
+    Similarity("sts", "STS semantic similarity (0-5)",
+               ("sts-train.csv", "sts-dev.csv", "sts-test-student.csv"), column="Predicted_Similarity"),
+    Classification("cfimdb", "CFIMDB movie-review polarity (2 classes)",
+                   ("ids-cfimdb-train.csv", "ids-cfimdb-dev.csv", "ids-cfimdb-test-student.csv"),
+                   column="Predicted_Sentiment", num_classes=2),
+)}
+TASK_NAMES = tuple(REGISTRY)
+COURSE_TASKS = ("sst", "para", "sts")  # the three the course's overall score combines
+
+
+def summary(metrics: dict[str, float]) -> dict[str, float]:
+    """Add the course's overall score mean(SST acc, Quora acc, (STS r + 1) / 2) and the plain mean of the three
+    (Mohammed and Sabane's "Average") when all three were scored."""
+    if set(COURSE_TASKS) <= set(metrics):
+        values = [metrics[name] for name in COURSE_TASKS]
+        metrics = {**metrics, "overall": overall_score(*values), "mean": mean_score(*values)}
+    return metrics
+
+
+def selection_score(metrics: dict[str, float]) -> float:
+    """What picks the best checkpoint: the mean of the trained tasks' scores on [0, 1] (with the three course
+    tasks, the course's overall score)."""
+    scores = [REGISTRY[name].score(value) for name, value in metrics.items() if name in REGISTRY]
+    return sum(scores) / len(scores)

@@ -1,0 +1,137 @@
+"""The training engine both commands share: accumulation, resuming a killed run, the metrics log, TensorBoard."""
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import multitask_classifier
+from tests.conftest import write_course_files
+from training.engine import linear_warmup_decay
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def data_40(tmp_path_factory):
+    return write_course_files(tmp_path_factory.mktemp("data-40"), random.Random(0), train_rows=40)
+
+
+def multitask_args(model, data, out: Path, *extra) -> list[str]:
+    return ["--model", str(model), "--data-dir", str(data), "--output-dir", str(out / "run"),
+            "--predictions-dir", str(out / "predictions"), "--epochs", "1", "--head-dropout", "0", "--lr", "1e-3",
+            "--device", "cpu", *extra]
+
+
+def weights(folder: Path) -> dict[str, torch.Tensor]:
+    return {**load_file(folder / "model.safetensors"), **load_file(folder / "heads.safetensors")}
+
+
+@pytest.mark.parametrize("schedule", ["mtdnn", "avg"])
+def test_grad_accum_2_with_batch_8_trains_like_batch_16(tiny_model_without_dropout, data_40, tmp_path, schedule):
+    """40 examples a task: batches of 16, 16 and 8; the last one's halves (4 + 4) still weigh as one batch."""
+    model = tiny_model_without_dropout
+    multitask_classifier.main(multitask_args(model, data_40, tmp_path / "accum", "--schedule", schedule,
+                                             "--batch-size", "8", "--grad-accum", "2"))
+    multitask_classifier.main(multitask_args(model, data_40, tmp_path / "big", "--schedule", schedule,
+                                             "--batch-size", "16"))
+    accumulated, big = weights(tmp_path / "accum/run/last"), weights(tmp_path / "big/run/last")
+    assert accumulated.keys() == big.keys()
+    for name in big:
+        torch.testing.assert_close(accumulated[name], big[name], atol=1e-5, rtol=1e-4, msg=name)
+    # And not merely because nothing moved: batch 8 without accumulation takes other steps.
+    multitask_classifier.main(multitask_args(model, data_40, tmp_path / "small", "--schedule", schedule,
+                                             "--batch-size", "8"))
+    small = weights(tmp_path / "small/run/last")
+    assert not torch.allclose(small["encoder.layer.0.attention.self.query.weight"],
+                              big["encoder.layer.0.attention.self.query.weight"], atol=1e-5)
+
+
+def test_metrics_log_has_per_step_losses_and_the_learning_rate(tiny_model, data_40, tmp_path):
+    multitask_classifier.main(multitask_args(tiny_model, data_40, tmp_path, "--batch-size", "8", "--epochs", "2",
+                                             "--log-every", "3", "--warmup", "0.2"))
+    lines = [json.loads(line) for line in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
+    train = [line for line in lines if line["event"] == "train"]
+    evals = [line for line in lines if line["event"] == "eval"]
+    total = 2 * 3 * 5  # 2 epochs of mtdnn over 3 tasks of 5 batches
+    assert [line["step"] for line in train] == list(range(3, total + 1, 3))
+    assert [line["step"] for line in evals] == [15, 30]
+    for line in train:
+        assert set(line["loss"]) <= {"sst", "para", "sts"} and all(v > 0 for v in line["loss"].values())
+        # The rate of the step just taken (the step before line["step"] counts from 0).
+        assert line["lr"] == pytest.approx(1e-3 * linear_warmup_decay(line["step"] - 1, total, 0.2))
+    assert train[0]["lr"] == pytest.approx(1e-3 * 3 / 6)  # warm-up: 6 steps, the third
+    assert train[-1]["lr"] == pytest.approx(1e-3 * 1 / 24)  # decay: the last of 24 steps
+
+
+def test_tensorboard_events_are_written_and_readable(tiny_model, data_40, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    multitask_classifier.main(multitask_args(tiny_model, data_40, tmp_path, "--batch-size", "8", "--log-every", "5",
+                                             "--tensorboard", str(tmp_path / "tb")))
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    assert {"train/lr", "train/examples_per_s", "dev/sst", "dev/para", "dev/sts", "dev/overall"} <= tags
+    assert {"loss/sst", "loss/para", "loss/sts"} & tags
+    logged = {json.loads(line)["step"] for line in (tmp_path / "run/metrics.jsonl").read_text().splitlines()}
+    assert {event.step for event in events.Scalars("train/lr")} <= logged
+
+
+KILLED_AT_STEP_3 = """
+import os, signal, sys
+sys.path.insert(0, {root!r})
+from training import contrastive
+import pretrain_contrastive
+step = contrastive.ContrastiveTrainer.train_step
+def dies(self, item):
+    if self.engine.step == 3:  # the checkpoint of step 2 is on disk, step 3 has run
+        os.kill(os.getpid(), signal.SIGKILL)
+    return step(self, item)
+contrastive.ContrastiveTrainer.train_step = dies
+pretrain_contrastive.main(sys.argv[1:])
+"""
+
+
+@pytest.mark.parametrize("method", ["simcse", "ct"])
+def test_pretraining_killed_after_a_checkpoint_resumes_to_the_same_weights(tiny_model, tmp_path, minilm_dir, method):
+    data = tmp_path / "sentences.txt"
+    rng = random.Random(0)
+    data.write_text("\n".join(" ".join(rng.choice("a cat dog sat on the mat red big".split())
+                                       for _ in range(rng.randint(3, 8))) for _ in range(96)) + "\n")
+    args = lambda out: ["--model", str(tiny_model), "--method", method, "--data", str(data),  # noqa: E731
+                        "--batch-size", "16", "--lr", "1e-3", "--save-every", "2", "--epochs", "1",
+                        "--output-dir", str(out), "--device", "cpu"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    subprocess.run([sys.executable, "pretrain_contrastive.py", *args(tmp_path / "full")], cwd=ROOT, env=env,
+                   check=True, capture_output=True)
+    killer = tmp_path / "killed.py"
+    killer.write_text(KILLED_AT_STEP_3.format(root=str(ROOT)))
+    died = subprocess.run([sys.executable, str(killer), *args(tmp_path / "resumed")], cwd=ROOT, env=env,
+                          capture_output=True, text=True)
+    assert died.returncode == -9  # SIGKILL
+    assert (tmp_path / "resumed/last/training_state.pt").exists()
+    resumed = subprocess.run([sys.executable, "pretrain_contrastive.py", *args(tmp_path / "resumed"), "--resume"],
+                             cwd=ROOT, env=env, capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "resuming at step 2" in resumed.stderr
+    folders = ["model1", "model2"] if method == "ct" else [""]
+    for folder in folders:
+        full, again = (load_file(tmp_path / run / folder / "model.safetensors") for run in ("full", "resumed"))
+        for name in full:
+            torch.testing.assert_close(again[name], full[name], atol=1e-6, rtol=0, msg=name)
+    assert not (tmp_path / "resumed/last").exists(), "a finished run leaves no resumable checkpoint behind"
+
+
+def test_contrastive_grad_accum_is_refused_with_the_reason(tiny_model, tmp_path):
+    result = subprocess.run([sys.executable, "pretrain_contrastive.py", "--model", str(tiny_model), "--grad-accum",
+                             "2", "--output-dir", str(tmp_path)], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 2 and "--grad-cache-chunk" in result.stderr

@@ -1,0 +1,276 @@
+"""The one training loop that multi-task fine-tuning and contrastive pretraining share.
+
+The engine knows nothing of tasks or methods. A trainer hands it the parameters to train, the number of
+steps and a learning-rate shape, and a plan: one item per optimizer step. For every item the trainer's
+train_step(item) runs the forward passes and calls engine.backward(loss); the engine then averages the
+gradients over the processes (torchrun), clips them, steps AdamW and the schedule, and keeps the books:
+
+    device and precision      --device, --precision (bf16/fp16 autocast on GPUs, fp32 on CPU)
+    seeding                   --seed; each process's random state is saved with every checkpoint
+    schedule                  linear warm-up over --warmup of the steps, then linear decay to 0
+    checkpoints and resume    OUTPUT_DIR/last/ (atomic) every --save-every steps and when the trainer asks;
+                              --resume continues from it with the same flags, to the same final weights
+    metrics                   OUTPUT_DIR/metrics.jsonl: a "train" line every --log-every steps (each task's
+                              mean loss, the learning rate, examples a second), the trainer's "eval" lines;
+                              the same scalars in TensorBoard with --tensorboard DIR
+    progress                  a progress bar on a terminal; log lines otherwise
+    several processes         torchrun --nproc_per_node N ...: rank 0 writes, every rank trains
+
+A trainer is an object with train_step(item) -> (losses by name, examples), after_step(item) (evaluate, save
+the best checkpoint, ...), write_checkpoint(folder) (its model files of last/), and state_dict() /
+load_state_dict() (what else a resumed run needs).
+"""
+import dataclasses
+import json
+import logging
+import math
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+from tqdm import tqdm
+
+from common import distributed
+from common.cli import flag, resolve_device
+from common.errors import CheckpointError, UserError
+from common.files import append_jsonl, atomic_directory, read_json
+from common.seeding import rng_state, seed_everything, set_rng_state
+from models import AdamW
+from training.precision import PRECISIONS, Precision
+
+log = logging.getLogger(__name__)
+STATE_FILE = "training_state.pt"
+
+
+@dataclass
+class TrainingConfig:
+    """The flags every trainer has. A command's config extends it (and may change a default)."""
+    model: str = flag("bert-base-uncased", "starting weights: hub id, checkpoint folder, or all-MiniLM-L6-v2")
+    epochs: int = flag(3, "training epochs")
+    batch_size: int = flag(32, "examples per batch (per task, per process)")
+    grad_accum: int = flag(1, "gradient accumulation: add up the gradients of this many batches before each "
+                              "optimizer step (the same step as a batch this many times larger)")
+    lr: float = flag(2e-5, "peak learning rate of the encoder")
+    weight_decay: float = flag(0.01, "AdamW decoupled weight decay (not on biases and LayerNorm)")
+    warmup: float = flag(0.1, "fraction of steps of linear warm-up, before linear decay to 0")
+    max_grad_norm: float = flag(1.0, "gradient clipping norm (0 = off)")
+    max_length: int = flag(128, "tokens per input; longer ones are truncated (and counted)")
+    seed: int = flag(11711, "random seed; the same seed gives the same run")
+    output_dir: str = flag("runs/multitask", "checkpoints and metrics.jsonl go here")
+    resume: bool = flag(False, "continue the interrupted run in --output-dir from its last checkpoint")
+    save_every: int = flag(0, "also save the resumable checkpoint OUTPUT_DIR/last/ every N steps (0 = only when "
+                              "the command saves anyway)")
+    log_every: int = flag(50, "write each task's mean training loss and the learning rate to metrics.jsonl "
+                              "every N steps")
+    tensorboard: str = flag("", "also write losses, learning rate, throughput and dev metrics to this "
+                                "TensorBoard folder")
+    device: str = flag("auto", "cpu, cuda, cuda:1, ... (auto: cuda when present; under torchrun each process "
+                               "takes its own GPU)")
+    precision: str = flag("auto", "auto: bf16 (or fp16) autocast on GPUs, fp32 on CPU", choices=PRECISIONS)
+
+    # What --resume may change without changing the run.
+    RUNTIME_FIELDS = ("resume", "device", "save_every", "log_every", "tensorboard")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def linear_warmup_decay(step: int, total_steps: int, warmup: float) -> float:
+    """Learning-rate multiplier: linear warm-up over the first `warmup` fraction of steps, then linear decay to 0."""
+    warmup_steps = int(warmup * total_steps)
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
+
+
+class LossTracker:
+    """Each named loss summed on the device (no wait for the GPU in the step) over two windows: since the
+    last log line, and since the trainer last took its period's means (an epoch)."""
+
+    def __init__(self):
+        self.window, self.period = {}, {}  # name -> [sum, count]
+
+    def add(self, losses: dict[str, torch.Tensor]) -> None:
+        for name, loss in losses.items():
+            for store in (self.window, self.period):
+                total = store.setdefault(name, [0.0, 0])
+                total[0] = total[0] + loss.detach().double()
+                total[1] += 1
+
+    @staticmethod
+    def _means(store: dict, reset: bool) -> dict[str, float]:
+        means = {name: float(total) / count for name, (total, count) in store.items()}
+        if reset:
+            store.clear()
+        return means
+
+    def window_means(self) -> dict[str, float]:
+        return self._means(self.window, reset=True)
+
+    def period_means(self, reset: bool = True) -> dict[str, float]:
+        return self._means(self.period, reset)
+
+    def state_dict(self) -> dict:
+        return {"period": {name: [float(total), count] for name, (total, count) in self.period.items()}}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.period = {name: list(total) for name, total in state["period"].items()}
+
+
+class Engine:
+    def __init__(self, config: TrainingConfig):
+        self.config = config
+        self.device = distributed.setup(resolve_device(config.device))
+        self.precision = Precision(config.precision, self.device)
+        self.output_dir = Path(config.output_dir)
+        self.is_main = distributed.is_main()
+        seed_everything(config.seed)
+        self.losses = LossTracker()
+        self.tensorboard = None
+        if config.tensorboard and self.is_main:
+            from torch.utils.tensorboard import SummaryWriter  # imported here: only runs that ask pay for it
+
+            self.tensorboard = SummaryWriter(config.tensorboard)
+        self.started = time.time()
+
+    # ---- setting up a run (or a stage of one) ----
+
+    def check_resumable(self, runtime_fields: tuple[str, ...]) -> Path:
+        """The interrupted run's last/ folder, after checking that the flags that shape the run are unchanged."""
+        last = self.output_dir / "last"
+        if not (last / STATE_FILE).exists():
+            raise CheckpointError(f"--resume: no interrupted run in {self.output_dir} (no last/{STATE_FILE})")
+        # A flag added since the run started is absent from its run_config.json: it ran with the default.
+        defaults = {f.name: f.default for f in dataclasses.fields(self.config)}
+        saved = defaults | read_json(last / "run_config.json")
+        changed = [k for k, v in self.config.to_dict().items() if k not in runtime_fields and saved.get(k) != v]
+        if changed:
+            raise CheckpointError(f"--resume: flags differ from the interrupted run's ({', '.join(changed)}); "
+                                  f"resume with the same flags, or start a new --output-dir")
+        return last
+
+    def prepare(self, parameters: list[torch.nn.Parameter], groups: list[dict], lr: float, total_steps: int,
+                lr_multiplier: Callable[[int], float], betas: tuple[float, float] = (0.9, 0.999)) -> None:
+        """A fresh optimizer and schedule for `total_steps` steps. parameters: everything trained, in the
+        module's order (clipping sums their norms in this order); groups: AdamW's parameter groups."""
+        self.parameters, self.total_steps, self.peak_lr = parameters, total_steps, lr
+        self.lr_multiplier = lr_multiplier
+        self.optimizer = AdamW(groups, lr=lr, betas=betas, weight_decay=self.config.weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_multiplier)
+        self.step = 0
+
+    # ---- one step ----
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """Backpropagate a loss into .grad (scaled for fp16); a step may call this several times."""
+        self.precision.scale(loss).backward()
+
+    def optimizer_step(self, advance_schedule: bool = True) -> None:
+        """Average the gradients over the processes, clip, update. advance_schedule=False: an extra update inside
+        a step (contrastive fusion's sentiment update) that neither counts as a step nor moves the schedule."""
+        distributed.average_gradients(self.parameters)
+        self.precision.step(self.optimizer, self.parameters, self.config.max_grad_norm)
+        self.optimizer.zero_grad(set_to_none=True)
+        if advance_schedule:
+            self.scheduler.step()
+            self.step += 1
+
+    # ---- the loop ----
+
+    def run(self, plan: list, trainer, description: str) -> None:
+        """Train on plan[self.step:], one optimizer step an item."""
+        config = self.config
+        progress = tqdm(total=len(plan), initial=self.step, desc=description, dynamic_ncols=True,
+                        disable=not (self.is_main and sys.stderr.isatty()))
+        examples, window_started = 0, time.time()
+        for item in plan[self.step:]:
+            losses, batch_examples = trainer.train_step(item)
+            self.optimizer_step()
+            self.losses.add(losses)
+            examples += batch_examples
+            progress.update()
+            if config.log_every and self.step % config.log_every == 0:
+                line = self.log_train(examples / (time.time() - window_started))
+                progress.set_postfix({name: f"{value:.3f}" for name, value in line["loss"].items()})
+                examples, window_started = 0, time.time()
+            trainer.after_step(item)
+            if config.save_every and self.step % config.save_every == 0:
+                self.save_last(trainer)
+        progress.close()
+
+    # ---- metrics ----
+
+    def log_train(self, examples_per_second: float) -> dict:
+        means = self.losses.window_means()
+        self.check_finite(means)
+        line = {"event": "train", "step": self.step, "loss": means,
+                "lr": self.peak_lr * self.lr_multiplier(self.step - 1), "examples_per_s": round(examples_per_second, 1)}
+        self.write_record(line)
+        if not sys.stderr.isatty():  # no progress bar: a log line instead
+            log.info("step %d/%d  %s  lr %.3g", self.step, self.total_steps,
+                     "  ".join(f"{k} {v:.4f}" for k, v in means.items()), line["lr"])
+        return line
+
+    def check_finite(self, losses: dict[str, float]) -> None:
+        bad = [name for name, value in losses.items() if not math.isfinite(value)]
+        if bad:
+            last = self.output_dir / "last"
+            saved = f"the last good checkpoint is {last}" if (last / STATE_FILE).exists() else "no checkpoint was saved"
+            raise UserError(f"step {self.step}: the {', '.join(bad)} loss is not finite ({losses[bad[0]]}); the run "
+                            f"stopped; {saved} (a lower --lr, or --precision fp32, may help)")
+
+    def write_record(self, record: dict) -> None:
+        """A line of metrics.jsonl, and its numbers in TensorBoard (rank 0 only)."""
+        if not self.is_main:
+            return
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        append_jsonl(self.output_dir / "metrics.jsonl", record)
+        if self.tensorboard is not None:
+            for group in ("loss", "dev", "train_loss"):
+                for name, value in record.get(group, {}).items():
+                    self.tensorboard.add_scalar(f"{group}/{name}", value, record["step"])
+            for name in ("lr", "examples_per_s"):
+                if name in record:
+                    self.tensorboard.add_scalar(f"train/{name}", record[name], record["step"])
+            self.tensorboard.flush()
+
+    # ---- checkpoints ----
+
+    def save_last(self, trainer) -> Path:
+        """OUTPUT_DIR/last/: the trainer's files, run_config.json and the training state, written atomically."""
+        rng = distributed.all_gather_objects(rng_state())  # every process's own random state
+        folder = self.output_dir / "last"
+        if self.is_main:
+            with atomic_directory(folder) as temp:
+                trainer.write_checkpoint(temp)
+                (temp / "run_config.json").write_text(json.dumps(self.config.to_dict(), indent=2, default=str) + "\n")
+                torch.save({"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                            "scaler": self.precision.state_dict(), "step": self.step, "rng": rng,
+                            "losses": self.losses.state_dict(), "trainer": trainer.state_dict()}, temp / STATE_FILE)
+        distributed.barrier()
+        return folder
+
+    def restore(self, state: dict) -> None:
+        """Continue from a training state of save_last (after prepare, with the same parameters)."""
+        if len(state["rng"]) != distributed.world_size():
+            raise CheckpointError(f"--resume: the run was trained by {len(state['rng'])} processes, this is "
+                                  f"{distributed.world_size()}; resume with the same --nproc_per_node")
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.precision.load_state_dict(state["scaler"])
+        self.step = state["step"]
+        self.losses.load_state_dict(state["losses"])
+        set_rng_state(state["rng"][distributed.rank()])
+        log.info("resuming at step %d of %d", self.step, self.total_steps)
+
+
+def load_training_state(folder: Path) -> dict:
+    # Tensors, numbers, strings and containers only: weights_only refuses anything executable.
+    file = folder / STATE_FILE
+    try:
+        return torch.load(file, map_location="cpu", weights_only=True)
+    except Exception as error:  # a truncated or foreign file: one line, naming it
+        raise CheckpointError(f"{file}: cannot read the training state ({type(error).__name__}: {error})") from None
