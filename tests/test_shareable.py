@@ -55,7 +55,7 @@ def test_sentence_transformers_computes_our_embeddings(save_tiny_checkpoint, poo
 
 def test_without_the_files_sentence_transformers_mean_pools_a_cls_checkpoint(save_tiny_checkpoint):
     # What the test above guards against: with no modules.json, SentenceTransformer loads anyway and
-    # mean-pools (untruncated: no max_seq_length), so a [CLS]-trained encoder's embeddings come out different.
+    # mean-pools (these sentences untruncated), so a [CLS]-trained encoder's embeddings come out different.
     folder = save_tiny_checkpoint({"pooling": "cls"})
     plain = sentence_transformers_embeddings(folder)
     assert_equal_embeddings(plain, ours(folder, "mean", max_length=64))

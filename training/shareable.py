@@ -129,9 +129,9 @@ def model_card(*, pooling: str, max_length: int, hidden_size: int, base_model: s
 {yaml.safe_dump(meta, sort_keys=False).strip()}
 ---
 
-# BERT sentence encoder from {base_model}, trained with minBERT
+# BERT sentence encoder trained with minBERT
 
-A BERT encoder fine-tuned from `{base_model}` with the minBERT toolkit. A sentence's embedding is
+A BERT encoder trained from `{base_model}` with the minBERT toolkit. A sentence's embedding is
 {POOLING_WORDS[pooling]} ({hidden_size} numbers; inputs are truncated to {max_length} tokens); compare two
 sentences by the cosine similarity of their embeddings.
 
