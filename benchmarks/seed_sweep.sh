@@ -7,6 +7,13 @@
 #   DEVICE=cuda bash benchmarks/seed_sweep.sh "base-s1|--seed 1" "lw2-s1|--seed 1 --loss-weights sst=2"
 #
 # MODEL, DATA, DEVICE, PRECISION, RUNS (run folders) and RESULTS can be set; LIMIT caps each run's seconds.
+#
+# usage: bash benchmarks/seed_sweep.sh "NAME|FLAGS" ...
+case "$1" in
+  # The comment above is the help: every line of it up to the first line of code, without its "# ".
+  -h|--help) sed -n '1d; /^#/!q; s/^# \{0,1\}//p' "$0"; exit 0 ;;
+  -*) echo "seed_sweep.sh: unknown option $1; arguments are NAME|FLAGS (see --help)" >&2; exit 2 ;;
+esac
 MODEL=${MODEL:-all-MiniLM-L6-v2} DATA=${DATA:-../shared/data} DEVICE=${DEVICE:-auto}
 PRECISION=${PRECISION:-fp32} RUNS=${RUNS:-runs/sweep} RESULTS=${RESULTS:-$RUNS/sweep.jsonl}
 PYTHON=${PYTHON:-$(command -v .venv/bin/python || command -v python3)}

@@ -6,6 +6,7 @@ the gold score. Also the course's STS dev split, the mean over all of them, and 
 alignment and uniformity of Wang & Isola (2020).
 
     python -m evaluation.sts_benchmark --model all-MiniLM-L6-v2 --pooling cls
+    python -m evaluation.sts_benchmark --model runs/pretrain-simcse     # the pooling it was trained with
 """
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,11 +17,11 @@ from tqdm import tqdm
 
 from common import cli
 from common.cli import flag
-from common.files import DEFAULT_DATA, write_json
+from common.files import DEFAULT_DATA, read_json, write_json
 from common.metrics import spearman
 from common.tables import markdown_table
 from data.readers import PairExample, read_sts, read_sts_eval
-from models import BertModel, Tokenizer, embed_sentences, from_pretrained
+from models import POOLINGS, BertModel, Tokenizer, embed_sentences, from_pretrained
 
 EVAL_SETS = ("sts12", "sts13", "sts14", "sts15", "sts16", "sickr")
 
@@ -71,7 +72,8 @@ TABLE_COLUMNS = (*EVAL_SETS, "sts-dev", "mean", "alignment", "uniformity")
 @dataclass
 class StsBenchmarkConfig:
     model: str = flag("all-MiniLM-L6-v2", "encoder to evaluate: hub id, checkpoint folder, or all-MiniLM-L6-v2")
-    pooling: str = flag("cls", "sentence embedding", choices=("cls", "mean", "pooler"))
+    pooling: str | None = flag(None, "sentence embedding (default: the pooling a checkpoint of ours was trained "
+                                     "with, from its run_config.json; else cls)", choices=POOLINGS)
     data_dir: str = flag(str(DEFAULT_DATA), "folder with sts-eval/ and sts-dev.csv")
     max_length: int = flag(128, "tokens per sentence")
     batch_size: int = flag(128, "sentences per batch")
@@ -79,14 +81,22 @@ class StsBenchmarkConfig:
     out: str = flag("", "also write the results as JSON here")
 
 
+def trained_pooling(model: str) -> str:
+    """The pooling recorded in the run_config.json of a checkpoint folder of ours; cls for any other model."""
+    run_config = Path(model).expanduser() / "run_config.json"
+    return read_json(run_config).get("pooling", "cls") if run_config.is_file() else "cls"
+
+
 def main(argv: list[str] | None = None) -> dict[str, float]:
     config = cli.parse_config(StsBenchmarkConfig, __doc__, argv)
+    # A checkpoint scored with another pooling than it was trained with looks far worse than it is.
+    pooling = config.pooling or trained_pooling(config.model)
     encoder = from_pretrained(config.model).to(cli.resolve_device(config.device))
-    results = sts_benchmark(encoder, Tokenizer.from_pretrained(config.model), config.data_dir, config.pooling,
+    results = sts_benchmark(encoder, Tokenizer.from_pretrained(config.model), config.data_dir, pooling,
                             config.max_length, config.batch_size)
-    print(markdown_table({f"{config.model} ({config.pooling})": results}, TABLE_COLUMNS))
+    print(markdown_table({f"{config.model} ({pooling})": results}, TABLE_COLUMNS))
     if config.out:
-        write_json(config.out, {"model": config.model, "pooling": config.pooling, "results": results})
+        write_json(config.out, {"model": config.model, "pooling": pooling, "results": results})
     return results
 
 

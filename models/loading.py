@@ -37,7 +37,7 @@ def resolve_checkpoint(spec: str | Path) -> Path:
         return path
     name = str(spec)
     if name.lower() in PACKAGED:
-        packaged = _packaged_folder(PACKAGED[name.lower()])
+        packaged = packaged_folder(PACKAGED[name.lower()])
         if packaged is not None:
             return packaged
         if "/" not in name:
@@ -49,7 +49,7 @@ def resolve_checkpoint(spec: str | Path) -> Path:
     return _download(name)
 
 
-def _packaged_folder(module_name: str) -> Path | None:
+def packaged_folder(module_name: str) -> Path | None:
     try:
         module = __import__(module_name)
     except ImportError:

@@ -1,4 +1,5 @@
-"""Shared fixtures: the project's data folder, the packaged MiniLM checkpoint, tiny models and tiny course files."""
+"""Shared fixtures: the project's data folder, the packaged MiniLM checkpoint, tiny models and checkpoints, tiny
+course files."""
 import random
 from pathlib import Path
 
@@ -6,6 +7,8 @@ import pytest
 import torch
 import transformers
 
+from models import BertConfig, BertModel, Tokenizer
+from models.checkpoint import save_checkpoint
 from tasks import REGISTRY
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -80,3 +83,19 @@ def write_course_files(folder: Path, rng: random.Random, train_rows: int, tasks=
                 lines.append(f"{i}\t{split}-{i}\t{texts}" + (f"\t{draw()}" if labeled else ""))
             (folder / file).write_text("\n".join(lines) + "\n")
     return folder
+
+
+@pytest.fixture(scope="session")
+def save_tiny_checkpoint(tmp_path_factory, minilm_dir):
+    """save(run_config) -> a new folder written by save_checkpoint: a random 2-layer BERT with MiniLM's tokenizer."""
+    tokenizer = Tokenizer.from_pretrained(minilm_dir)
+
+    def save(run_config: dict) -> Path:
+        torch.manual_seed(0)
+        encoder = BertModel(BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                       intermediate_size=64, max_position_embeddings=64))
+        # BERT's initialisation zeroes every bias; a random pooler bias lets a test see whether it is used.
+        torch.nn.init.normal_(encoder.pooler.dense.bias)
+        return save_checkpoint(tmp_path_factory.mktemp("tiny-checkpoint"), encoder, tokenizer, run_config)
+
+    return save
