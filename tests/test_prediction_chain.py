@@ -18,14 +18,14 @@ from scipy.stats import pearsonr
 from sklearn.metrics import accuracy_score
 
 import multitask_classifier
-from data.tasks import FILES, load_split
-from evaluation.evaluate import hard_predictions, predict, soft_outputs
+from evaluation.evaluate import predict
 from heads.multitask import MultitaskModel
 from models import Tokenizer, from_pretrained
 from tests.test_ensemble import LABELS as ENSEMBLE_DEV_LABELS
 from tests.test_ensemble import TEST_IDS, dev_dir, hard, make_member, random_outputs, read_predictions  # noqa: F401
 from tests.test_ensemble import run as run_ensemble
-from tests.test_multitask_training import args, tiny_data, tiny_model  # noqa: F401 (fixtures)
+from tests.test_multitask_training import args, tiny_data  # noqa: F401 (fixtures)
+from tasks import REGISTRY
 
 TASKS = ("sst", "para", "sts")
 
@@ -45,7 +45,7 @@ def direct_soft(task: str, raw: np.ndarray) -> np.ndarray:
 
 def dev_labels(data: Path, task: str) -> dict[str, float]:
     """id -> gold label, read with pandas from the course-format dev file."""
-    frame = pd.read_csv(data / FILES[task][1], sep="\t", index_col=0)
+    frame = pd.read_csv(data / REGISTRY[task].files[1], sep="\t", index_col=0)
     return dict(zip(frame["id"], frame.iloc[:, -1].astype(float)))
 
 
@@ -61,7 +61,7 @@ def test_predict_gives_each_id_the_output_of_that_example_alone(tiny_model, tiny
     torch.manual_seed(0)
     model = MultitaskModel(from_pretrained(tiny_model), pooling="mean").eval()
     tokenizer = Tokenizer.from_pretrained(tiny_model)
-    split = load_split(task, tiny_data / FILES[task][1], tokenizer, max_length=64)
+    split = REGISTRY[task].load_split(tiny_data / REGISTRY[task].files[1], tokenizer, max_length=64, encoding="bi")
     lengths = split.lengths()
     assert sorted(range(len(split)), key=lengths.__getitem__) != list(range(len(split))), "lengths must be mixed"
     batched = predict(model, split, tokenizer.pad_id, batch_size=4).double().numpy()
@@ -74,17 +74,17 @@ def test_predict_gives_each_id_the_output_of_that_example_alone(tiny_model, tiny
 
 def test_soft_outputs_and_hard_predictions_on_hand_picked_values():
     sst = torch.tensor([[2.0, 1.0, 0.0, -1.0, 0.5], [0.0, 0.1, -2.0, 3.0, 2.9]])
-    for row, logits in zip(soft_outputs("sst", sst).tolist(), sst.tolist()):
+    for row, logits in zip(REGISTRY["sst"].soft(sst).tolist(), sst.tolist()):
         exp = [math.exp(v) for v in logits]
         assert row == pytest.approx([v / sum(exp) for v in exp], rel=1e-6)
-    assert hard_predictions("sst", soft_outputs("sst", sst)).tolist() == [0, 3]
+    assert REGISTRY["sst"].hard(REGISTRY["sst"].soft(sst)).tolist() == [0, 3]
     # Logits 0.3 and 0.45 are below 0.5 but their probabilities are above: a threshold on logits says 0.
     para = torch.tensor([0.3, 0.45, -0.2, 2.0, -3.0])
-    assert soft_outputs("para", para).tolist() == pytest.approx([sigmoid(x) for x in para.tolist()], rel=1e-6)
-    assert hard_predictions("para", soft_outputs("para", para)).tolist() == [1, 1, 0, 1, 0]
+    assert REGISTRY["para"].soft(para).tolist() == pytest.approx([sigmoid(x) for x in para.tolist()], rel=1e-6)
+    assert REGISTRY["para"].hard(REGISTRY["para"].soft(para)).tolist() == [1, 1, 0, 1, 0]
     sts = torch.tensor([-0.7, 0.0, 2.3, 5.0, 6.2])
-    assert soft_outputs("sts", sts).tolist() == pytest.approx([0.0, 0.0, 2.3, 5.0, 5.0])
-    assert hard_predictions("sts", soft_outputs("sts", sts)).tolist() == pytest.approx([0.0, 0.0, 2.3, 5.0, 5.0])
+    assert REGISTRY["sts"].soft(sts).tolist() == pytest.approx([0.0, 0.0, 2.3, 5.0, 5.0])
+    assert REGISTRY["sts"].hard(REGISTRY["sts"].soft(sts)).tolist() == pytest.approx([0.0, 0.0, 2.3, 5.0, 5.0])
 
 
 # ---- 3, 4: a run's dev metrics, saved outputs and leaderboard files ----
@@ -125,7 +125,7 @@ def test_leaderboard_files_hold_the_saved_outputs_predictions_id_by_id(trained, 
     for task in TASKS:
         ids, outputs = saved(out / "run", task, split)
         file_ids, values = read_predictions(out / "predictions", task, split)
-        source = FILES[task][1 if split == "dev" else 2]
+        source = REGISTRY[task].files[1 if split == "dev" else 2]
         assert file_ids == pd.read_csv(tiny_data / source, sep="\t", index_col=0)["id"].tolist()
         written = dict(zip(file_ids, values))
         expected = dict(zip(ids, hard(task, outputs)))

@@ -22,7 +22,7 @@ from safetensors.torch import load_file
 import multitask_classifier
 import pretrain_contrastive
 from models.optimizer import AdamW
-from tests.test_multitask_training import args, tiny_data, tiny_model  # noqa: F401 (fixtures)
+from tests.test_multitask_training import args, tiny_data  # noqa: F401 (fixtures)
 from training.precision import Precision
 
 
