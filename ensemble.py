@@ -111,16 +111,21 @@ def aligned(members: dict[str, dict], task: str, split: str) -> tuple[list[str],
     return first["ids"], {name: saved["outputs"] for name, saved in having.items()}
 
 
-def dev_labels(data_dir: str | Path, task: str, ids: list[str]) -> torch.Tensor:
-    """The gold labels of `ids`, in their order, from the task's dev file."""
+def dev_records(data_dir: str | Path, task: str, ids: list[str]) -> list:
+    """The labelled rows of `ids`, in their order, from the task's dev file."""
     path = Path(data_dir) / FILES[task][1]
     records, _ = read_task_file(task, path, labeled=True)
-    label_by_id = {record.id: record.label for record in records}
-    unknown = [i for i in ids if i not in label_by_id]
+    record_by_id = {record.id: record for record in records}
+    unknown = [i for i in ids if i not in record_by_id]
     if unknown:
         raise DataError(f"{path}: no labelled row for {len(unknown)} of the members' dev ids (e.g. {unknown[0]!r}); "
                         f"is --data-dir the data the members were evaluated on?")
-    return torch.tensor([float(label_by_id[i]) for i in ids])
+    return [record_by_id[i] for i in ids]
+
+
+def dev_labels(data_dir: str | Path, task: str, ids: list[str]) -> torch.Tensor:
+    """The gold labels of `ids`, in their order, from the task's dev file."""
+    return torch.tensor([float(record.label) for record in dev_records(data_dir, task, ids)])
 
 
 # ---- weights ----

@@ -42,17 +42,6 @@ def one_thread():
 
 
 @pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory, minilm_dir):
-    folder = tmp_path_factory.mktemp("tiny-bert")
-    torch.manual_seed(0)
-    config = transformers.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                                     intermediate_size=64, max_position_embeddings=64)
-    transformers.BertModel(config).save_pretrained(folder)
-    transformers.AutoTokenizer.from_pretrained(minilm_dir).save_pretrained(folder)
-    return folder
-
-
-@pytest.fixture(scope="module")
 def tokenizer(tiny_model):
     return Tokenizer.from_pretrained(tiny_model)
 

@@ -21,17 +21,6 @@ ROOT = Path(__file__).resolve().parents[1]
 WORDS = "the a cat dog sat ran on mat big small red fast slow house car tree".split()
 
 
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory, minilm_dir):
-    folder = tmp_path_factory.mktemp("tiny-bert")
-    torch.manual_seed(0)
-    config = transformers.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                                     intermediate_size=64, max_position_embeddings=64)
-    transformers.BertModel(config).save_pretrained(folder)
-    transformers.AutoTokenizer.from_pretrained(minilm_dir).save_pretrained(folder)
-    return folder
-
-
 def sentence(rng):
     return " ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 9)))
 
