@@ -23,16 +23,16 @@ metrics of every member and of the ensemble (with the course's overall score) an
 import logging
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
 from common import cli
 from common.cli import flag
-from common.errors import CheckpointError, DataError
+from common.errors import CheckpointError
 from common.files import DEFAULT_DATA, write_json
 from common.tables import markdown_table
-from evaluation.predictions import SPLITS, write_predictions
+from evaluation.outputs import dev_labels, load_member
+from evaluation.predictions import write_predictions
 from tasks import REGISTRY, summary
 
 log = logging.getLogger(__name__)
@@ -61,38 +61,6 @@ class EnsembleConfig:
 
 # ---- members' saved outputs ----
 
-def read_outputs(path: Path, task: str) -> dict:
-    saved = torch.load(path, map_location="cpu", weights_only=True)
-    if not isinstance(saved, dict) or not {"ids", "outputs"} <= set(saved):
-        raise CheckpointError(f"{path}: expected a dict with 'ids' and 'outputs'")
-    ids, outputs = list(saved["ids"]), saved["outputs"]
-    expected = [len(ids), *REGISTRY[task].soft_shape]  # what outputs-{task}-*.pt holds
-    if not isinstance(outputs, torch.Tensor) or list(outputs.shape) != expected:
-        shape = list(outputs.shape) if isinstance(outputs, torch.Tensor) else type(outputs).__name__
-        raise CheckpointError(f"{path}: outputs of shape {shape} for {len(ids)} ids; expected {expected}")
-    return {"ids": ids, "outputs": outputs}
-
-
-def load_member(folder: str | Path) -> dict[str, dict[str, dict]]:
-    """A member's saved outputs, task -> split -> {"ids", "outputs"}; tasks it has no files for are left out."""
-    folder = Path(folder)
-    if not any(folder.glob("outputs-*.pt")) and (folder / "best").is_dir():
-        folder = folder / "best"  # a run folder: its best checkpoint
-    member = {}
-    for task in REGISTRY:
-        paths = {split: folder / f"outputs-{task}-{split}.pt" for split in SPLITS}
-        missing = [path.name for path in paths.values() if not path.is_file()]
-        if len(missing) == len(paths):
-            continue  # not trained on this task
-        if missing:
-            raise CheckpointError(f"{folder}: {missing[0]} is missing (its other split is there)")
-        member[task] = {split: read_outputs(path, task) for split, path in paths.items()}
-    if not member:
-        raise CheckpointError(f"{folder}: no outputs-{{task}}-{{dev,test}}.pt files; multitask_classifier.py "
-                              f"writes them into OUTPUT_DIR/best/ when training ends (a run stopped earlier has none)")
-    return member
-
-
 def aligned(members: dict[str, dict], task: str, split: str) -> tuple[list[str], dict[str, torch.Tensor]]:
     """The ids of one task's split and each member's outputs for them, once all members are seen to agree on the ids."""
     having = {name: member[task][split] for name, member in members.items() if task in member}
@@ -105,18 +73,6 @@ def aligned(members: dict[str, dict], task: str, split: str) -> tuple[list[str],
             raise CheckpointError(f"{task} {split}: members {first_name} and {name} have different ids ({where}); "
                                   f"an ensemble needs the same examples in the same order")
     return first["ids"], {name: saved["outputs"] for name, saved in having.items()}
-
-
-def dev_labels(data_dir: str | Path, task: str, ids: list[str]) -> torch.Tensor:
-    """The gold labels of `ids`, in their order, from the task's dev file."""
-    path = Path(data_dir) / REGISTRY[task].files[1]
-    records = REGISTRY[task].read(path, labeled=True)
-    label_by_id = {record.id: record.label for record in records}
-    unknown = [i for i in ids if i not in label_by_id]
-    if unknown:
-        raise DataError(f"{path}: no labelled row for {len(unknown)} of the members' dev ids (e.g. {unknown[0]!r}); "
-                        f"is --data-dir the data the members were evaluated on?")
-    return torch.tensor([float(label_by_id[i]) for i in ids])
 
 
 # ---- weights ----

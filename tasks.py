@@ -59,6 +59,7 @@ class HeadOptions:
 @dataclass(frozen=True)
 class Task:
     name: str
+    title: str  # what pictures and tables call it
     description: str
     files: tuple[str, str, str]  # train, dev, test-student in --data-dir, the course's names
     column: str  # the leaderboard file's prediction column
@@ -116,6 +117,7 @@ class Task:
         raise NotImplementedError
 
     # ---- metric ----
+    loss_description = ""  # the training loss, for axis labels
     metric_name = "accuracy"
     # The task as one transformers AutoModelForSequenceClassification sees it (1 = regression); the baseline's.
     sequence_classifier_outputs = 2
@@ -130,8 +132,13 @@ class Task:
 
 @dataclass(frozen=True)
 class Classification(Task):
-    """One sentence, one of num_classes classes; cross-entropy; accuracy."""
-    num_classes: int = 2
+    """One sentence, one of len(class_names) classes; cross-entropy; accuracy."""
+    class_names: tuple[str, ...] = ("negative", "positive")
+    loss_description = "cross-entropy (nats)"
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.class_names)
 
     def read(self, path, labeled):
         return read_sentiment(path, num_classes=self.num_classes, labeled=labeled)[0]
@@ -167,6 +174,7 @@ class Paraphrase(Task):
     """A pair, paraphrase or not; one logit, binary cross-entropy; accuracy at P = 0.5."""
     pair: bool = True
     label_dtype = torch.float
+    loss_description = "binary cross-entropy (nats)"
 
     def read(self, path, labeled):
         return read_quora(path, labeled=labeled)[0]
@@ -197,6 +205,7 @@ class Similarity(Task):
     pair: bool = True
     label_dtype = torch.float
     metric_name = "pearson"
+    loss_description = "squared error of the 0-5 score"
     sequence_classifier_outputs = 1
 
     def read(self, path, labeled):
@@ -248,17 +257,17 @@ class Similarity(Task):
 
 
 REGISTRY: dict[str, Task] = {task.name: task for task in (
-    Classification("sst", "SST-5 sentiment (5 classes)",
-                   ("ids-sst-train.csv", "ids-sst-dev.csv", "ids-sst-test-student.csv"),
-                   column="Predicted_Sentiment", num_classes=5),
-    Paraphrase("para", "Quora paraphrase detection",
+    Classification("sst", "SST-5", "SST-5 sentiment (5 classes)",
+                   ("ids-sst-train.csv", "ids-sst-dev.csv", "ids-sst-test-student.csv"), column="Predicted_Sentiment",
+                   class_names=("negative", "somewhat negative", "neutral", "somewhat positive", "positive")),
+    Paraphrase("para", "Quora", "Quora paraphrase detection",
                ("quora-train.csv", "quora-dev.csv", "quora-test-student.csv"), column="Predicted_Is_Paraphrase"),
     # The later starter's column name; the 2023 starter misspelled it "Predicted_Similiary".
-    Similarity("sts", "STS semantic similarity (0-5)",
+    Similarity("sts", "STS", "STS semantic similarity (0-5)",
                ("sts-train.csv", "sts-dev.csv", "sts-test-student.csv"), column="Predicted_Similarity"),
-    Classification("cfimdb", "CFIMDB movie-review polarity (2 classes)",
+    Classification("cfimdb", "CFIMDB", "CFIMDB movie-review polarity (2 classes)",
                    ("ids-cfimdb-train.csv", "ids-cfimdb-dev.csv", "ids-cfimdb-test-student.csv"),
-                   column="Predicted_Sentiment", num_classes=2),
+                   column="Predicted_Sentiment", class_names=("negative", "positive")),
 )}
 TASK_NAMES = tuple(REGISTRY)
 COURSE_TASKS = ("sst", "para", "sts")  # the three the course's overall score combines

@@ -6,6 +6,7 @@ one place: the dataclass, which is also what is saved beside every checkpoint.
 """
 import argparse
 import dataclasses
+import inspect
 import logging
 import os
 import sys
@@ -32,6 +33,12 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
 
 def build_parser(config_class: type, description: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=description, formatter_class=HelpFormatter)
+    add_flags(parser, config_class)
+    return parser
+
+
+def add_flags(parser: argparse.ArgumentParser, config_class: type) -> None:
+    """One flag per field of the config dataclass."""
     hints = typing.get_type_hints(config_class)
     for field in dataclasses.fields(config_class):
         flag = "--" + field.name.replace("_", "-")
@@ -44,7 +51,6 @@ def build_parser(config_class: type, description: str) -> argparse.ArgumentParse
             kind = next(arg for arg in typing.get_args(kind) if arg is not type(None))  # Optional[X] -> X
         parser.add_argument(flag, type=kind, default=field.default, choices=field.metadata.get("choices"),
                             help=field.metadata["help"])
-    return parser
 
 
 def parse_config(config_class: type, description: str, argv: list[str] | None = None):
@@ -55,6 +61,26 @@ def parse_config(config_class: type, description: str, argv: list[str] | None = 
         return config_class(**vars(args))
     except ValueError as error:
         parser.error(str(error))
+
+
+def parse_subcommand(commands: dict[str, type], description: str, argv: list[str] | None = None):
+    """The config of the subcommand named first on the command line (`command SUBCOMMAND --flags`).
+
+    Each config class's docstring is its subcommand's help: the first line in the list of subcommands,
+    all of it (example lines kept) in `command SUBCOMMAND --help`.
+    """
+    parser = argparse.ArgumentParser(description=description, formatter_class=HelpFormatter)
+    subcommands = parser.add_subparsers(dest="subcommand", required=True, metavar="SUBCOMMAND")
+    for name, config_class in commands.items():
+        text = inspect.cleandoc(config_class.__doc__ or "")
+        add_flags(subcommands.add_parser(name, help=text.splitlines()[0] if text else None, description=text,
+                                         formatter_class=HelpFormatter), config_class)
+    args = vars(parser.parse_args(argv))
+    name = args.pop("subcommand")
+    try:
+        return commands[name](**args)
+    except ValueError as error:
+        subcommands.choices[name].error(str(error))
 
 
 def resolve_device(name: str) -> torch.device:

@@ -26,13 +26,26 @@ from models import POOLINGS, BertModel, Tokenizer, embed_sentences, from_pretrai
 EVAL_SETS = ("sts12", "sts13", "sts14", "sts15", "sts16", "sickr")
 
 
+def read_sets(data_dir: str | Path, names: tuple[str, ...] = (*EVAL_SETS, "sts-dev")) -> dict[str, list[PairExample]]:
+    """The named STS sets: sts12 .. sickr from data_dir/sts-eval/*.tsv, "sts-dev" from data_dir/sts-dev.csv."""
+    data_dir = Path(data_dir)
+    return {name: (read_sts(data_dir / "sts-dev.csv") if name == "sts-dev" else
+                   read_sts_eval(data_dir / "sts-eval" / f"{name}.tsv"))[0] for name in names}
+
+
+def distinct_sentences(pairs: list[PairExample]) -> tuple[list[str], list[int], list[int]]:
+    """Each distinct sentence once, and for every pair the positions of its first and second sentence."""
+    sentences = sorted({s for p in pairs for s in (p.sentence1, p.sentence2)})
+    index = {s: i for i, s in enumerate(sentences)}
+    return sentences, [index[p.sentence1] for p in pairs], [index[p.sentence2] for p in pairs]
+
+
 def pair_cosines(encoder: BertModel, tokenizer: Tokenizer, pairs: list[PairExample], pooling: str,
                  max_length: int = 128, batch_size: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
     """Unit-length embeddings of each pair's two sentences, [N, H] each; each distinct sentence embedded once."""
-    sentences = sorted({s for p in pairs for s in (p.sentence1, p.sentence2)})
-    index = {s: i for i, s in enumerate(sentences)}
+    sentences, first, second = distinct_sentences(pairs)
     embeddings = F.normalize(embed_sentences(encoder, tokenizer, sentences, pooling, batch_size, max_length), dim=-1)
-    return (embeddings[[index[p.sentence1] for p in pairs]], embeddings[[index[p.sentence2] for p in pairs]])
+    return embeddings[first], embeddings[second]
 
 
 def alignment(x: torch.Tensor, y: torch.Tensor, alpha: float = 2) -> float:
@@ -48,9 +61,7 @@ def uniformity(x: torch.Tensor, t: float = 2) -> float:
 def sts_benchmark(encoder: BertModel, tokenizer: Tokenizer, data_dir: str | Path = DEFAULT_DATA,
                   pooling: str = "cls", max_length: int = 128, batch_size: int = 128) -> dict[str, float]:
     """Spearman x 100 per set ("sts12" .. "sickr", "sts-dev"), their "mean", and "alignment"/"uniformity"."""
-    data_dir = Path(data_dir)
-    sets = {name: read_sts_eval(data_dir / "sts-eval" / f"{name}.tsv")[0] for name in EVAL_SETS}
-    sets["sts-dev"] = dev = read_sts(data_dir / "sts-dev.csv")[0]
+    sets = read_sets(data_dir)
     results = {}
     for name, pairs in tqdm(sets.items(), desc="STS benchmark", total=len(sets), leave=False):
         first, second = pair_cosines(encoder, tokenizer, pairs, pooling, max_length, batch_size)
@@ -58,12 +69,15 @@ def sts_benchmark(encoder: BertModel, tokenizer: Tokenizer, data_dir: str | Path
         if name == "sts-dev":
             dev_embeddings = first, second
     results["mean"] = sum(results.values()) / len(results)
-    # Wang & Isola on STS dev: positives are the pairs scored >= 4 (as in SimCSE), uniformity over all sentences.
-    first, second = dev_embeddings
-    positives = [i for i, p in enumerate(dev) if p.label >= 4]
-    results["alignment"] = alignment(first[positives], second[positives])
-    results["uniformity"] = uniformity(torch.cat([first, second]))
-    return results
+    return {**results, **alignment_and_uniformity(*dev_embeddings, sets["sts-dev"])}
+
+
+def alignment_and_uniformity(first: torch.Tensor, second: torch.Tensor, pairs: list[PairExample]) -> dict[str, float]:
+    """Wang & Isola on an STS set's unit-length pair embeddings: positives are the pairs scored >= 4 (as in
+    SimCSE), uniformity over all sentences."""
+    positives = [i for i, p in enumerate(pairs) if p.label >= 4]
+    return {"alignment": alignment(first[positives], second[positives]),
+            "uniformity": uniformity(torch.cat([first, second]))}
 
 
 TABLE_COLUMNS = (*EVAL_SETS, "sts-dev", "mean", "alignment", "uniformity")

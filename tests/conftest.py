@@ -40,26 +40,30 @@ def one_thread():
 WORDS = "the a cat dog sat ran on mat big small red fast slow house car tree".split()
 
 
-def tiny_bert(folder: Path, tokenizer_dir: Path, dropout: float = 0.1) -> Path:
-    """A 2-layer, 32-wide random BERT written by transformers, with all-MiniLM-L6-v2's tokenizer."""
-    torch.manual_seed(0)
-    config = transformers.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                                     intermediate_size=64, max_position_embeddings=64,
-                                     hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
-    transformers.BertModel(config).save_pretrained(folder)
-    transformers.AutoTokenizer.from_pretrained(tokenizer_dir).save_pretrained(folder)
-    return folder
+@pytest.fixture(scope="session")
+def make_tiny_model(tmp_path_factory, minilm_dir):
+    """write(**config) -> folder: a random 2-layer BERT (hidden 32) written by transformers, with MiniLM's uncased
+    vocabulary; `config` overrides BertConfig's fields."""
+    def write(**config) -> Path:
+        folder = tmp_path_factory.mktemp("tiny-bert")
+        torch.manual_seed(0)
+        shape = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                     max_position_embeddings=64)
+        transformers.BertModel(transformers.BertConfig(**{**shape, **config})).save_pretrained(folder)
+        transformers.AutoTokenizer.from_pretrained(minilm_dir).save_pretrained(folder)
+        return folder
+    return write
 
 
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory, minilm_dir):
-    return tiny_bert(tmp_path_factory.mktemp("tiny-bert"), minilm_dir)
+@pytest.fixture(scope="session")
+def tiny_model(make_tiny_model) -> Path:
+    return make_tiny_model()
 
 
-@pytest.fixture(scope="module")
-def tiny_model_without_dropout(tmp_path_factory, minilm_dir):
+@pytest.fixture(scope="session")
+def tiny_model_without_dropout(make_tiny_model) -> Path:
     """For comparing runs that split the same batches differently: dropout would draw different masks."""
-    return tiny_bert(tmp_path_factory.mktemp("tiny-bert-no-dropout"), minilm_dir, dropout=0.0)
+    return make_tiny_model(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
 
 
 def sentence(rng: random.Random) -> str:

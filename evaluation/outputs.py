@@ -1,0 +1,62 @@
+"""A finished run's saved soft outputs (OUTPUT_DIR/best/outputs-{task}-{split}.pt) and the dev rows they score.
+
+multitask_classifier.py writes one file per task and split: {"ids": [...], "outputs": tensor}, the outputs being
+what tasks.Task.soft gives (class probabilities [N, classes], P(paraphrase) [N], scores in [0, 5] [N]).
+ensemble.py combines them; python -m evaluation.analyze errors looks at them.
+"""
+from pathlib import Path
+
+import torch
+
+from common.errors import CheckpointError, DataError
+from evaluation.predictions import SPLITS
+from tasks import REGISTRY
+
+
+def read_outputs(path: Path, task: str) -> dict:
+    saved = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(saved, dict) or not {"ids", "outputs"} <= set(saved):
+        raise CheckpointError(f"{path}: expected a dict with 'ids' and 'outputs'")
+    ids, outputs = list(saved["ids"]), saved["outputs"]
+    expected = [len(ids), *REGISTRY[task].soft_shape]  # what outputs-{task}-*.pt holds
+    if not isinstance(outputs, torch.Tensor) or list(outputs.shape) != expected:
+        shape = list(outputs.shape) if isinstance(outputs, torch.Tensor) else type(outputs).__name__
+        raise CheckpointError(f"{path}: outputs of shape {shape} for {len(ids)} ids; expected {expected}")
+    return {"ids": ids, "outputs": outputs}
+
+
+def load_member(folder: str | Path) -> dict[str, dict[str, dict]]:
+    """A member's saved outputs, task -> split -> {"ids", "outputs"}; tasks it has no files for are left out."""
+    folder = Path(folder)
+    if not any(folder.glob("outputs-*.pt")) and (folder / "best").is_dir():
+        folder = folder / "best"  # a run folder: its best checkpoint
+    member = {}
+    for task in REGISTRY:
+        paths = {split: folder / f"outputs-{task}-{split}.pt" for split in SPLITS}
+        missing = [path.name for path in paths.values() if not path.is_file()]
+        if len(missing) == len(paths):
+            continue  # not trained on this task
+        if missing:
+            raise CheckpointError(f"{folder}: {missing[0]} is missing (its other split is there)")
+        member[task] = {split: read_outputs(path, task) for split, path in paths.items()}
+    if not member:
+        raise CheckpointError(f"{folder}: no outputs-{{task}}-{{dev,test}}.pt files; multitask_classifier.py "
+                              f"writes them into OUTPUT_DIR/best/ when training ends (a run stopped earlier has none)")
+    return member
+
+
+def dev_records(data_dir: str | Path, task: str, ids: list[str]) -> list:
+    """The labelled rows of `ids`, in their order, from the task's dev file."""
+    path = Path(data_dir) / REGISTRY[task].files[1]
+    records = REGISTRY[task].read(path, labeled=True)
+    record_by_id = {record.id: record for record in records}
+    unknown = [i for i in ids if i not in record_by_id]
+    if unknown:
+        raise DataError(f"{path}: no labelled row for {len(unknown)} of the members' dev ids (e.g. {unknown[0]!r}); "
+                        f"is --data-dir the data the members were evaluated on?")
+    return [record_by_id[i] for i in ids]
+
+
+def dev_labels(data_dir: str | Path, task: str, ids: list[str]) -> torch.Tensor:
+    """The gold labels of `ids`, in their order, from the task's dev file."""
+    return torch.tensor([float(record.label) for record in dev_records(data_dir, task, ids)])

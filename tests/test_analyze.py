@@ -1,0 +1,287 @@
+"""evaluation.analyze: every number against a direct computation (transformers, scipy, sklearn, by hand) on tiny
+inputs; every subcommand's files; bad inputs as one line and exit code 2."""
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.stats
+import sklearn.metrics
+import torch
+import transformers
+
+from evaluation import analyze
+from evaluation.analysis import bucket_statistics, confusion_matrix, read_metrics, row_normalised, run_curves
+from heads.similarity import lowest_bucket_mean_cosine
+
+ROOT = Path(__file__).resolve().parents[1]
+WORDS = "the a cat dog sat ran on mat big small red fast slow house car tree".split()
+
+
+def sentence(rng) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 9)))
+
+
+def write_course_file(path: Path, columns: list[str], rows: list[list]) -> None:
+    """The course's format: tab-separated, a leading unnamed index column."""
+    lines = ["\t" + "\t".join(columns)] + [f"{i}\t" + "\t".join(map(str, row)) for i, row in enumerate(rows)]
+    path.write_text("\n".join(lines) + "\n")
+
+
+@pytest.fixture(scope="module")
+def varied_model(make_tiny_model) -> Path:
+    """A tiny random BERT whose every layer tells sentences apart. With BERT's initialisation (std 0.02) a random
+    model's [CLS] cosines agree to 1e-5, so float32 rounding, not the model, would rank them; std 0.5 spreads
+    them (gaps of 2e-4 or more between any two pairs' cosines here)."""
+    return make_tiny_model(initializer_range=0.5)
+
+
+@pytest.fixture(scope="module")
+def sts_data(tmp_path_factory) -> Path:
+    """sts-train.csv, sts-dev.csv and sts-eval/sts12.tsv of a few random pairs; gold scores in every range."""
+    folder, rng = tmp_path_factory.mktemp("sts"), random.Random(0)
+    for name, rows in (("sts-train", 24), ("sts-dev", 16)):
+        scores = [0.0, 0.2, 0.25, 4.5, 5.0] + [round(rng.uniform(0, 5), 1) for _ in range(rows - 5)]
+        write_course_file(folder / f"{name}.csv", ["id", "sentence1", "sentence2", "similarity"],
+                          [[f"{name}-{i}", sentence(rng), sentence(rng), score] for i, score in enumerate(scores)])
+    (folder / "sts-eval").mkdir()
+    rows = [f"part\t{sentence(rng)}\t{sentence(rng)}\t{rng.uniform(0, 5):.2f}" for _ in range(12)]
+    (folder / "sts-eval" / "sts12.tsv").write_text("subset\tsentence1\tsentence2\tscore\n" + "\n".join(rows) + "\n")
+    return folder
+
+
+def pairs_of(path: Path) -> list[tuple[str, str, float]]:
+    lines = [line.split("\t") for line in path.read_text().splitlines()[1:]]
+    return [(f[-3], f[-2], float(f[-1])) for f in lines]
+
+
+def transformers_layers(model_dir: Path, sentences: list[str]) -> list[torch.Tensor]:
+    """Each sentence alone (no padding) through transformers.BertModel: its hidden states, [layers + 1, T, H]."""
+    model = transformers.BertModel.from_pretrained(model_dir).eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir)
+    with torch.no_grad():
+        return [torch.stack(model(**tokenizer([s], return_tensors="pt"), output_hidden_states=True).hidden_states)[:, 0]
+                for s in sentences]
+
+
+POOL = {"mean": lambda h: h.mean(-2), "cls": lambda h: h[..., 0, :], "max": lambda h: h.max(-2).values}
+
+
+def cosines(model_dir: Path, pairs, pooling: str) -> np.ndarray:
+    """[layers + 1, pairs] cosine similarities, by transformers and numpy."""
+    first = [POOL[pooling](h).numpy() for h in transformers_layers(model_dir, [p[0] for p in pairs])]
+    second = [POOL[pooling](h).numpy() for h in transformers_layers(model_dir, [p[1] for p in pairs])]
+    return np.stack([(a * b).sum(-1) / np.linalg.norm(a, axis=-1) / np.linalg.norm(b, axis=-1)
+                     for a, b in zip(first, second)], axis=1)
+
+
+def run(*argv) -> list[Path]:
+    return analyze.main([*argv])
+
+
+def assert_writes_picture_table_and_json(written: list[Path], stem: str) -> dict:
+    pictures = [path for path in written if path.suffix == ".png"]
+    assert pictures and all(path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for path in pictures)
+    folder = written[0].parent
+    assert (folder / f"{stem}.md").read_text().startswith("# ")
+    return json.loads((folder / f"{stem}.json").read_text())
+
+
+def test_layers_match_transformers_hidden_states_and_scipy(varied_model, sts_data, tmp_path):
+    written = run("layers", "--models", str(varied_model), "--data-dir", str(sts_data), "--sets", "sts12,sts-dev",
+                  "--device", "cpu", "--batch-size", "5", "--out", str(tmp_path))
+    saved = assert_writes_picture_table_and_json(written, "layers")
+    results = saved["results"][varied_model.name]
+    assert set(results) == {"mean", "cls", "max"} and all(len(rows) == 3 for rows in results.values())
+    sets = {"sts12": pairs_of(sts_data / "sts-eval" / "sts12.tsv"), "sts-dev": pairs_of(sts_data / "sts-dev.csv")}
+    for pooling, rows in results.items():
+        per_set = {name: cosines(varied_model, pairs, pooling) for name, pairs in sets.items()}
+        for layer, row in enumerate(rows):
+            for name, pairs in sets.items():
+                if pooling == "cls" and layer == 0:  # the same [CLS] vector for every sentence: no ranking
+                    assert np.ptp(per_set[name][0]) == 0 and row[name] is None and row["mean"] is None
+                    continue
+                expected = 100 * scipy.stats.spearmanr(per_set[name][layer], [p[2] for p in pairs]).statistic
+                assert row[name] == pytest.approx(expected, abs=1e-4), (pooling, layer, name)
+            if row["mean"] is not None:
+                assert row["mean"] == pytest.approx((row["sts12"] + row["sts-dev"]) / 2)
+
+
+def test_bucket_means_by_hand():
+    gold = torch.tensor([0.0, 0.25, 0.3, 0.5, 4.9, 5.0, 2.5])
+    cos = torch.tensor([0.1, 0.3, 0.2, 0.4, 0.9, 0.7, 0.5])
+    buckets = bucket_statistics(cos, gold)
+    assert len(buckets) == 20 and [b["low"] for b in buckets[:2]] == [0.0, 0.25] and buckets[-1]["high"] == 5.0
+    filled = {i: b for i, b in enumerate(buckets) if b["count"]}
+    # 0.25 is in [0, 0.25], 2.5 in (2.25, 2.5], 5.0 in (4.75, 5]
+    assert {i: b["count"] for i, b in filled.items()} == {0: 2, 1: 2, 9: 1, 19: 2}
+    assert filled[0]["mean"] == pytest.approx(0.2) and filled[0]["std"] == pytest.approx(0.1)
+    assert filled[1]["mean"] == pytest.approx(0.3) and filled[19]["mean"] == pytest.approx(0.8)
+    assert filled[9] == {**filled[9], "mean": pytest.approx(0.5), "std": pytest.approx(0.0)}
+    assert buckets[5]["mean"] is None and buckets[5]["std"] is None
+    assert lowest_bucket_mean_cosine(cos, gold) == pytest.approx(filled[0]["mean"])  # M is bucket 0's mean
+
+
+def test_spread_command_gives_the_bucket_means_and_m_of_transformers_cosines(varied_model, sts_data, tmp_path):
+    saved = assert_writes_picture_table_and_json(
+        run("spread", "--models", str(varied_model), "--data-dir", str(sts_data), "--device", "cpu",
+            "--out", str(tmp_path)), "spread")
+    pairs = pairs_of(sts_data / "sts-train.csv")
+    expected = cosines(varied_model, pairs, "mean")[-1]
+    gold = np.array([p[2] for p in pairs])
+    assert saved["M"][varied_model.name] == pytest.approx(expected[gold <= 0.25].mean(), abs=1e-5)
+    buckets = saved["buckets"][varied_model.name]
+    assert sum(b["count"] for b in buckets) == len(pairs)
+    top = (gold > 4.75) & (gold <= 5)
+    assert buckets[-1]["mean"] == pytest.approx(expected[top].mean(), abs=1e-5)
+    assert buckets[-1]["std"] == pytest.approx(expected[top].std(), abs=1e-5)
+
+
+def test_embeddings_alignment_and_uniformity_by_their_formula(varied_model, sts_data, tmp_path):
+    saved = assert_writes_picture_table_and_json(
+        run("embeddings", "--models", str(varied_model), "--data-dir", str(sts_data), "--poolings", "mean,cls",
+            "--device", "cpu", "--out", str(tmp_path)), "embeddings")
+    pairs = pairs_of(sts_data / "sts-dev.csv")
+    for pooling in ("mean", "cls"):
+        first = [POOL[pooling](h[-1]) for h in transformers_layers(varied_model, [p[0] for p in pairs])]
+        second = [POOL[pooling](h[-1]) for h in transformers_layers(varied_model, [p[1] for p in pairs])]
+        first, second = ([x / x.norm() for x in side] for side in (first, second))
+        positives = [i for i, p in enumerate(pairs) if p[2] >= 4]
+        alignment = sum(float((first[i] - second[i]).norm() ** 2) for i in positives) / len(positives)
+        every = first + second
+        kernel = [float(torch.exp(-2 * (every[i] - every[j]).norm() ** 2))
+                  for i in range(len(every)) for j in range(i + 1, len(every))]
+        point = saved["points"][varied_model.name][pooling]
+        assert point["alignment"] == pytest.approx(alignment, abs=1e-5)
+        assert point["uniformity"] == pytest.approx(np.log(np.mean(kernel)), abs=1e-5)
+        cosines_ = [float(a @ b) for a, b in zip(first, second)]
+        assert point["sts-dev"] == pytest.approx(100 * scipy.stats.spearmanr(cosines_, [p[2] for p in pairs]).statistic,
+                                                 abs=1e-4)
+
+
+def test_confusion_matrix_matches_sklearn():
+    rng = np.random.default_rng(0)
+    gold, predicted = rng.integers(0, 5, 60), rng.integers(0, 5, 60)
+    gold[gold == 4] = 3  # a class with no gold example: its row stays zero
+    expected = sklearn.metrics.confusion_matrix(gold, predicted, labels=range(5))
+    assert (confusion_matrix(gold, predicted, 5) == expected).all()
+    with np.errstate(invalid="ignore"):
+        expected = np.nan_to_num(sklearn.metrics.confusion_matrix(gold, predicted, labels=range(5), normalize="true"))
+    assert np.allclose(row_normalised(confusion_matrix(gold, predicted, 5)), expected)
+
+
+@pytest.fixture
+def finished_run(tmp_path):
+    """A run folder whose best/ holds fabricated dev (and test) outputs, and the dev files they score; the SST
+    sentence "a shared sentence" is also the first sentence of STS pair 0."""
+    data, best = tmp_path / "data", tmp_path / "run" / "best"
+    data.mkdir(), best.mkdir(parents=True)
+    sst_gold, para_gold, sts_gold = [0, 1, 2, 3, 4, 2, 1, 0], [1, 0, 1, 0, 1, 0], [0.5, 1.0, 2.0, 3.5, 4.0, 5.0]
+    sst_sentences = ["a shared sentence"] + [f"review {i}" for i in range(1, 8)]
+    write_course_file(data / "ids-sst-dev.csv", ["id", "sentence", "sentiment"],
+                      [[f"s{i}", text, label] for i, (text, label) in enumerate(zip(sst_sentences, sst_gold))])
+    write_course_file(data / "quora-dev.csv", ["id", "sentence1", "sentence2", "is_duplicate"],
+                      [[f"q{i}", f"question {i}?", f"other {i}?", label] for i, label in enumerate(para_gold)])
+    write_course_file(data / "sts-dev.csv", ["id", "sentence1", "sentence2", "similarity"],
+                      [[f"t{i}", "A  Shared sentence" if i == 0 else f"one {i}", f"two {i}", label]
+                       for i, label in enumerate(sts_gold)])
+    generator = torch.Generator().manual_seed(0)
+    outputs = {"sst": torch.randn(8, 5, generator=generator).softmax(-1), "para": torch.rand(6, generator=generator),
+               "sts": torch.tensor([3.0, 1.2, 2.1, 3.0, 4.1, 2.0])}
+    for task, prefix in (("sst", "s"), ("para", "q"), ("sts", "t")):
+        ids = [f"{prefix}{i}" for i in range(len(outputs[task]))]
+        for split in ("dev", "test"):
+            torch.save({"ids": ids, "outputs": outputs[task]}, best / f"outputs-{task}-{split}.pt")
+    return tmp_path / "run", data, outputs, {"sst": sst_gold, "para": para_gold, "sts": sts_gold}
+
+
+def test_errors_command_against_sklearn_scipy_and_by_hand(finished_run, tmp_path):
+    folder, data, outputs, gold = finished_run
+    saved = assert_writes_picture_table_and_json(
+        run("errors", "--run", str(folder), "--data-dir", str(data), "--out", str(tmp_path / "out")), "errors")
+    sst, para, sts = (saved["results"][task] for task in ("sst", "para", "sts"))
+
+    predicted = outputs["sst"].argmax(-1).numpy()
+    assert sst["confusion"] == sklearn.metrics.confusion_matrix(gold["sst"], predicted, labels=range(5)).tolist()
+    wrong = [i for i in range(8) if predicted[i] != gold["sst"][i]]
+    assert sorted(e["id"] for e in sst["misclassified"]) == sorted(f"s{i}" for i in wrong)
+    confidences = [e["confidence"] for e in sst["misclassified"]]
+    assert confidences == sorted(confidences, reverse=True)
+    assert confidences[0] == pytest.approx(max(outputs["sst"][i].max().item() for i in wrong))
+
+    p = outputs["para"].numpy()
+    assert [e["id"] for e in para["false_positives"]] == [f"q{i}" for i in np.argsort(-p) if p[i] > 0.5
+                                                          and gold["para"][i] == 0]
+    assert [e["id"] for e in para["false_negatives"]] == [f"q{i}" for i in np.argsort(p) if p[i] <= 0.5
+                                                          and gold["para"][i] == 1]
+
+    assert sts["pearson"] == pytest.approx(scipy.stats.pearsonr(outputs["sts"].numpy(), gold["sts"]).statistic)
+    errors = [abs(a - b) for a, b in zip(outputs["sts"].tolist(), gold["sts"])]
+    assert [e["error"] for e in sts["largest_errors"]] == pytest.approx(sorted(errors, reverse=True))
+    assert [e["id"] for e in sts["largest_errors"][:2]] == ["t5", "t0"]  # off by 3.0 and 2.5
+    # The one shared sentence: SST and STS both wrong on it exactly when SST misclassifies s0 (STS t0 is off by 2.5).
+    shared = {row["tasks"]: row for row in saved["cross_task"]}
+    assert shared["sst & sts"]["shared"] == 1 and shared["sst & para"]["shared"] == 0
+    assert shared["sst & sts"]["both_wrong"] == int(0 in wrong)
+    assert "too few to say whether errors coincide" in (tmp_path / "out" / "errors.md").read_text()
+
+
+EVAL_LINE = {"epoch": 1, "step": 10, "train_loss": {"sst": 1.5, "para": 0.7}, "dev": {"sst": 0.3, "overall": 0.5},
+             "seconds": 1.0}
+
+
+def test_curves_read_old_eval_lines_and_new_train_lines(tmp_path):
+    old, new = tmp_path / "old", tmp_path / "new"
+    old.mkdir(), new.mkdir()
+    (old / "metrics.jsonl").write_text("\n".join(json.dumps(line) for line in (
+        EVAL_LINE, {**EVAL_LINE, "step": 20, "train_loss": {"sst": 1.2, "para": 0.6}, "dev": {"sst": 0.4}})) + "\n")
+    (new / "metrics.jsonl").write_text("\n".join([
+        json.dumps({"event": "train", "step": 5, "epoch": 1, "loss": {"sst": 1.6}, "lr": 1e-5, "examples_per_s": 9.0}),
+        json.dumps({"event": "train", "step": 10, "epoch": 1, "loss": {"sst": 1.4, "para": 0.5}, "lr": 2e-5}),
+        json.dumps({**EVAL_LINE, "event": "eval"}),
+        '{"event": "train", "step": 15, "lo']) + "\n")  # a run killed while writing its last line
+
+    old_curves = run_curves(*read_metrics(old / "metrics.jsonl"))
+    new_curves = run_curves(*read_metrics(new / "metrics.jsonl"))
+    assert old_curves.train_loss_from == "eval lines"
+    assert old_curves.train_loss == {"sst": [(10, 1.5), (20, 1.2)], "para": [(10, 0.7), (20, 0.6)]}
+    assert old_curves.dev == {"sst": [(10, 0.3), (20, 0.4)], "overall": [(10, 0.5)]}
+    assert new_curves.train_loss_from == "train lines" and (new_curves.train_lines, new_curves.eval_lines) == (2, 1)
+    assert new_curves.train_loss == {"sst": [(5, 1.6), (10, 1.4)], "para": [(10, 0.5)]}
+    assert new_curves.dev == {"sst": [(10, 0.3)], "overall": [(10, 0.5)]}
+
+    saved = assert_writes_picture_table_and_json(
+        run("curves", "--runs", f"{old},{new / 'metrics.jsonl'}", "--out", str(tmp_path / "out")), "curves")
+    assert sorted(saved["pictures"]) == ["curves-dev-overall.png", "curves-dev-sst.png", "curves-train-loss-para.png",
+                                         "curves-train-loss-sst.png"]
+    assert saved["runs"]["new"]["train_loss"]["sst"] == [[5, 1.6], [10, 1.4]]
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["errors", "--run", "no/such/run"], "no/such/run: run folder not found"),
+    (["curves", "--runs", "no/such/run"], "no/such/run/metrics.jsonl: file not found"),
+    (["layers", "--data-dir", "no/such/data"], "no/such/data/sts-eval/sts12.tsv: file not found"),
+])
+def test_a_missing_input_is_one_line_and_exit_code_2(tmp_path, argv, named):
+    result = subprocess.run([sys.executable, "-m", "evaluation.analyze", *argv, "--out", str(tmp_path)],
+                            cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [f"error: {named}"]
+
+
+@pytest.mark.parametrize("subcommand", list(analyze.COMMANDS))
+def test_every_subcommand_explains_itself(subcommand, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        analyze.main([subcommand, "--help"])
+    text = capsys.readouterr().out
+    assert exit_info.value.code == 0 and "--out" in text
+    assert f"python -m evaluation.analyze {subcommand}" in text  # the example line
+
+
+def test_a_bad_flag_value_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        analyze.main(["layers", "--poolings", "mean,pooler"])
+    assert exit_info.value.code == 2 and "'pooler' is not one of cls, mean, max" in capsys.readouterr().err
