@@ -7,7 +7,7 @@ SST class probabilities [N, 5], P(paraphrase) [N], STS scores [N]. Per task, the
 weighted average of its members' outputs, turned into predictions as for a single model. --method sets
 the weights of each task:
     mean      equal weights.
-    best      all the weight on the member with the best dev metric (seed 002's ensemble: the best
+    best      all the weight on the member with the best dev metric (Chen's report's ensemble: the best
               model of each task).
     weighted  weights fitted on dev by greedy ensemble selection (Caruana et al., 2004): --rounds times,
               add (again, if it helps most) the member whose addition gives the best dev metric; the

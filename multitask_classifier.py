@@ -10,7 +10,7 @@ from training.multitask import MultitaskConfig, MultitaskTrainer
 
 
 def main(argv: list[str] | None = None) -> dict:
-    config = cli.parse_config(MultitaskConfig, __doc__, argv)
+    config = cli.parse_config(MultitaskConfig, __doc__, argv, program="multitask_classifier.py")
     return MultitaskTrainer(config).train()
 
 

@@ -12,7 +12,7 @@ from training.contrastive import ContrastiveConfig, ContrastiveTrainer
 
 
 def main(argv: list[str] | None = None) -> dict:
-    config = cli.parse_config(ContrastiveConfig, __doc__, argv)
+    config = cli.parse_config(ContrastiveConfig, __doc__, argv, program="pretrain_contrastive.py")
     return ContrastiveTrainer(config).train()
 
 

@@ -9,6 +9,7 @@ import dataclasses
 import inspect
 import logging
 import os
+import shlex
 import sys
 import typing
 from typing import Any, Callable
@@ -53,14 +54,20 @@ def add_flags(parser: argparse.ArgumentParser, config_class: type) -> None:
                             help=field.metadata["help"])
 
 
-def parse_config(config_class: type, description: str, argv: list[str] | None = None):
-    """The config from the command line; a flag value the config rejects is a usage error (exit code 2)."""
+def parse_config(config_class: type, description: str, argv: list[str] | None = None, program: str | None = None):
+    """The config from the command line; a flag value the config rejects is a usage error (exit code 2).
+    The config remembers the command line as config.command (not a field: it is not a flag)."""
     parser = build_parser(config_class, description)
+    if program:
+        parser.prog = program
+    argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
     try:
-        return config_class(**vars(args))
+        config = config_class(**vars(args))
     except ValueError as error:
         parser.error(str(error))
+    config.command = shlex.join(["python", parser.prog, *argv])
+    return config
 
 
 def parse_subcommand(commands: dict[str, type], description: str, argv: list[str] | None = None):

@@ -45,5 +45,5 @@ def overall_score(sst_accuracy: float, paraphrase_accuracy: float, sts_pearson: 
 
 
 def mean_score(sst_accuracy: float, paraphrase_accuracy: float, sts_pearson: float) -> float:
-    """The plain mean of the three metrics (seed 003's "Average")."""
+    """The plain mean of the three metrics (Mohammed and Sabane's CS224N report's "Average")."""
     return (sst_accuracy + paraphrase_accuracy + sts_pearson) / 3

@@ -1,11 +1,11 @@
 """Data for contrastive pretraining: the `--data` modes, three kinds of batch, and each epoch's plan of batches.
 
     nli        SimCSE's NLI triplets (sent0, sent1 = entailment, hard_neg = contradiction) -> TripletBatch
-    quora      question pairs, is_duplicate 1 = positive pair, 0 = negative pair (seed 002)   -> PairBatch
+    quora      question pairs, is_duplicate 1 = positive pair, 0 = negative pair (Chen's CS224N report)   -> PairBatch
     sst        SST sentences, with their sentiment labels (used by --fusion)                 -> SentenceBatch
-    sts        the distinct sentences of STS train's two columns (seed 002: unsupervised)    -> SentenceBatch
+    sts        the distinct sentences of STS train's two columns (Chen's CS224N report: unsupervised)    -> SentenceBatch
     unlabeled  one sentence a line                                                            -> SentenceBatch
-    all3       seed 002's "3 given datasets": in every epoch, quora, then sst, then sts
+    all3       Chen's CS224N report's "3 given datasets": in every epoch, quora, then sst, then sts
     PATH       a file in one of these formats, recognised by its header (or .txt: one sentence a line)
 
 Methods that learn from single sentences only (CT, SG, ConSERT's unsupervised stage) take any data as the
@@ -28,7 +28,7 @@ from models.tokenizer import Encoded, Tokenizer, collate
 DATA_MODES = ("nli", "quora", "sst", "sts", "unlabeled", "all3")
 FILES = {"nli": "nli_for_simcse.csv", "quora": "quora-train.csv", "sst": "ids-sst-train.csv",
          "sts": "sts-train.csv", "unlabeled": "unlabeled-sentences.txt"}
-ALL3_ORDER = ("quora", "sst", "sts")  # seed 002 section 4.1: supervised Quora first, then SST and STS
+ALL3_ORDER = ("quora", "sst", "sts")  # Chen's CS224N report section 4.1: supervised Quora first, then SST and STS
 
 Inputs = dict[str, torch.Tensor]  # input_ids, attention_mask, token_type_ids: [rows, tokens]
 
@@ -134,7 +134,7 @@ class SentenceSet:
         return SentenceBatch(self.name, collate([self.encoded[i] for i in rows], pad_id), labels)
 
     def tension_batch(self, batch_size: int, negatives_per_positive: int, seed: int, pad_id: int) -> PairBatch:
-        """Contrastive Tension's batch (seed 000): per anchor s, the pair (s, s) and K pairs (s, random other)."""
+        """Contrastive Tension's batch (Carlsson et al.): per anchor s, the pair (s, s) and K pairs (s, random other)."""
         first, second, labels = contrastive_tension_batch(self.texts, batch_size, negatives_per_positive,
                                                           torch.Generator().manual_seed(seed))
         return PairBatch(self.name, collate([self.encoded[i] for i in first.tolist()], pad_id),
@@ -231,7 +231,7 @@ def load_dataset(mode: str, path: Path, tokenizer: Tokenizer, max_length: int, m
         texts = [r.sentence for r in records]
         dataset = SentenceSet(mode, texts, encode(texts), [r.label for r in records])
     elif mode == "sts":
-        # Unsupervised on STS (seed 002): its pairs' sentences, each once; the similarity scores are not used.
+        # Unsupervised on STS (Chen's CS224N report): its pairs' sentences, each once; the similarity scores are not used.
         records = cap(read_sts(path)[0])
         texts = list(dict.fromkeys(s for r in records for s in (r.sentence1, r.sentence2)))
         dataset = SentenceSet(mode, texts, encode(texts))
@@ -245,15 +245,18 @@ def load_dataset(mode: str, path: Path, tokenizer: Tokenizer, max_length: int, m
     return dataset
 
 
+def data_files(data: str, data_dir: str | Path) -> list[tuple[str, Path]]:
+    """(format, file) of each set --data names, in the order an epoch visits them (all3: quora, sst, sts)."""
+    if data in DATA_MODES:
+        return [(mode, Path(data_dir) / FILES[mode]) for mode in (ALL3_ORDER if data == "all3" else (data,))]
+    path = Path(data).expanduser()
+    return [(detect_format(path), path)]
+
+
 def load_data(data: str, data_dir: str | Path, tokenizer: Tokenizer, max_length: int,
               max_examples: int = 0) -> list[Dataset]:
-    """The sets named by --data, in the order an epoch visits them (all3: quora, sst, sts)."""
-    if data in DATA_MODES:
-        modes = ALL3_ORDER if data == "all3" else (data,)
-        return [load_dataset(mode, Path(data_dir) / FILES[mode], tokenizer, max_length, max_examples)
-                for mode in modes]
-    path = Path(data).expanduser()
-    return [load_dataset(detect_format(path), path, tokenizer, max_length, max_examples)]
+    """The sets named by --data, tokenised."""
+    return [load_dataset(mode, path, tokenizer, max_length, max_examples) for mode, path in data_files(data, data_dir)]
 
 
 # ---- plans: which batches an epoch trains on, in which order ----

@@ -3,7 +3,7 @@
 The heads themselves live in their own modules (import them from there):
     heads.sentiment.SentimentHead           SST-5 logits from one sentence embedding
     heads.paraphrase.ParaphraseHead         bilinear paraphrase logit from two embeddings
-    heads.paraphrase.CrossEncodedPairHead   seed 003 PH / DPH / DPHA on a cross-encoded pair
+    heads.paraphrase.CrossEncodedPairHead   Mohammed and Sabane's CS224N report PH / DPH / DPHA on a cross-encoded pair
     heads.similarity.SimilarityHead         cosine STS score in [0, 5]
     heads.similarity.CrossEncodedSimilarityHead
 
@@ -15,15 +15,15 @@ from torch import nn
 # Seed 002 section 5.3: "dropout probability of 0.3 at each linear layer".
 DEFAULT_DROPOUT = 0.3
 
-# How the paraphrase and STS MLPs relate (seed 002 Table 3): two separate MLPs, one shared first
+# How the paraphrase and STS MLPs relate (Chen's CS224N report Table 3): two separate MLPs, one shared first
 # layer (the paper's best), or one MLP used by both heads.
 SHARE_MODES = ("none", "first-layer", "all")
-# The paraphrase and STS MLPs: seed 002's plain 2-layer MLP, or x + MLP(x) starting as the identity.
+# The paraphrase and STS MLPs: Chen's CS224N report's plain 2-layer MLP, or x + MLP(x) starting as the identity.
 PAIR_MLPS = ("residual", "plain")
 
 
 class MLP(nn.Module):
-    """Two linear layers, dropout before each (seed 002) and a ReLU between them.
+    """Two linear layers, dropout before each (Chen's CS224N report) and a ReLU between them.
 
     The first layer is its own submodule so that two MLPs can hold the very same layer object
     (share_first_with=...): autograd then sums both tasks' gradients into one set of weights.
@@ -81,7 +81,7 @@ def pair_mlps(share: str, hidden_size: int, count: int = 2, mlp_hidden: int | No
 class CommonLayer(nn.Module):
     """Seed 003 "CL": one Linear + tanh applied to the embedding before all three heads.
 
-    No dropout: seed 003 reports the model could not learn with dropout (p=0.5) in this layer.
+    No dropout: Mohammed and Sabane's CS224N report found the model could not learn with dropout (p=0.5) in this layer.
     """
 
     def __init__(self, hidden_size: int):

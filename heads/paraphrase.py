@@ -1,7 +1,7 @@
 """Paraphrase heads: one logit per sentence pair (apply sigmoid for P(paraphrase)).
 
-ParaphraseHead        bi-encoder: each sentence embedded on its own (seed 002).
-CrossEncodedPairHead  cross-encoder: the pair is encoded together, in both orders (seed 003).
+ParaphraseHead        bi-encoder: each sentence embedded on its own (Chen's CS224N report).
+CrossEncodedPairHead  cross-encoder: the pair is encoded together, in both orders (Mohammed and Sabane's CS224N report).
 """
 import torch
 from torch import nn
@@ -29,7 +29,7 @@ class CrossEncodedPairHead(nn.Module):
     """Seed 003's dense prediction heads on a pair encoded as "[CLS] s1 [SEP] s2" and "[CLS] s2 [SEP] s1".
 
     Each view of the pair gets its own Linear(H, 1) -> one logit per view; a final Linear turns
-    those logits into the pair's logit. The views and the variants (seed 003 names):
+    those logits into the pair's logit. The views and the variants (Mohammed and Sabane's CS224N report names):
         "ph":   views e12, e21
         "dph":  views e12, e21 and their element-wise difference e12 - e21
         "dpha": as dph, with tanh on the per-view logits ("activation in between")

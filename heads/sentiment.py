@@ -1,4 +1,4 @@
-"""Sentiment head: SST-5 class logits from one pooled sentence embedding (seed 002 section 4.2)."""
+"""Sentiment head: SST-5 class logits from one pooled sentence embedding (Chen's CS224N report section 4.2)."""
 import torch
 from torch import nn
 

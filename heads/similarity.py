@@ -3,7 +3,7 @@
 SimilarityHead maps the cosine of the two MLP-transformed embeddings linearly onto the gold scale:
 the cosine `floor` M maps to 0 and cosine 1 maps to 5. Two target modes share this one mapping:
     plain (M = -1, the default): the whole cosine range [-1, 1] covers [0, 5].
-    cosine-range (seed 000 section 5.2): gold scores are mapped onto [M, 1], with M the model's
+    cosine-range (Contrastive Tension (Carlsson et al.) section 5.2): gold scores are mapped onto [M, 1], with M the model's
         mean cosine over the training pairs in the lowest label bucket (gold in [0, 0.25]), so the
         regression target asks the embedding space to move as little as possible.
 forward() gives the score unclamped: cosines below M map below 0. Training compares that score with the
@@ -19,7 +19,7 @@ from heads import MLP
 from heads.paraphrase import CrossEncodedPairHead
 
 MAX_SCORE = 5.0
-LOWEST_BUCKET_WIDTH = MAX_SCORE / 20  # seed 000 splits [0, 5] into 20 buckets
+LOWEST_BUCKET_WIDTH = MAX_SCORE / 20  # Contrastive Tension (Carlsson et al.) splits [0, 5] into 20 buckets
 
 
 def lowest_bucket_mean_cosine(cosines: torch.Tensor, gold: torch.Tensor,

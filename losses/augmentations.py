@@ -1,4 +1,4 @@
-"""ConSERT's data augmentations at the embedding layer (Yan et al. 2021; seed 004, "Data Augmentation
+"""ConSERT's data augmentations at the embedding layer (Yan et al. 2021, "Data Augmentation
 Strategies", Figure 3). Pure functions on tensors; the encoder applies them through its `position_ids` and
 `embedding_transform(embeddings, attention_mask)` arguments.
 

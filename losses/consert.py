@@ -1,5 +1,5 @@
 """NT-Xent, the normalized temperature-scaled cross entropy of SimCLR (Chen et al. 2020), as used by ConSERT
-(Yan et al. 2021; seed 004, "General Framework").
+(Yan et al. 2021, "General Framework").
 
 N sentences give 2N views r_1..r_2N (two augmentations each). Each view must find its counterpart j among
 the other 2N - 1 views (the 2(N - 1) views of other sentences are the negatives):
@@ -8,7 +8,7 @@ the other 2N - 1 views (the 2(N - 1) views of other sentences are the negatives)
 
 averaged over all 2N views; sim is cosine similarity, tau = 0.1 in ConSERT. (ConSERT's released code sums
 the two directions instead of averaging, i.e. twice this value; we follow the paper's text.)
-SG-BERT's L^base (seed 001, section 3.1) is the same loss with c_i and h_i as the two views.
+SG-BERT's L^base (SG-BERT (Kim et al.), section 3.1) is the same loss with c_i and h_i as the two views.
 
 Inputs: view_a [N, H], view_b [N, H] where row i of both comes from sentence i.
 

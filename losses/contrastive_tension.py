@@ -1,4 +1,4 @@
-"""Contrastive Tension (Carlsson et al. 2021, "Semantic Re-tuning with Contrastive Tension"; seed 000, eq. 1).
+"""Contrastive Tension (Carlsson et al. 2021, "Semantic Re-tuning with Contrastive Tension", eq. 1).
 
 Two independently updated copies f1, f2 of the same pretrained encoder embed a sentence pair (s1, s2);
 z = f1(s1)^T f2(s2) is the raw (unnormalised) dot product of their mean-pooled final-layer embeddings, and

@@ -1,5 +1,5 @@
 """Multiple negatives ranking loss (Henderson et al. 2017, "Efficient Natural Language Response Suggestion
-for Smart Reply"; used for paraphrase pretraining in seed 003, section 3.2).
+for Smart Reply"; used for paraphrase pretraining in Mohammed and Sabane's CS224N report, section 3.2).
 
 For a batch of K pairs (x_i, y_i), every other y_j in the batch is a negative for x_i:
 

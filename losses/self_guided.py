@@ -1,4 +1,4 @@
-"""Self-guided contrastive learning, SG-BERT (Kim et al. 2021; seed 001, sections 3.1 and 3.2).
+"""Self-guided contrastive learning, SG-BERT (Kim et al. 2021, sections 3.1 and 3.2).
 
 BERT is cloned into a fixed BERT_F and a tuned BERT_T. For sentence i, c_i is BERT_T's last-layer [CLS]
 vector and h_{i,k} (k = 0..l, 0 = the embedding layer) is the max-pooled layer k of BERT_F. Both go through
@@ -38,7 +38,7 @@ SG_REGULARISER_WEIGHT = 0.1
 
 
 class ProjectionHead(nn.Module):
-    """f: two linear layers, each followed by GELU, hidden size 4096 (seed 001 footnote 4; the reference
+    """f: two linear layers, each followed by GELU, hidden size 4096 (SG-BERT (Kim et al.) footnote 4; the reference
     code also outputs 4096 dimensions). Applied to c_i and to every h_{i,k}; thrown away after training."""
 
     def __init__(self, hidden_size: int, projection_size: int = 4096):

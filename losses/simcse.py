@@ -1,4 +1,4 @@
-"""SimCSE contrastive loss (Gao et al. 2021; seed 002 eq. 1, seed 003 section 3.1).
+"""SimCSE contrastive loss (Gao et al. 2021; Chen's CS224N report eq. 1, Mohammed and Sabane's CS224N report section 3.1).
 
 For N pairs (x_i, x_i^+) with representations h_i, h_i^+ and temperature tau:
 
@@ -7,12 +7,12 @@ For N pairs (x_i, x_i^+) with representations h_i, h_i^+ and temperature tau:
                                      / sum_j [exp(sim(h_i, h_j^+) / tau) + exp(sim(h_i, h_j^-) / tau)] )
 
 sim is cosine similarity, tau defaults to 0.05 (both reports), the loss is the mean of l_i. This is the
-multiple negatives ranking loss with scale 1/tau (seed 002 section 3 notes the equivalence), so it reuses it.
+multiple negatives ranking loss with scale 1/tau (Chen's CS224N report section 3 notes the equivalence), so it reuses it.
 
 - Unsupervised SimCSE: anchors and positives are two forward passes of the same sentences, differing only
   by dropout.
 - Supervised NLI SimCSE: positives are entailments, hard_negatives the contradictions [N, H].
-- Quora variant (seed 002, section 4.1): `quora_simcse_loss` below.
+- Quora variant (Chen's CS224N report, section 4.1): `quora_simcse_loss` below.
 
 Example:
     first_pass, second_pass = torch.randn(4, 8), torch.randn(4, 8)  # two dropout views of 4 sentences
@@ -32,7 +32,7 @@ def simcse_loss(anchors: torch.Tensor, positives: torch.Tensor, hard_negatives: 
 
 def quora_simcse_loss(first: torch.Tensor, second: torch.Tensor, is_paraphrase: torch.Tensor,
                       temperature: float = 0.05, use_negative_pairs: bool = True) -> torch.Tensor:
-    """SimCSE on Quora question pairs (seed 002, section 4.1 and Figure 1).
+    """SimCSE on Quora question pairs (Chen's CS224N report, section 4.1 and Figure 1).
 
     first, second: [N, H] embeddings of the two questions of each pair; is_paraphrase: [N] bool/0-1 labels.
 

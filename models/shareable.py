@@ -123,7 +123,8 @@ def model_card(*, pooling: str, max_length: int, hidden_size: int, base_model: s
             "tags": ["sentence-transformers", "feature-extraction", "sentence-similarity", "transformers", "minbert"],
             **({"base_model": hub_id} if hub_id else {}), "license": license_id}
     license_text = license_id if license_id != UNKNOWN_LICENSE else "unknown, see the base model"
-    metric_rows = "\n".join(f"| {name} | {value} |" for name, value in flatten(metrics))
+    metric_rows = "\n".join(f"| {name} | {value:.4f} |" if isinstance(value, float) else f"| {name} | {value} |"
+                            for name, value in flatten(metrics))
     data = "\n".join(f"- `{file}`" for file in data_files)
     pooling_code = TRANSFORMERS_POOLING[pooling]
     return f"""---

@@ -1,4 +1,4 @@
-"""NT-Xent against ConSERT's L_{i,j} (seed 004) averaged over the 2N views, written as loops."""
+"""NT-Xent against ConSERT's L_{i,j} (ConSERT (Yan et al.)) averaged over the 2N views, written as loops."""
 import math
 
 import pytest

@@ -1,4 +1,4 @@
-"""Contrastive Tension (seed 000, eq. 1 and Appendix A.1): loss by hand, batch construction by inspection."""
+"""Contrastive Tension (Carlsson et al., eq. 1 and Appendix A.1): loss by hand, batch construction by inspection."""
 import math
 
 import pytest

@@ -1,4 +1,4 @@
-"""Multiple negatives ranking loss against Henderson et al.'s J(x, y) (seed 003 section 3.2), as loops."""
+"""Multiple negatives ranking loss against Henderson et al.'s J(x, y) (Mohammed and Sabane's CS224N report section 3.2), as loops."""
 import math
 
 import pytest

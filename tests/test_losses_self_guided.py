@@ -1,4 +1,4 @@
-"""SG-BERT losses (seed 001, sections 3.1-3.2) against the paper's formulas written as loops."""
+"""SG-BERT losses (SG-BERT (Kim et al.), sections 3.1-3.2) against the paper's formulas written as loops."""
 import math
 
 import pytest

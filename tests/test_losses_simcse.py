@@ -1,4 +1,4 @@
-"""SimCSE losses against the formulas of seed 002 eq. 1 / seed 003 section 3.1, written as plain loops."""
+"""SimCSE losses against the formulas of Chen's CS224N report eq. 1 / Mohammed and Sabane's CS224N report section 3.1, written as plain loops."""
 import math
 
 import pytest

@@ -1,4 +1,4 @@
-"""ConSERT (Yan et al. 2021; seed 004): NT-Xent over two views of each sentence augmented at the embedding
+"""ConSERT (Yan et al. 2021): NT-Xent over two views of each sentence augmented at the embedding
 layer, and the paper's three ways of adding NLI supervision.
 
 Views (--aug1, --aug2; section 3.2 and Implementation Details):

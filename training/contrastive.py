@@ -20,10 +20,11 @@ from common.files import DEFAULT_DATA, atomic_directory, write_json
 from common.tables import markdown_table
 from data.batching import split_rows
 from data.contrastive import (DATA_MODES, Dataset, PairSet, SentenceBatch, SentenceSet, TripletSet, as_sentences,
-                              detect_format, load_data)
+                              data_files, detect_format, load_data)
 from evaluation.sts_benchmark import TABLE_COLUMNS, sts_benchmark
 from models import POOLINGS, Tokenizer, from_pretrained
 from models.checkpoint import write_encoder_folder
+from models.shareable import write_shareable_files
 from training.consert import AUGMENTATIONS, SCHEDULES, ConsertSupervised, ConsertUnsupervised
 from training.engine import Engine, TrainingConfig, load_training_state
 from training.grad_cache import grad_cache_backward
@@ -37,25 +38,25 @@ METHODS = ("simcse", "mnrl", "ct", "sg", "sg-opt", "consert")
 # Defaults per method: the papers' values, with batch sizes a CPU can run (use --batch-size and
 # --grad-cache-chunk for the papers' large batches on a GPU).
 METHOD_DEFAULTS = {
-    # SimCSE (Gao et al. 2021, seed 002): [CLS] + MLP in training, tau 0.05, 32 tokens, no warm-up; batch 64
+    # SimCSE (Gao et al. 2021, Chen's CS224N report): [CLS] + MLP in training, tau 0.05, 32 tokens, no warm-up; batch 64
     # as in unsupervised SimCSE (supervised SimCSE used 512); lr in default_lr.
     "simcse": dict(batch_size=64, max_length=32, pooling="cls", temperature=0.05, warmup=0.0),
-    # MNRL (seed 003; sentence-transformers' recipe): mean pooling, scale 20, lr 2e-5, 10% warm-up.
+    # MNRL (Mohammed and Sabane's CS224N report; sentence-transformers' recipe): mean pooling, scale 20, lr 2e-5, 10% warm-up.
     "mnrl": dict(batch_size=32, max_length=64, pooling="mean", lr=2e-5, warmup=0.1),
-    # CT (seed 000 section 4, Appendix A): batch 16 = 2 x (1 positive + K = 7 negative pairs), mean pooling,
+    # CT (Carlsson et al. section 4, Appendix A): batch 16 = 2 x (1 positive + K = 7 negative pairs), mean pooling,
     # 75 tokens (authors' code), step-wise lr from 1e-5 down to 2e-6 (Table 5).
     "ct": dict(batch_size=16, max_length=75, pooling="mean", lr=1e-5, warmup=0.0),
-    # SG / SG-OPT (seed 001 Table 8): batch 16, lr 5e-5, tau 0.01, [CLS] of BERT_T.
+    # SG / SG-OPT (SG-BERT (Kim et al.) Table 8): batch 16, lr 5e-5, tau 0.01, [CLS] of BERT_T.
     "sg": dict(batch_size=16, max_length=64, pooling="cls", lr=5e-5, temperature=0.01, warmup=0.0),
     "sg-opt": dict(batch_size=16, max_length=64, pooling="cls", lr=5e-5, temperature=0.01, warmup=0.0),
-    # ConSERT (seed 004 Implementation Details): batch 96, 64 tokens, mean pooling, tau 0.1, 10% warm-up.
+    # ConSERT (ConSERT (Yan et al.) Implementation Details): batch 96, 64 tokens, mean pooling, tau 0.1, 10% warm-up.
     "consert": dict(batch_size=96, max_length=64, pooling="mean", temperature=0.1, warmup=0.1),
 }
 
 
 def default_lr(method: str, datasets: list[Dataset], stage: str) -> float:
     if method == "simcse":
-        # SimCSE: 5e-5 supervised (NLI), 3e-5 unsupervised (bert-base); seed 002 Table 10: 2e-5 with Quora (all3).
+        # SimCSE: 5e-5 supervised (NLI), 3e-5 unsupervised (bert-base); Chen's CS224N report Table 10: 2e-5 with Quora (all3).
         kinds = {type(d) for d in datasets}
         return 5e-5 if TripletSet in kinds else 2e-5 if PairSet in kinds else 3e-5
     if method == "consert":
@@ -206,7 +207,9 @@ class ContrastiveTrainer:
         self.tokenizer = Tokenizer.from_pretrained(config.model)
         self.encoder = from_pretrained(config.model)
         stage_names = SCHEDULES[config.schedule] if config.method == "consert" else ("train",)
+        self.data_files = []
         self.stages = [self._stage(name) for name in stage_names]
+        self.run_config = self.engine.describe_run(self.data_files, lr={stage.name: stage.lr for stage in self.stages})
         self.fusion = None
         if config.fusion:
             if not any(isinstance(d, SentenceSet) and d.labels for stage in self.stages for d in stage.datasets):
@@ -224,6 +227,7 @@ class ContrastiveTrainer:
             if len(SCHEDULES[config.schedule]) == 1:
                 raise DataError(f"--schedule joint trains on NLI triplets only; --data {config.data} is not NLI")
             data = "nli"  # the supervised stage of a two-stage schedule; --data is for the unsupervised one
+        self.data_files += [path for _, path in data_files(data, config.data_dir)]
         datasets = load_data(data, config.data_dir, self.tokenizer, config.max_length, config.max_train_examples)
         if objective.input_kind == "sentences":
             datasets = [as_sentences(d, self.tokenizer, config.max_length) for d in datasets]
@@ -263,9 +267,14 @@ class ContrastiveTrainer:
     def _save_final(self, encoders: dict, metrics: dict) -> None:
         """The encoder folder(s), in one atomic swap of the output folder; last/ goes: the run is complete."""
         with atomic_directory(self.output_dir) as temp:
+            config = self.config
             for name, encoder in encoders.items():
                 (temp / name).mkdir(exist_ok=True)
-                write_encoder_folder(temp / name, encoder, self.tokenizer, self.config.to_dict(), metrics)
+                write_encoder_folder(temp / name, encoder, self.tokenizer, self.run_config, metrics)
+                write_shareable_files(temp / name, pooling=config.pooling, max_length=config.max_length,
+                                      base_model=config.model, command=getattr(config, "command", ""),
+                                      metrics=metrics.get("sts_benchmark", metrics["stages"]),
+                                      data_files=[str(path) for path in self.data_files])
             if (self.output_dir / "metrics.jsonl").exists():
                 shutil.copy2(self.output_dir / "metrics.jsonl", temp / "metrics.jsonl")
             if self.config.eval:

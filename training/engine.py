@@ -37,6 +37,7 @@ from common import distributed
 from common.cli import flag, resolve_device
 from common.errors import CheckpointError, UserError
 from common.files import append_jsonl, atomic_directory, read_json
+from common.provenance import provenance
 from common.seeding import rng_state, seed_everything, set_rng_state
 from models import AdamW
 from training.precision import PRECISIONS, Precision
@@ -67,12 +68,13 @@ class TrainingConfig:
                               "every N steps")
     tensorboard: str = flag("", "also write losses, learning rate, throughput and dev metrics to this "
                                 "TensorBoard folder")
+    quiet: bool = flag(False, "print only warnings, errors and the summary at the end (no progress, no log lines)")
     device: str = flag("auto", "cpu, cuda, cuda:1, ... (auto: cuda when present; under torchrun each process "
                                "takes its own GPU)")
     precision: str = flag("auto", "auto: bf16 (or fp16) autocast on GPUs, fp32 on CPU", choices=PRECISIONS)
 
     # What --resume may change without changing the run.
-    RUNTIME_FIELDS = ("resume", "device", "save_every", "log_every", "tensorboard")
+    RUNTIME_FIELDS = ("resume", "device", "save_every", "log_every", "tensorboard", "quiet")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -127,6 +129,8 @@ class Engine:
         self.precision = Precision(config.precision, self.device)
         self.output_dir = Path(config.output_dir)
         self.is_main = distributed.is_main()
+        if config.quiet:
+            logging.getLogger().setLevel(logging.WARNING)
         seed_everything(config.seed)
         self.losses = LossTracker()
         self.tensorboard = None
@@ -135,6 +139,14 @@ class Engine:
 
             self.tensorboard = SummaryWriter(config.tensorboard)
         self.started = time.time()
+        self.run_config = config.to_dict()
+
+    def describe_run(self, data_files: list[Path], **resolved) -> dict:
+        """run_config.json: every flag, the values chosen for flags left to a default (resolved), and what
+        reproduces the run: the command, the git commit, library versions, a hash of each data file."""
+        self.run_config = {**self.config.to_dict(), "resolved": resolved,
+                           "provenance": provenance(getattr(self.config, "command", ""), data_files)}
+        return self.run_config
 
     # ---- setting up a run (or a stage of one) ----
 
@@ -184,7 +196,7 @@ class Engine:
         """Train on plan[self.step:], one optimizer step an item."""
         config = self.config
         progress = tqdm(total=len(plan), initial=self.step, desc=description, dynamic_ncols=True,
-                        disable=not (self.is_main and sys.stderr.isatty()))
+                        disable=not (self.is_main and sys.stderr.isatty()) or config.quiet)
         examples, window_started = 0, time.time()
         for item in plan[self.step:]:
             losses, batch_examples = trainer.train_step(item)
@@ -246,7 +258,7 @@ class Engine:
         if self.is_main:
             with atomic_directory(folder) as temp:
                 trainer.write_checkpoint(temp)
-                (temp / "run_config.json").write_text(json.dumps(self.config.to_dict(), indent=2, default=str) + "\n")
+                (temp / "run_config.json").write_text(json.dumps(self.run_config, indent=2, default=str) + "\n")
                 torch.save({"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
                             "scaler": self.precision.state_dict(), "step": self.step, "rng": rng,
                             "losses": self.losses.state_dict(), "trainer": trainer.state_dict()}, temp / STATE_FILE)

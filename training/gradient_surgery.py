@@ -1,4 +1,4 @@
-"""Gradient surgery (seed 002 section 4.2, seed 003 "GS"): combine the tasks' gradients of the shared
+"""Gradient surgery (Chen's CS224N report section 4.2, Mohammed and Sabane's CS224N report "GS"): combine the tasks' gradients of the shared
 encoder with torchjd's PCGrad or UPGrad instead of averaging the losses.
 
 How torchjd 0.18 does it: torchjd.autojac.backward(losses, inputs=params) stores in each param's

@@ -17,17 +17,19 @@ import torch
 from common import distributed
 from common.cli import flag
 from common.errors import CheckpointError
-from common.files import DEFAULT_DATA, atomic_file, read_json, write_json
+from common.files import DEFAULT_DATA, atomic_directory, atomic_file, read_json, write_json
 from common.seeding import derived_seed
+from common.tables import markdown_table
 from data.batching import length_grouped_batches, split_evenly
 from data.splits import PAIR_ENCODINGS, TaskSplit
 from evaluation.evaluate import predict
-from evaluation.predictions import write_predictions
+from evaluation.predictions import SPLITS, prediction_path, write_predictions
 from heads import PAIR_MLPS, SHARE_MODES
 from heads.multitask import MultitaskModel
 from heads.paraphrase import CrossEncodedPairHead
 from models import POOLINGS, Tokenizer, from_pretrained
-from models.checkpoint import load_heads, save_checkpoint, write_encoder_folder
+from models.checkpoint import load_heads, write_encoder_folder
+from models.shareable import write_shareable_files
 from tasks import REGISTRY, STS_TARGETS, TASK_NAMES, HeadOptions, selection_score, summary
 from training.engine import Engine, TrainingConfig, linear_warmup_decay, load_training_state
 from training.gradient_surgery import METHODS as SURGERY_METHODS
@@ -190,6 +192,8 @@ class MultitaskTrainer:
         self.splits = self._load_data()
         if not heads_loaded:  # else what the heads measured came with them
             self._calibrate_heads()
+        self.run_config = engine.describe_run([Path(config.data_dir) / file for name in config.task_list
+                                               for file in REGISTRY[name].files])
         # Each step's batch of a task is shared out between the processes and the accumulation steps.
         self.parts = distributed.world_size() * config.grad_accum
         batch_counts = count_batches({t: len(self.splits[t]["train"]) for t in config.task_list},
@@ -282,7 +286,7 @@ class MultitaskTrainer:
 
     def train(self) -> dict:
         if self.engine.is_main:
-            write_json(self.output_dir / "run_config.json", self.config.to_dict())
+            write_json(self.output_dir / "run_config.json", self.run_config)
         self.model.train()
         self.engine.run(self.steps, self, "multitask")
         return self.finish()
@@ -385,12 +389,22 @@ class MultitaskTrainer:
             self.last_record = record
             if selection_score(metrics) > self.best:
                 self.best = selection_score(metrics)
-                save_checkpoint(self.output_dir / "best", self.model.encoder, self.tokenizer, self.config.to_dict(),
-                                record, extra_modules=self.model)
+                self._save_best(record)
                 self.write_outputs("dev", outputs)
         else:
             self.engine.losses.period_means(reset=epoch_end)  # every process starts the next epoch's means together
         self.engine.save_last(self)
+
+    def _save_best(self, record: dict) -> None:
+        """best/: the encoder folder (with what sentence-transformers reads and a model card) and the heads."""
+        config = self.config
+        with atomic_directory(self.output_dir / "best") as temp:
+            write_encoder_folder(temp, self.model.encoder, self.tokenizer, self.run_config, record,
+                                 extra_modules=self.model)
+            write_shareable_files(temp, pooling=config.pooling, max_length=config.max_length,
+                                  base_model=config.init or config.model, command=getattr(config, "command", ""),
+                                  metrics=record["dev"], data_files=[str(Path(config.data_dir) / REGISTRY[name].files[0])
+                                                                     for name in config.task_list])
 
     def finish(self) -> dict:
         """Reload the best checkpoint, write its test predictions (dev ones are written when it is saved)."""
@@ -402,6 +416,18 @@ class MultitaskTrainer:
             self.write_outputs("test", self.predict_all("test"))
         distributed.barrier()
         metrics = read_json(best / "metrics.json")["dev"]
-        log.info("best dev: %s; predictions in %s/", "  ".join(f"{k} {v:.4f}" for k, v in metrics.items()),
-                 self.config.predictions_dir)
+        if self.engine.is_main:
+            self._summary(metrics)
         return metrics
+
+    def _summary(self, metrics: dict) -> None:
+        """The best dev metrics and every file the run wrote, printed whatever the log level."""
+        config = self.config
+        if config.max_eval_examples:
+            log.warning("the leaderboard files hold predictions for a sample of at most %d dev and test examples a "
+                        "task (--max-eval-examples): they are not a full submission", config.max_eval_examples)
+        files = [self.output_dir / name for name in ("best", "last", "metrics.jsonl", "run_config.json")]
+        files += [prediction_path(config.predictions_dir, name, split) for name in config.task_list
+                  for split in SPLITS]
+        print(markdown_table({"best dev": metrics}, list(metrics), label="", digits=4))
+        print("written:\n" + "\n".join(f"  {path}" for path in files))

@@ -8,12 +8,12 @@ and backpropagates either in one go (objective(batch)) or chunk by chunk with gr
 require gradients are what the optimizer trains; encoders_to_save() is what the checkpoint keeps. Heads
 (projection MLPs, classifiers) help training only and are never saved.
 
-    SimCSE              Gao et al. 2021 / seed 002 eq. 1: dropout views, NLI hard negatives, Quora negative pairs
-    MultipleNegatives   seed 003 section 3.2: multiple negatives ranking loss with a scale
-    ContrastiveTension  seed 000: two independently updated copies, logistic loss on dot products
-    SelfGuided          seed 001: BERT_F's max-pooled layers guide BERT_T's [CLS]; SG (L_base) or SG-OPT (L_opt)
+    SimCSE              Gao et al. 2021 / Chen's CS224N report eq. 1: dropout views, NLI hard negatives, Quora negative pairs
+    MultipleNegatives   Mohammed and Sabane's CS224N report section 3.2: multiple negatives ranking loss with a scale
+    ContrastiveTension  Contrastive Tension (Carlsson et al.): two independently updated copies, logistic loss on dot products
+    SelfGuided          SG-BERT (Kim et al.): BERT_F's max-pooled layers guide BERT_T's [CLS]; SG (L_base) or SG-OPT (L_opt)
     ConSERT             training/consert.py
-    SentimentFusion     seed 002 Table 1: the cross-entropy step that precedes each SST batch's contrastive step
+    SentimentFusion     Chen's CS224N report Table 1: the cross-entropy step that precedes each SST batch's contrastive step
 """
 import copy
 import dataclasses
@@ -190,7 +190,7 @@ class SelfGuided(Objective):
     """BERT is cloned into a fixed BERT_F and a tuned BERT_T (layer 0 frozen, footnote 5); BERT_T's [CLS] vector
     c_i learns to match BERT_F's layer views h_{i,k} through the projection head f (2 x (Linear + GELU), 4096)."""
     input_kind = "sentences"
-    adam_betas = (0.9, 0.9)  # seed 001 Table 8
+    adam_betas = (0.9, 0.9)  # SG-BERT (Kim et al.) Table 8
 
     def __init__(self, encoder: BertModel, optimized: bool, pooling: str = "cls", temperature: float = 0.01,
                  regulariser_weight: float = 0.1):

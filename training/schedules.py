@@ -3,7 +3,7 @@
 plan_epoch(...) returns a list of steps; a step is a tuple of task names, one batch of each is
 consumed in that step (all tasks for "avg"/"pcgrad", one task for the rest):
 
-  avg         every step takes one batch of every task and optimises the average loss (seed 002).
+  avg         every step takes one batch of every task and optimises the average loss (Chen's CS224N report).
               The epoch has as many steps as the smallest task has batches, so the larger sets are
               down-sampled: reshuffle every task's loader each epoch and stop after these steps, and
               each epoch sees a different random subset of the larger sets.
@@ -16,17 +16,17 @@ consumed in that step (all tasks for "avg"/"pcgrad", one task for the rest):
               STS have run out.
   rr-epoch    a whole pass over the first task in task order, then the next, within one epoch.
   sequential  the run's epochs are split into contiguous blocks, one per task in task order: all
-              epochs of the first task, then all of the next (seed 003 "ST"). With E epochs and T
+              epochs of the first task, then all of the next (Mohammed and Sabane's CS224N report "ST"). With E epochs and T
               tasks, epoch e belongs to task order[e * T // E]; the earlier tasks get any spare
               epochs (E=10, T=3 gives 4, 3, 3). For E full epochs per task, run T * E epochs.
-  mtdnn       all tasks' batches merged and shuffled every epoch (seed 003 / MT-DNN Algorithm 1).
+  mtdnn       all tasks' batches merged and shuffled every epoch (Mohammed and Sabane's CS224N report / MT-DNN Algorithm 1).
               Task weights are sampling weights: a task with weight w contributes ceil(w * n) of
               its n batches, so para=2 makes Quora batches twice as frequent relative to the other
               tasks (a second pass through the Quora loader) and para=0.1 uses a tenth of Quora.
               The loss is not re-weighted. Pass the same generator every epoch to get a new order
               each epoch.
 
-A task order may repeat a task (seed 003 Table 2 trains "STS,SST,QQP,SST,STS"): in rr-epoch each
+A task order may repeat a task (Mohammed and Sabane's CS224N report Table 2 trains "STS,SST,QQP,SST,STS"): in rr-epoch each
 occurrence is a full pass, in rr-batch each occurrence takes one batch per cycle, in sequential
 each occurrence gets its own block of epochs. Steps beyond a loader's length mean the training
 loop starts a new pass over that loader.

@@ -1,0 +1,40 @@
+"""What a run needs to be reproduced, saved in its run_config.json: the command, the code, the libraries, the data."""
+import hashlib
+import platform
+import subprocess
+from importlib import metadata
+from pathlib import Path
+
+LIBRARIES = ("torch", "transformers", "tokenizers", "safetensors", "torchjd", "numpy", "scipy", "scikit-learn")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def git_commit() -> str | None:
+    """The checkout's commit, with "+changes" when files differ from it; None outside a git checkout."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                                timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (commit + ("+changes" if dirty else "")) or None
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def provenance(command: str, data_files: list[Path]) -> dict:
+    versions = {"python": platform.python_version()}
+    for name in LIBRARIES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return {"command": command, "git_commit": git_commit(), "versions": versions,
+            "data_sha256": {str(path): file_sha256(path) for path in data_files if Path(path).is_file()}}

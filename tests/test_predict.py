@@ -1,0 +1,122 @@
+"""Using a trained run: predict.py and its Python API, folders sentence-transformers loads, what run_config.json
+records, and logs a file can hold."""
+import csv
+import hashlib
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from sentence_transformers import SentenceTransformer
+
+import multitask_classifier
+import predict
+from models import Tokenizer, embed_sentences, from_pretrained
+from tasks import REGISTRY
+from tests.conftest import write_course_files
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return write_course_files(tmp_path_factory.mktemp("data"), random.Random(0), train_rows=24,
+                              tasks=("sst", "para", "sts", "cfimdb"))
+
+
+@pytest.fixture(scope="module")
+def run(tiny_model, data, tmp_path_factory):
+    """A finished four-task run: [CLS] pooling, Quora cross-encoded, so every head kind is there."""
+    out = tmp_path_factory.mktemp("run")
+    multitask_classifier.main(["--model", str(tiny_model), "--data-dir", str(data), "--output-dir", str(out / "run"),
+                               "--predictions-dir", str(out / "predictions"), "--tasks", "sst,para,sts,cfimdb",
+                               "--pooling", "cls", "--pair-encoding", "para=cross,sts=bi", "--epochs", "1",
+                               "--batch-size", "8", "--device", "cpu"])
+    return out / "run"
+
+
+@pytest.mark.parametrize("task", ["sst", "para", "sts", "cfimdb"])
+def test_predict_command_on_the_dev_file_gives_the_runs_saved_dev_outputs(run, data, tmp_path, task):
+    saved = torch.load(run / "best" / f"outputs-{task}-dev.pt")
+    out = tmp_path / "predictions.tsv"
+    predict.main([str(run), "--task", task, "--input", str(data / REGISTRY[task].files[1]), "--output", str(out),
+                  "--device", "cpu"])
+    with open(out, newline="") as f:
+        rows = list(csv.DictReader(f, delimiter="\t"))
+    assert [row["id"] for row in rows] == saved["ids"]
+    column = {"sst": "probabilities", "cfimdb": "probabilities", "para": "probability", "sts": "similarity"}[task]
+    written = torch.tensor([json.loads(row[column]) for row in rows])
+    torch.testing.assert_close(written, saved["outputs"], atol=1e-5, rtol=1e-5)
+
+
+def test_the_python_api_on_a_list_equals_the_command(run, capsys):
+    model = predict.MultitaskPredictor.from_run(run, device="cpu")
+    pair = ("a cat sat on the mat", "the dog ran fast")
+    api = {"sst": model.sentiment(["a red car"])[0], "para": model.paraphrase([pair])[0],
+           "sts": model.similarity([pair])[0], "cfimdb": model.sentiment(["a big house"], task="cfimdb")[0]}
+    command = predict.main([str(run), "--sst", "a red car", "--para", *pair, "--sts", *pair, "--cfimdb", "a big house",
+                            "--device", "cpu"])
+    assert {result.pop("task"): {k: v for k, v in result.items() if k != "input"} for result in command} == api
+    printed = capsys.readouterr().out
+    assert "task: sst" in printed and f"similarity: {api['sts']['similarity']:.3f}" in printed
+    # A batch of several examples gives each one what it gives alone.
+    batch = model.paraphrase([pair, ("the big red tree", "a small house"), pair])
+    assert batch[0] == batch[2] == api["para"]
+
+
+def test_best_folder_loads_in_sentence_transformers_with_the_runs_pooling(run):
+    sentences = ["a cat sat", "the big red house ran on the mat fast", "dog"]
+    ours = embed_sentences(from_pretrained(run / "best"), Tokenizer.from_pretrained(run / "best"), sentences,
+                           pooling="cls")
+    theirs = SentenceTransformer(str(run / "best"), device="cpu").encode(sentences, convert_to_tensor=True)
+    torch.testing.assert_close(theirs.cpu(), ours, atol=1e-5, rtol=1e-5)
+    card = (run / "best" / "README.md").read_text()
+    metrics = json.loads((run / "best" / "metrics.json").read_text())["dev"]
+    for name, value in metrics.items():
+        assert name in card and f"{value:.4f}" in card, name
+
+
+def test_run_config_records_the_command_code_libraries_and_data_hashes(run, data):
+    saved = json.loads((run / "run_config.json").read_text())
+    provenance = saved["provenance"]
+    assert provenance["command"].startswith("python multitask_classifier.py --model ")
+    assert "--tasks sst,para,sts,cfimdb" in provenance["command"]
+    assert provenance["versions"]["torch"] == torch.__version__.split("+")[0] or torch.__version__.startswith(
+        provenance["versions"]["torch"])
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    assert provenance["git_commit"].removesuffix("+changes") == commit
+    files = [data / file for name in ("sst", "para", "sts", "cfimdb") for file in REGISTRY[name].files]
+    assert provenance["data_sha256"] == {str(f): hashlib.sha256(f.read_bytes()).hexdigest() for f in files}
+
+
+def test_contrastive_run_config_records_the_learning_rate_chosen_by_default(tiny_model, data, tmp_path):
+    sentences = tmp_path / "sentences.txt"
+    sentences.write_text("\n".join(f"sentence number {i} is here" for i in range(20)) + "\n")
+    out = tmp_path / "simcse"
+    subprocess.run([sys.executable, "pretrain_contrastive.py", "--model", str(tiny_model), "--data", str(sentences),
+                    "--max-steps", "1", "--batch-size", "8", "--output-dir", str(out), "--device", "cpu"], cwd=ROOT,
+                   check=True, capture_output=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    saved = json.loads((out / "run_config.json").read_text())
+    assert saved["lr"] is None and saved["resolved"]["lr"] == {"train": 3e-5}  # SimCSE, unsupervised
+    assert (out / "modules.json").is_file() and (out / "README.md").is_file()
+
+
+def test_a_runs_log_in_a_file_has_only_whole_lines_and_ends_with_a_summary(tiny_model, data, tmp_path):
+    log_file = tmp_path / "log.txt"
+    with open(log_file, "w") as log:
+        result = subprocess.run([sys.executable, "multitask_classifier.py", "--model", str(tiny_model), "--data-dir",
+                                 str(data), "--output-dir", str(tmp_path / "run"), "--predictions-dir",
+                                 str(tmp_path / "predictions"), "--epochs", "1", "--batch-size", "8", "--log-every",
+                                 "2", "--max-eval-examples", "6", "--device", "cpu"],
+                                cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0
+    text = log_file.read_text()
+    assert not any(c in text for c in "\r\x1b\b"), "control characters in the log"
+    assert "step 2/" in text  # a log line instead of the progress bar
+    assert "| best dev |" in text and str(tmp_path / "predictions" / "sst-test-output.csv") in text
+    assert "not a full submission" in text  # --max-eval-examples: the leaderboard files are a sample
