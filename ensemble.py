@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from common import cli
-from common.cli import flag
+from common.cli import AT_LEAST_1, check_ranges, flag
 from common.errors import CheckpointError
 from common.files import DEFAULT_DATA, write_json
 from common.tables import markdown_table
@@ -44,7 +44,7 @@ class EnsembleConfig:
     members: str = flag("", "checkpoint folders holding outputs-*.pt (a run folder means its best/), comma-separated")
     method: str = flag("mean", "mean: equal weights; best: per task the member best on dev; "
                                 "weighted: per task weights fitted on dev", choices=METHODS)
-    rounds: int = flag(20, "weighted: rounds of greedy selection; the weights are multiples of 1/rounds")
+    rounds: int = flag(20, "weighted: rounds of greedy selection; the weights are multiples of 1/rounds", range=AT_LEAST_1)
     data_dir: str = flag(str(DEFAULT_DATA), "folder with the course's dev files (the labels)")
     predictions_dir: str = flag("predictions", "the ensemble's leaderboard CSVs go here")
     out: str = flag("predictions/ensemble.json", "dev metrics of every member and of the ensemble, and the weights")
@@ -55,8 +55,7 @@ class EnsembleConfig:
             raise ValueError("--members: give at least one checkpoint folder")
         if len(set(self.member_list)) < len(self.member_list):
             raise ValueError("--members: a folder is listed twice")
-        if self.rounds < 1:
-            raise ValueError("--rounds must be at least 1")
+        check_ranges(self)
 
 
 # ---- members' saved outputs ----

@@ -2,7 +2,8 @@
 
 Each field of a command's config dataclass becomes a flag (`max_length` -> `--max-length`); its
 `help` metadata is the flag's help and its default the flag's default, so configuration lives in
-one place: the dataclass, which is also what is saved beside every checkpoint.
+one place: the dataclass, which is also what is saved beside every checkpoint. A flag's range
+(Range) is checked where the config is built (check_ranges) and shown in its --help.
 """
 import argparse
 import dataclasses
@@ -19,9 +20,44 @@ import torch
 from common.errors import CheckpointError, UserError
 
 
-def flag(default: Any, help: str, choices: tuple | None = None, **extra) -> Any:
-    """A config field that is also a command-line flag."""
-    return dataclasses.field(default=default, metadata={"help": help, "choices": choices, **extra})
+@dataclasses.dataclass(frozen=True)
+class Range:
+    """The values a numeric flag takes: low <= x (or low < x), x <= high (or x < high); None: unbounded."""
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+
+    def contains(self, value: float) -> bool:
+        return ((self.low is None or value > self.low or (value == self.low and not self.low_open))
+                and (self.high is None or value < self.high or (value == self.high and not self.high_open)))
+
+    def __str__(self) -> str:
+        parts = []
+        if self.low is not None:
+            parts.append(f"{'>' if self.low_open else '>='} {self.low:g}")
+        if self.high is not None:
+            parts.append(f"{'<' if self.high_open else '<='} {self.high:g}")
+        return " and ".join(parts)
+
+
+AT_LEAST_1, AT_LEAST_0, POSITIVE = Range(1), Range(0), Range(0, low_open=True)
+FRACTION = Range(0, 1)  # 0 <= x <= 1
+
+
+def flag(default: Any, help: str, choices: tuple | None = None, range: Range | None = None, **extra) -> Any:
+    """A config field that is also a command-line flag; range: the values it takes (checked, and shown in --help)."""
+    if range is not None:
+        help = f"{help} [{range}]"
+    return dataclasses.field(default=default, metadata={"help": help, "choices": choices, "range": range, **extra})
+
+
+def check_ranges(config) -> None:
+    """ValueError (a usage error) for the first flag outside its range; None means "the default, chosen later"."""
+    for field in dataclasses.fields(config):
+        allowed, value = field.metadata.get("range"), getattr(config, field.name)
+        if allowed is not None and value is not None and not allowed.contains(value):
+            raise ValueError(f"--{field.name.replace('_', '-')} must be {allowed}, got {value:g}")
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):

@@ -12,3 +12,7 @@ class DataError(UserError, ValueError):
 
 class CheckpointError(UserError):
     """A checkpoint (or another file we load) cannot be found or read."""
+
+
+class UsageError(UserError):
+    """Flags that cannot work together or on this machine, found after parsing (e.g. fp16 on a CPU)."""

@@ -216,7 +216,13 @@ def load_dataset(mode: str, path: Path, tokenizer: Tokenizer, max_length: int, m
     """Read and tokenise one file of format `mode`; at most max_examples records (0 = all)."""
     source = path.name
     encode = functools.partial(tokenizer.encode, max_length=max_length, source=source)
-    cap = functools.partial(sample_records, max_examples=max_examples)
+
+    def cap(records: list) -> list:
+        """At most max_examples of the file's records; none at all is an error here, before tokenising."""
+        if not records:
+            raise DataError(f"{path}: no usable rows")
+        return sample_records(records, max_examples)
+
     if mode == "nli":
         records = cap(read_nli(path)[0])
         columns = [[getattr(r, name) for r in records] for name in ("anchor", "positive", "hard_negative")]
@@ -240,8 +246,6 @@ def load_dataset(mode: str, path: Path, tokenizer: Tokenizer, max_length: int, m
         dataset = SentenceSet(mode, texts, encode(texts))
     else:
         raise ValueError(f"unknown data format {mode!r}")
-    if len(dataset) == 0:
-        raise DataError(f"{path}: no usable rows")
     return dataset
 
 

@@ -95,8 +95,9 @@ def _read_text(path: Path, report: ReadReport) -> str:
         return raw.decode("utf-8", errors="replace")
 
 
-def _rows(path: Path, delimiter: str, required: list[str], report: ReadReport):
-    """Yield (line number, {column: value}) for each data row; the header must hold `required`."""
+def _rows(path: Path, delimiter: str, required: list[str], report: ReadReport, keep_every_row: bool = False):
+    """Yield (line number, {column: value}) for each data row; the header must hold `required`.
+    keep_every_row: a row that cannot be read stops the reading (a test file's every id needs a prediction)."""
     # csv (not pandas) because it knows each row's line number, which every message names;
     # its quoting rules are those of the course's own csv.DictReader.
     reader = csv.reader(io.StringIO(_read_text(path, report), newline=""), delimiter=delimiter)
@@ -110,6 +111,9 @@ def _rows(path: Path, delimiter: str, required: list[str], report: ReadReport):
             continue
         report.rows += 1
         if len(fields) != len(header):
+            if keep_every_row:
+                raise DataError(f"{path}: line {reader.line_num}: {len(fields)} fields, the header has {len(header)}; "
+                                f"every row of a file without labels needs a prediction, so none is skipped")
             report.skip(reader.line_num, f"{len(fields)} fields, header has {len(header)}")
             continue
         yield reader.line_num, dict(zip(header, fields))
@@ -151,7 +155,8 @@ def read_sentiment(path: str | Path, num_classes: int, labeled: bool = True, lab
     """SST-5 (num_classes=5) or CFIMDB (2): columns id, sentence[, sentiment]."""
     path, report = Path(path), ReadReport(Path(path))
     records = []
-    for line, row in _rows(path, "\t", ["id", "sentence"] + ([label_column] if labeled else []), report):
+    for line, row in _rows(path, "\t", ["id", "sentence"] + ([label_column] if labeled else []), report,
+                           keep_every_row=not labeled):
         sentence = row["sentence"].strip()
         if not _sentences_ok([sentence], line, report, labeled):
             continue
@@ -168,7 +173,7 @@ def _read_pairs(path, labeled, label_column, low, high, integral):
     path, report = Path(path), ReadReport(Path(path))
     records = []
     for line, row in _rows(path, "\t", ["id", "sentence1", "sentence2"] + ([label_column] if labeled else []),
-                           report):
+                           report, keep_every_row=not labeled):
         s1, s2 = row["sentence1"].strip(), row["sentence2"].strip()
         if not _sentences_ok([s1, s2], line, report, labeled):
             continue

@@ -9,12 +9,13 @@ from pathlib import Path
 import torch
 
 from common.errors import CheckpointError, DataError
+from common.files import load_or_fail
 from evaluation.predictions import SPLITS
 from tasks import REGISTRY
 
 
 def read_outputs(path: Path, task: str) -> dict:
-    saved = torch.load(path, map_location="cpu", weights_only=True)
+    saved = load_or_fail(path, lambda file: torch.load(file, map_location="cpu", weights_only=True), "saved outputs")
     if not isinstance(saved, dict) or not {"ids", "outputs"} <= set(saved):
         raise CheckpointError(f"{path}: expected a dict with 'ids' and 'outputs'")
     ids, outputs = list(saved["ids"]), saved["outputs"]

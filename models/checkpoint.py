@@ -17,7 +17,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from common.errors import CheckpointError
-from common.files import atomic_directory
+from common.files import atomic_directory, load_or_fail
 from models.bert import BertModel
 from models.tokenizer import Tokenizer
 
@@ -64,7 +64,7 @@ def save_checkpoint(path: str | Path, encoder: BertModel, tokenizer: Tokenizer, 
 def load_heads(module: nn.Module, path: str | Path) -> None:
     """Load heads.safetensors into `module` (the encoder is loaded by models.from_pretrained)."""
     file = Path(path) / "heads.safetensors"
-    tensors = load_file(file)
+    tensors = load_or_fail(file, load_file, "the heads")
     expected = {k for k in module.state_dict() if not k.startswith(ENCODER_PREFIX)}
     result = module.load_state_dict(tensors, strict=False)
     aliases = {k for k in expected - set(tensors)

@@ -1,8 +1,10 @@
 """The encoder's hyperparameters, read from a checkpoint's config.json."""
 import dataclasses
-import json
 from dataclasses import dataclass
 from pathlib import Path
+
+from common.errors import CheckpointError
+from common.files import read_json
 
 
 @dataclass
@@ -34,14 +36,16 @@ class BertConfig:
     @classmethod
     def from_json(cls, path: str | Path) -> "BertConfig":
         path = Path(path)
-        try:
-            values = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{path}: line {error.lineno}: not valid JSON ({error.msg})") from None
+        values = read_json(path)
+        if not isinstance(values, dict):
+            raise CheckpointError(f"{path}: not a BERT config (a JSON object of hidden_size, num_hidden_layers, ...)")
         model_type = values.get("model_type", "bert")
         if model_type != "bert":
-            raise ValueError(f"{path}: model_type is {model_type!r}; this encoder loads BERT checkpoints only")
-        return cls.from_dict(values)
+            raise CheckpointError(f"{path}: model_type is {model_type!r}; this encoder loads BERT checkpoints only")
+        try:
+            return cls.from_dict(values)
+        except (TypeError, ValueError) as error:
+            raise CheckpointError(f"{path}: not a usable BERT config ({error})") from None
 
     def to_dict(self) -> dict:
         return {"model_type": "bert", **dataclasses.asdict(self)}

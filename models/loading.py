@@ -3,6 +3,7 @@
 A checkpoint is a folder in the Hugging Face layout: config.json, model.safetensors or pytorch_model.bin,
 and the tokenizer's files (vocab.txt and/or tokenizer.json).
 """
+import functools
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,6 +12,7 @@ import torch
 from safetensors.torch import load_file
 
 from common.errors import CheckpointError
+from common.files import load_or_fail
 from models.bert import BertModel
 from models.config import BertConfig
 
@@ -81,11 +83,9 @@ def read_state_dict(folder: Path) -> dict[str, torch.Tensor]:
         file = folder / name
         if file.exists():
             # Tensors only: safetensors cannot hold code, and weights_only=True refuses any other pickle.
-            try:
-                return load_file(file) if file.suffix == ".safetensors" else torch.load(
-                    file, map_location="cpu", weights_only=True)
-            except Exception as error:
-                raise CheckpointError(f"{file}: cannot read weights ({type(error).__name__}: {error})") from None
+            load = load_file if file.suffix == ".safetensors" else functools.partial(
+                torch.load, map_location="cpu", weights_only=True)
+            return load_or_fail(file, load, "weights")
     raise CheckpointError(f"{folder}: no weights file; expected one of {', '.join(WEIGHT_FILES)}")
 
 

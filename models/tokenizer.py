@@ -45,7 +45,11 @@ class Tokenizer:
             raise CheckpointError(f"{folder}: no tokenizer files (vocab.txt or tokenizer.json)")
         # tokenizer_config.json says whether the checkpoint lower-cases (uncased) or not (cased);
         # without it BERT's tokenizer lower-cases, as bert-base-uncased does.
-        return cls(AutoTokenizer.from_pretrained(folder))
+        try:
+            return cls(AutoTokenizer.from_pretrained(folder))
+        except Exception as error:  # a broken tokenizer.json, vocab.txt or tokenizer_config.json: name the folder
+            raise CheckpointError(f"{folder}: cannot read the tokenizer files ({type(error).__name__}: "
+                                  f"{str(error).strip().splitlines()[0][:200] if str(error).strip() else ''})") from None
 
     def encode(self, texts: list[str], pairs: list[str] | None = None, max_length: int = 128,
                source: str = "input") -> list[Encoded]:

@@ -48,7 +48,7 @@ def make_tiny_model(tmp_path_factory, minilm_dir):
         folder = tmp_path_factory.mktemp("tiny-bert")
         torch.manual_seed(0)
         shape = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-                     max_position_embeddings=64)
+                     max_position_embeddings=128)
         transformers.BertModel(transformers.BertConfig(**{**shape, **config})).save_pretrained(folder)
         transformers.AutoTokenizer.from_pretrained(minilm_dir).save_pretrained(folder)
         return folder
@@ -97,7 +97,7 @@ def save_tiny_checkpoint(tmp_path_factory, minilm_dir):
     def save(run_config: dict) -> Path:
         torch.manual_seed(0)
         encoder = BertModel(BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                                       intermediate_size=64, max_position_embeddings=64))
+                                       intermediate_size=64, max_position_embeddings=128))
         # BERT's initialisation zeroes every bias; a random pooler bias lets a test see whether it is used.
         torch.nn.init.normal_(encoder.pooler.dense.bias)
         return save_checkpoint(tmp_path_factory.mktemp("tiny-checkpoint"), encoder, tokenizer, run_config)

@@ -135,3 +135,40 @@ def test_contrastive_grad_accum_is_refused_with_the_reason(tiny_model, tmp_path)
     result = subprocess.run([sys.executable, "pretrain_contrastive.py", "--model", str(tiny_model), "--grad-accum",
                              "2", "--output-dir", str(tmp_path)], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 2 and "--grad-cache-chunk" in result.stderr
+
+
+# ---- no silent wrong runs ----
+
+def test_a_diverging_run_stops_at_once_naming_the_step_the_task_and_the_last_good_checkpoint(tiny_model, data_40,
+                                                                                            tmp_path, capsys):
+    from common import cli
+
+    args = multitask_args(tiny_model, data_40, tmp_path, "--batch-size", "8", "--epochs", "3", "--lr", "1e8",
+                          "--head-lr", "1e8", "--max-grad-norm", "0", "--log-every", "1", "--save-every", "1")
+    with pytest.raises(SystemExit) as exit_:
+        cli.run(lambda: multitask_classifier.main(args))
+    assert exit_.value.code == 2
+    message = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "loss is not finite" in message and f"the last good checkpoint is {tmp_path / 'run' / 'last'}" in message
+    step = int(message.split("step ")[1].split(":")[0])
+    assert step < 3 * 15, "stopped at once, not at the end of the run"
+    state = torch.load(tmp_path / "run/last/training_state.pt", weights_only=True)
+    assert state["step"] == step - 1  # the checkpoint before the step that diverged
+
+
+def test_resume_knows_the_run_whatever_the_spelling_of_its_paths(tiny_model, data_40, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    relative = ["--model", str(tiny_model), "--data-dir", str(data_40), "--output-dir", "run", "--predictions-dir",
+                "predictions", "--epochs", "1", "--batch-size", "16", "--device", "cpu"]
+    multitask_classifier.main(relative)
+    absolute = [str(tmp_path / "run") if arg == "run" else arg for arg in relative]
+    absolute[absolute.index("--data-dir") + 1] = str(data_40) + "/"
+    multitask_classifier.main(absolute + ["--resume"])  # the finished run: nothing left to train, no refusal
+
+
+def test_leaderboard_files_of_tasks_this_run_did_not_train_are_named(tiny_model, data_40, tmp_path, caplog):
+    (tmp_path / "predictions").mkdir()
+    (tmp_path / "predictions" / "para-dev-output.csv").write_text("id \t Predicted_Is_Paraphrase \n")
+    with caplog.at_level("WARNING"):
+        multitask_classifier.main(multitask_args(tiny_model, data_40, tmp_path, "--tasks", "sst", "--batch-size", "16"))
+    assert any("did not write" in r.message and "para-dev-output.csv" in r.message for r in caplog.records)

@@ -83,7 +83,7 @@ def test_shape_mismatch_names_the_tensor():
 
 def test_config_of_another_architecture_is_refused(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
-    with pytest.raises(ValueError, match="model_type is 'gpt2'"):
+    with pytest.raises(CheckpointError, match="model_type is 'gpt2'"):
         from_pretrained(tmp_path)
 
 

@@ -181,7 +181,7 @@ def test_missing_data_file_is_a_clear_error(tiny_model, tmp_path):
 @pytest.mark.parametrize("flag, value, message", [
     ("--task-weights", "para=two", "weight 'two' of 'para' is not a number"),
     ("--loss-weights", "sst=-1", "--loss-weights 'sst=-1': weight of 'sst' must be a finite number >= 0"),
-    ("--layer-lr-decay", "0", "--layer-lr-decay must be in (0, 1], got 0.0"),
+    ("--layer-lr-decay", "0", "--layer-lr-decay must be > 0 and <= 1, got 0"),
     ("--sts-target", "cosine-range --pair-encoding cross", "it needs sts=bi in --pair-encoding")])
 def test_bad_flag_values_are_usage_errors(tmp_path, flag, value, message):
     result = run_cli(flag, *value.split(), "--output-dir", str(tmp_path))

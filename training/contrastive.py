@@ -14,9 +14,9 @@ from pathlib import Path
 import torch
 
 from common import distributed
-from common.cli import flag
+from common.cli import AT_LEAST_0, AT_LEAST_1, FRACTION, POSITIVE, flag
 from common.errors import DataError
-from common.files import DEFAULT_DATA, atomic_directory, write_json
+from common.files import DEFAULT_DATA, atomic_directory, recover_directory, write_json
 from common.tables import markdown_table
 from data.batching import split_rows
 from data.contrastive import (DATA_MODES, Dataset, PairSet, SentenceBatch, SentenceSet, TripletSet, as_sentences,
@@ -26,7 +26,7 @@ from models import POOLINGS, Tokenizer, from_pretrained
 from models.checkpoint import write_encoder_folder
 from models.shareable import write_shareable_files
 from training.consert import AUGMENTATIONS, SCHEDULES, ConsertSupervised, ConsertUnsupervised
-from training.engine import Engine, TrainingConfig, load_training_state
+from training.engine import MIN_LENGTH, Engine, TrainingConfig, load_training_state
 from training.grad_cache import grad_cache_backward
 from training.objectives import ContrastiveTension, MultipleNegatives, Objective, SelfGuided, SentimentFusion, SimCSE
 from training.precision import Precision
@@ -75,41 +75,42 @@ class ContrastiveConfig(TrainingConfig):
                                choices=POOLINGS)
     projection: str = flag("auto", "2-layer MLP on the embeddings in training only (SimCLR's projection head); "
                                    "auto: on for simcse, off for mnrl and consert", choices=("auto", "on", "off"))
-    temperature: float | None = flag(None, "tau of simcse (0.05), sg (0.01), consert (0.1)")
-    scale: float = flag(20.0, "mnrl: scale of the cosine similarities")
+    temperature: float | None = flag(None, "tau of simcse (0.05), sg (0.01), consert (0.1)", range=POSITIVE)
+    scale: float = flag(20.0, "mnrl: scale of the cosine similarities", range=POSITIVE)
     negatives: bool = flag(True, "simcse on quora: push the non-duplicate pairs apart (Chen's report); "
                                  "--no-negatives leaves them out (its ablation)")
-    negatives_per_positive: int = flag(7, "ct: K, negative pairs per positive pair (Contrastive Tension)")
-    sg_lambda: float = flag(0.1, "sg, sg-opt: weight lambda of the L2 regulariser towards BERT_F (SG-BERT)")
+    negatives_per_positive: int = flag(7, "ct: K, negative pairs per positive pair (Contrastive Tension)", range=AT_LEAST_1)
+    sg_lambda: float = flag(0.1, "sg, sg-opt: weight lambda of the L2 regulariser towards BERT_F (SG-BERT)", range=AT_LEAST_0)
     aug1: str = flag("shuffle", "consert: augmentation of the first view", choices=AUGMENTATIONS)
     aug2: str = flag("feature-cutoff", "consert: augmentation of the second view", choices=AUGMENTATIONS)
     schedule: str = flag("unsup", "consert: unsup, or NLI supervision added jointly / before (ConSERT section "
                                   "3.3); the NLI stages read --data when it is NLI, else nli_for_simcse.csv of "
                                   "--data-dir", choices=tuple(SCHEDULES))
-    alpha: float = flag(0.15, "consert joint: L_ce + alpha * L_con")
-    fgv_epsilon: float = flag(1.0, "consert adversarial view: norm of the FGV perturbation of each token")
+    alpha: float = flag(0.15, "consert joint: L_ce + alpha * L_con", range=AT_LEAST_0)
+    fgv_epsilon: float = flag(1.0, "consert adversarial view: norm of the FGV perturbation of each token", range=AT_LEAST_0)
     fusion: bool = flag(False, "fusion training (Chen's report): each SST batch takes a sentiment cross-entropy "
                                "step, then the contrastive step")
     grad_cache_chunk: int = flag(0, "embed each batch this many rows at a time with gradient caching: the same "
-                                    "gradients with the memory of a small batch (0 = off)")
+                                    "gradients with the memory of a small batch (0 = off)", range=AT_LEAST_0)
     eval: bool = flag(False, "STS benchmark before and after training: table printed, "
                              "sts_benchmark.json written to --output-dir")
-    max_steps: int = flag(0, "stop each stage after this many batches (0 = run all epochs)")
-    max_train_examples: int = flag(0, "use a random sample of at most this many examples of each data file (0 = all)")
-    eval_batch_size: int = flag(128, "batch size of --eval")
+    max_steps: int = flag(0, "stop each stage after this many batches (0 = run all epochs)", range=AT_LEAST_0)
+    max_train_examples: int = flag(0, "use a random sample of at most this many examples of each data file (0 = all)", range=AT_LEAST_0)
+    eval_batch_size: int = flag(128, "batch size of --eval", range=AT_LEAST_1)
     # Defaults that differ from the multitask command's:
-    epochs: int = flag(1, "passes over the data (per stage)")
+    epochs: int = flag(1, "passes over the data (per stage)", range=AT_LEAST_1)
     batch_size: int | None = flag(None, "batch size per process (default per method: simcse 64, mnrl 32, ct 16, "
-                                        "sg 16, consert 96)")
+                                        "sg 16, consert 96)", range=AT_LEAST_1)
     lr: float | None = flag(None, "peak learning rate (default per method and data: simcse 5e-5 NLI, 2e-5 Quora, "
-                                  "3e-5 sentences; mnrl 2e-5; ct 1e-5; sg 5e-5; consert 2e-5 NLI, 5e-7 unsup)")
+                                  "3e-5 sentences; mnrl 2e-5; ct 1e-5; sg 5e-5; consert 2e-5 NLI, 5e-7 unsup)", range=POSITIVE)
     warmup: float | None = flag(None, "fraction of steps of linear warm-up before linear decay "
-                                      "(default: 0.1 for mnrl and consert, else 0; ct has its own schedule)")
-    weight_decay: float = flag(0.0, "AdamW decoupled weight decay")
-    max_length: int | None = flag(None, "tokens per sentence (default per method: simcse 32, ct 75, else 64)")
+                                      "(default: 0.1 for mnrl and consert, else 0; ct has its own schedule)", range=FRACTION)
+    weight_decay: float = flag(0.0, "AdamW decoupled weight decay", range=AT_LEAST_0)
+    max_length: int | None = flag(None, "tokens per sentence (default per method: simcse 32, ct 75, else 64)", range=MIN_LENGTH)
     output_dir: str = flag("", "checkpoint folder (default runs/pretrain-METHOD); ct writes OUT/model1, OUT/model2")
 
     RUNTIME_FIELDS = TrainingConfig.RUNTIME_FIELDS + ("eval", "eval_batch_size")
+    PATH_FIELDS = TrainingConfig.PATH_FIELDS + ("data_dir",)
 
     def __post_init__(self):
         defaults = METHOD_DEFAULTS[self.method]
@@ -120,11 +121,7 @@ class ContrastiveConfig(TrainingConfig):
         self._check()
 
     def _check(self):
-        for name in ("epochs", "batch_size", "max_length", "eval_batch_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
-        if self.grad_cache_chunk < 0 or self.max_steps < 0:
-            raise ValueError("--grad-cache-chunk and --max-steps must be at least 0")
+        super().__post_init__()  # every flag's range
         if self.grad_accum != 1:
             raise ValueError("--grad-accum: a contrastive loss compares the examples of one batch, so adding up the "
                              "gradients of smaller batches is not a larger batch; use --grad-cache-chunk for that")
@@ -201,11 +198,14 @@ class Stage:
 class ContrastiveTrainer:
     def __init__(self, config: ContrastiveConfig):
         self.config = config
+        if distributed.is_main():
+            recover_directory(config.output_dir)  # a final save that died between its two renames
         self.engine = Engine(config)
         self.output_dir = Path(config.output_dir)
         self.resume_from = self.engine.check_resumable(config.RUNTIME_FIELDS) if config.resume else None
+        self.encoder = from_pretrained(config.model)  # before the tokenizer: a broken config.json is named as such
+        self.engine.check_max_length(self.encoder)
         self.tokenizer = Tokenizer.from_pretrained(config.model)
-        self.encoder = from_pretrained(config.model)
         stage_names = SCHEDULES[config.schedule] if config.method == "consert" else ("train",)
         self.data_files = []
         self.stages = [self._stage(name) for name in stage_names]

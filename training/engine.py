@@ -34,9 +34,10 @@ import torch
 from tqdm import tqdm
 
 from common import distributed
-from common.cli import flag, resolve_device
-from common.errors import CheckpointError, UserError
-from common.files import append_jsonl, atomic_directory, read_json
+from common.cli import AT_LEAST_0, AT_LEAST_1, FRACTION, POSITIVE, Range, check_ranges, flag, resolve_device
+from common.errors import CheckpointError, UsageError, UserError
+from common.files import (append_jsonl, atomic_directory, atomic_file, check_writable, load_or_fail, read_json,
+                          recover_directory)
 from common.provenance import provenance
 from common.seeding import rng_state, seed_everything, set_rng_state
 from models import AdamW
@@ -44,28 +45,30 @@ from training.precision import PRECISIONS, Precision
 
 log = logging.getLogger(__name__)
 STATE_FILE = "training_state.pt"
+# A pair cross-encoded as [CLS] s1 [SEP] s2 [SEP] needs room for its three special tokens and some of each sentence.
+MIN_LENGTH = Range(8)
 
 
 @dataclass
 class TrainingConfig:
     """The flags every trainer has. A command's config extends it (and may change a default)."""
     model: str = flag("bert-base-uncased", "starting weights: hub id, checkpoint folder, or all-MiniLM-L6-v2")
-    epochs: int = flag(3, "training epochs")
-    batch_size: int = flag(32, "examples per batch (per task, per process)")
+    epochs: int = flag(3, "training epochs", range=AT_LEAST_1)
+    batch_size: int = flag(32, "examples per batch (per task, per process)", range=AT_LEAST_1)
     grad_accum: int = flag(1, "gradient accumulation: add up the gradients of this many batches before each "
-                              "optimizer step (the same step as a batch this many times larger)")
-    lr: float = flag(2e-5, "peak learning rate of the encoder")
-    weight_decay: float = flag(0.01, "AdamW decoupled weight decay (not on biases and LayerNorm)")
-    warmup: float = flag(0.1, "fraction of steps of linear warm-up, before linear decay to 0")
-    max_grad_norm: float = flag(1.0, "gradient clipping norm (0 = off)")
-    max_length: int = flag(128, "tokens per input; longer ones are truncated (and counted)")
+                              "optimizer step (the same step as a batch this many times larger)", range=AT_LEAST_1)
+    lr: float = flag(2e-5, "peak learning rate of the encoder", range=POSITIVE)
+    weight_decay: float = flag(0.01, "AdamW decoupled weight decay (not on biases and LayerNorm)", range=AT_LEAST_0)
+    warmup: float = flag(0.1, "fraction of steps of linear warm-up, before linear decay to 0", range=FRACTION)
+    max_grad_norm: float = flag(1.0, "gradient clipping norm (0 = off)", range=AT_LEAST_0)
+    max_length: int = flag(128, "tokens per input; longer ones are truncated (and counted)", range=MIN_LENGTH)
     seed: int = flag(11711, "random seed; the same seed gives the same run")
     output_dir: str = flag("runs/multitask", "checkpoints and metrics.jsonl go here")
     resume: bool = flag(False, "continue the interrupted run in --output-dir from its last checkpoint")
     save_every: int = flag(0, "also save the resumable checkpoint OUTPUT_DIR/last/ every N steps (0 = only when "
-                              "the command saves anyway)")
+                              "the command saves anyway)", range=AT_LEAST_0)
     log_every: int = flag(50, "write each task's mean training loss and the learning rate to metrics.jsonl "
-                              "every N steps")
+                              "every N steps", range=AT_LEAST_0)
     tensorboard: str = flag("", "also write losses, learning rate, throughput and dev metrics to this "
                                 "TensorBoard folder")
     quiet: bool = flag(False, "print only warnings, errors and the summary at the end (no progress, no log lines)")
@@ -75,6 +78,11 @@ class TrainingConfig:
 
     # What --resume may change without changing the run.
     RUNTIME_FIELDS = ("resume", "device", "save_every", "log_every", "tensorboard", "quiet")
+    # Flags that name files or folders: --resume compares where they point, not how they are spelled.
+    PATH_FIELDS = ("model", "output_dir", "tensorboard")
+
+    def __post_init__(self):
+        check_ranges(self)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -129,10 +137,14 @@ class Engine:
         self.precision = Precision(config.precision, self.device)
         self.output_dir = Path(config.output_dir)
         self.is_main = distributed.is_main()
+        if self.is_main:
+            recover_directory(self.output_dir / "last")  # a save that died half-way: the newest complete one back
+        for folder, name in ((config.output_dir, "--output-dir"), (config.tensorboard, "--tensorboard")):
+            if folder:
+                check_writable(folder, name)
         if config.quiet:
             logging.getLogger().setLevel(logging.WARNING)
         seed_everything(config.seed)
-        self.losses = LossTracker()
         self.tensorboard = None
         if config.tensorboard and self.is_main:
             from torch.utils.tensorboard import SummaryWriter  # imported here: only runs that ask pay for it
@@ -158,11 +170,23 @@ class Engine:
         # A flag added since the run started is absent from its run_config.json: it ran with the default.
         defaults = {f.name: f.default for f in dataclasses.fields(self.config)}
         saved = defaults | read_json(last / "run_config.json")
-        changed = [k for k, v in self.config.to_dict().items() if k not in runtime_fields and saved.get(k) != v]
+
+        def same(name, value):  # runs/x, ./runs/x and /home/me/runs/x are one folder
+            if name in self.config.PATH_FIELDS and value and saved.get(name):
+                return Path(saved[name]).expanduser().resolve() == Path(value).expanduser().resolve()
+            return saved.get(name) == value
+
+        changed = [k for k, v in self.config.to_dict().items() if k not in runtime_fields and not same(k, v)]
         if changed:
             raise CheckpointError(f"--resume: flags differ from the interrupted run's ({', '.join(changed)}); "
                                   f"resume with the same flags, or start a new --output-dir")
         return last
+
+    def check_max_length(self, encoder) -> None:
+        positions = encoder.config.max_position_embeddings
+        if self.config.max_length > positions:
+            raise UsageError(f"--max-length {self.config.max_length}: this model has {positions} positions; use "
+                             f"--max-length {positions} or less")
 
     def prepare(self, parameters: list[torch.nn.Parameter], groups: list[dict], lr: float, total_steps: int,
                 lr_multiplier: Callable[[int], float], betas: tuple[float, float] = (0.9, 0.999)) -> None:
@@ -172,7 +196,7 @@ class Engine:
         self.lr_multiplier = lr_multiplier
         self.optimizer = AdamW(groups, lr=lr, betas=betas, weight_decay=self.config.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_multiplier)
-        self.step = 0
+        self.step, self.losses = 0, LossTracker()
 
     # ---- one step ----
 
@@ -275,14 +299,31 @@ class Engine:
         self.precision.load_state_dict(state["scaler"])
         self.step = state["step"]
         self.losses.load_state_dict(state["losses"])
+        if self.is_main:
+            self._forget_log_after(self.step)
         set_rng_state(state["rng"][distributed.rank()])
         log.info("resuming at step %d of %d", self.step, self.total_steps)
 
 
+    def _forget_log_after(self, step: int) -> None:
+        """A run killed after a log line but before its checkpoint repeats those steps: their lines go."""
+        log_file = self.output_dir / "metrics.jsonl"
+        if not log_file.exists():
+            return
+        lines = [line for line in log_file.read_text(encoding="utf-8").splitlines() if line.strip()]
+        kept = []
+        for line in lines:
+            try:
+                if json.loads(line)["step"] <= step:
+                    kept.append(line)
+            except (json.JSONDecodeError, KeyError, TypeError):
+                continue  # a line the kill cut short
+        if len(kept) < len(lines):
+            with atomic_file(log_file) as temp:
+                temp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+
+
 def load_training_state(folder: Path) -> dict:
     # Tensors, numbers, strings and containers only: weights_only refuses anything executable.
-    file = folder / STATE_FILE
-    try:
-        return torch.load(file, map_location="cpu", weights_only=True)
-    except Exception as error:  # a truncated or foreign file: one line, naming it
-        raise CheckpointError(f"{file}: cannot read the training state ({type(error).__name__}: {error})") from None
+    return load_or_fail(folder / STATE_FILE, lambda file: torch.load(file, map_location="cpu", weights_only=True),
+                        "the training state")

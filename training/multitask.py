@@ -15,9 +15,10 @@ from pathlib import Path
 import torch
 
 from common import distributed
-from common.cli import flag
+from common.cli import AT_LEAST_0, AT_LEAST_1, POSITIVE, Range, flag
 from common.errors import CheckpointError
-from common.files import DEFAULT_DATA, atomic_directory, atomic_file, read_json, write_json
+from common.files import (DEFAULT_DATA, atomic_directory, atomic_file, check_writable, read_json, recover_directory,
+                          write_json)
 from common.seeding import derived_seed
 from common.tables import markdown_table
 from data.batching import length_grouped_batches, split_evenly
@@ -64,23 +65,26 @@ class MultitaskConfig(TrainingConfig):
                              choices=CrossEncodedPairHead.VARIANTS)
     sts_target: str = flag("score", "score: regress 0-5; cosine-range: gold mapped onto [M, 1] (Contrastive "
                                     "Tension, Carlsson et al.)", choices=STS_TARGETS)
-    head_dropout: float = flag(0.3, "dropout before each head layer")
+    head_dropout: float = flag(0.3, "dropout before each head layer", range=Range(0, 1, high_open=True))
     layer_lr_decay: float = flag(1.0, "layer-wise LR decay: each encoder layer below the top one, and the "
-                                      "embeddings below them, get this factor times the LR above (1 = off)")
-    head_lr: float = flag(1e-3, "peak learning rate of the heads (new, randomly initialised layers)")
-    max_train_examples: int = flag(0, "use a random sample of at most this many training examples per task (0 = all)")
-    max_eval_examples: int = flag(0, "use a random sample of at most this many dev/test examples per task (0 = all)")
-    eval_every: int = flag(0, "also evaluate (and save) every N steps (0 = after each epoch only)")
-    eval_batch_size: int = flag(128, "batch size for evaluation")
+                                      "embeddings below them, get this factor times the LR above (1 = off)",
+                                 range=Range(0, 1, low_open=True))
+    head_lr: float = flag(1e-3, "peak learning rate of the heads (new, randomly initialised layers)", range=POSITIVE)
+    max_train_examples: int = flag(0, "use a random sample of at most this many training examples per task (0 = all)", range=AT_LEAST_0)
+    max_eval_examples: int = flag(0, "use a random sample of at most this many dev/test examples per task (0 = all)", range=AT_LEAST_0)
+    eval_every: int = flag(0, "also evaluate (and save) every N steps (0 = after each epoch only)", range=AT_LEAST_0)
+    eval_batch_size: int = flag(128, "batch size for evaluation", range=AT_LEAST_1)
     data_dir: str = flag(str(DEFAULT_DATA), "folder with the course's data files")
     predictions_dir: str = flag("predictions", "leaderboard CSVs of the best checkpoint go here")
 
     RUNTIME_FIELDS = TrainingConfig.RUNTIME_FIELDS + ("predictions_dir", "eval_batch_size")
+    PATH_FIELDS = TrainingConfig.PATH_FIELDS + ("init", "data_dir", "predictions_dir")
     # What the heads' tensors mean: --init with heads needs the same values.
     HEAD_FIELDS = ("tasks", "pooling", "pair_encoding", "share", "pair_mlp", "common_layer", "cross_head",
                    "sts_target")
 
     def __post_init__(self):
+        super().__post_init__()
         self.task_list = parse_task_order(self.tasks, TASK_NAMES)
         if len(set(self.task_list)) < len(self.task_list):
             raise ValueError(f"--tasks {self.tasks!r}: a task is named twice")
@@ -89,16 +93,15 @@ class MultitaskConfig(TrainingConfig):
             raise ValueError(f"--task-order {self.task_order!r} must name each task of --tasks {self.tasks!r}, "
                              f"and only those")
         self.weights = self._task_values(self.task_weights, "--task-weights") or None
+        never = [task for task, weight in (self.weights or {}).items() if weight == 0]
+        if never:
+            raise ValueError(f"--task-weights {self.task_weights!r}: {', '.join(never)} would never be trained, yet "
+                             f"scored and predicted; leave it out of --tasks instead")
         self.loss_scale = self._task_values(self.loss_weights, "--loss-weights")
-        if not 0 < self.layer_lr_decay <= 1:
-            raise ValueError(f"--layer-lr-decay must be in (0, 1], got {self.layer_lr_decay}")
         self.head_options = HeadOptions(parse_pair_encoding(self.pair_encoding), self.share, self.pair_mlp,
                                         self.cross_head, self.head_dropout, self.sts_target)
         for name in self.task_list:
             REGISTRY[name].check(self.head_options)
-        for name in ("epochs", "batch_size", "max_length", "eval_batch_size", "grad_accum"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
 
 
     def _task_values(self, text: str, option: str) -> dict[str, float]:
@@ -177,10 +180,14 @@ class MultitaskTrainer:
         self.config = config
         self.engine = engine = Engine(config)
         self.output_dir = Path(config.output_dir)
+        check_writable(config.predictions_dir, "--predictions-dir")
+        if engine.is_main:
+            recover_directory(self.output_dir / "best")
         resume_from = engine.check_resumable(config.RUNTIME_FIELDS) if config.resume else None
         start = resume_from or (Path(config.init) if config.init else config.model)
+        self.model = build_model(config, start)  # before the tokenizer: a broken config.json is named as such
+        engine.check_max_length(self.model.encoder)
         self.tokenizer = Tokenizer.from_pretrained(start)
-        self.model = build_model(config, start)
         heads_loaded = bool(resume_from or config.init) and (Path(start) / "heads.safetensors").exists()
         if heads_loaded:
             if config.init:  # a resumed run's flags, head flags among them, were checked by check_resumable
@@ -429,5 +436,9 @@ class MultitaskTrainer:
         files = [self.output_dir / name for name in ("best", "last", "metrics.jsonl", "run_config.json")]
         files += [prediction_path(config.predictions_dir, name, split) for name in config.task_list
                   for split in SPLITS]
+        others = sorted(set(Path(config.predictions_dir).glob("*-*-output.csv")) - set(files))
+        if others:
+            log.warning("%s also holds leaderboard files this run did not write (other tasks, or an earlier run): %s",
+                        config.predictions_dir, ", ".join(path.name for path in others))
         print(markdown_table({"best dev": metrics}, list(metrics), label="", digits=4))
         print("written:\n" + "\n".join(f"  {path}" for path in files))

@@ -3,6 +3,8 @@ from contextlib import nullcontext
 
 import torch
 
+from common.errors import UsageError
+
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 
 
@@ -11,7 +13,7 @@ class Precision:
         if name == "auto":
             name = "fp32" if device.type != "cuda" else "bf16" if torch.cuda.is_bf16_supported() else "fp16"
         if name == "fp16" and device.type != "cuda":
-            raise ValueError("--precision fp16 needs a CUDA device; use bf16 or fp32 on CPU")
+            raise UsageError("--precision fp16 needs a CUDA device; use bf16 or fp32 on CPU")
         self.name, self.device_type = name, device.type
         self.dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[name]
         # fp16 gradients underflow without loss scaling; bf16 has fp32's exponent range and needs none.

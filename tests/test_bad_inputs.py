@@ -1,0 +1,159 @@
+"""What a user gets for each bad input we know of: one line naming the problem (file and line, or flag) and exit code 2,
+never a traceback. The README's table "Bad input and what you get" is this catalogue (test_readme_table_is_the_catalogue);
+print it with `.venv/bin/python tests/test_bad_inputs.py`.
+
+Each case: (kind, what is wrong, command, arguments, the exact message's start, exit code). In the arguments and the
+message, MODEL, DATA, OUT stand for a tiny model, tiny course files and a fresh output folder; FILE for a file that
+is not a folder; the lower-case names for the broken files and folders the fixture `places` makes.
+"""
+import json
+import random
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import ensemble  # noqa: E402
+import multitask_classifier  # noqa: E402
+import pretrain_contrastive  # noqa: E402
+from common import cli  # noqa: E402
+from training.multitask import MultitaskConfig  # noqa: E402
+
+COMMANDS = {"multitask": multitask_classifier, "pretrain": pretrain_contrastive, "ensemble": ensemble}
+TRAIN = ["--model", "MODEL", "--data-dir", "DATA", "--output-dir", "OUT/run", "--predictions-dir", "OUT/predictions",
+         "--epochs", "1", "--batch-size", "8", "--device", "cpu"]
+CASES = [
+    # flags
+    ("flag", "negative learning rate", "multitask", [*TRAIN, "--lr", "-1"], "--lr must be > 0, got -1", 2),
+    ("flag", "negative head learning rate", "multitask", [*TRAIN, "--head-lr", "-1"],
+     "--head-lr must be > 0, got -1", 2),
+    ("flag", "dropout above 1", "multitask", [*TRAIN, "--head-dropout", "2"],
+     "--head-dropout must be >= 0 and < 1, got 2", 2),
+    ("flag", "negative sample size", "multitask", [*TRAIN, "--max-train-examples", "-5"],
+     "--max-train-examples must be >= 0, got -5", 2),
+    ("flag", "warm-up fraction above 1", "pretrain", ["--model", "MODEL", "--warmup", "1.5"],
+     "--warmup must be >= 0 and <= 1, got 1.5", 2),
+    ("flag", "fp16 on a CPU", "multitask", [*TRAIN, "--precision", "fp16"],
+     "error: --precision fp16 needs a CUDA device; use bf16 or fp32 on CPU", 2),
+    ("flag", "--max-length too short for a pair", "multitask", [*TRAIN, "--max-length", "4"],
+     "--max-length must be >= 8, got 4", 2),
+    ("flag", "--max-length beyond the model's positions", "multitask", [*TRAIN, "--max-length", "512"],
+     "error: --max-length 512: this model has 128 positions; use --max-length 128 or less", 2),
+    ("flag", "a task weighted 0 (trained never, scored anyway)", "multitask", [*TRAIN, "--task-weights", "para=0"],
+     "--task-weights 'para=0': para would never be trained, yet scored and predicted", 2),
+    ("flag", "contrastive --grad-accum", "pretrain", ["--model", "MODEL", "--grad-accum", "2"],
+     "--grad-accum: a contrastive loss compares the examples of one batch", 2),
+    # weights and checkpoints
+    ("checkpoint", "config.json is not JSON", "multitask", [*TRAIN, "--model", "broken-config"],
+     "error: broken-config/config.json: line 1: not valid JSON", 2),
+    ("checkpoint", "config.json of another architecture", "multitask", [*TRAIN, "--model", "gpt2-config"],
+     "error: gpt2-config/config.json: model_type is 'gpt2'; this encoder loads BERT checkpoints only", 2),
+    ("checkpoint", "truncated model.safetensors", "multitask", [*TRAIN, "--model", "truncated-weights"],
+     "error: truncated-weights/model.safetensors: cannot read weights", 2),
+    ("checkpoint", "truncated heads.safetensors", "multitask", [*TRAIN, "--init", "truncated-heads"],
+     "error: truncated-heads/heads.safetensors: cannot read the heads", 2),
+    ("checkpoint", "truncated training_state.pt", "multitask", [*TRAIN, "--output-dir", "truncated-state", "--resume"],
+     "error: truncated-state/last/training_state.pt: cannot read the training state", 2),
+    ("checkpoint", "truncated ensemble outputs", "ensemble",
+     ["--members", "truncated-outputs", "--data-dir", "DATA", "--out", "OUT/e.json", "--predictions-dir", "OUT/p"],
+     "error: truncated-outputs/outputs-sst-dev.pt: cannot read saved outputs", 2),
+    ("checkpoint", "no such model folder", "multitask", [*TRAIN, "--model", "OUT/nowhere/"],
+     "error: checkpoint folder not found: OUT/nowhere", 2),
+    # data files
+    ("data", "empty file to pretrain on", "pretrain", ["--model", "MODEL", "--data", "empty.txt", "--output-dir", "OUT"],
+     "error: empty.txt: no usable rows", 2),
+    ("data", "missing course file", "multitask", [*TRAIN, "--data-dir", "OUT"],
+     "error: OUT/ids-sst-train.csv: file not found", 2),
+    ("data", "a test-student row that cannot be read", "multitask", [*TRAIN, "--data-dir", "bad-test-row"],
+     "error: bad-test-row/ids-sst-test-student.csv: line 3: 2 fields, the header has 3", 2),
+    # file system
+    ("file system", "output folder that cannot be written", "multitask", [*TRAIN, "--output-dir", "FILE/run"],
+     "error: --output-dir FILE/run: cannot write there", 2),
+    ("file system", "predictions folder that cannot be written", "multitask",
+     [*TRAIN, "--predictions-dir", "FILE/predictions"], "error: --predictions-dir FILE/predictions: cannot write there", 2),
+    ("file system", "--resume with no interrupted run", "multitask", [*TRAIN, "--resume"],
+     "error: --resume: no interrupted run in OUT/run (no last/training_state.pt)", 2),
+]
+
+
+@pytest.fixture(scope="module")
+def places(tiny_model, tmp_path_factory) -> dict[str, Path]:
+    """The folders and files the cases name, each broken the way its case says."""
+    from tests.conftest import write_course_files
+
+    root = tmp_path_factory.mktemp("bad")
+    (root / "data").mkdir()
+    data = write_course_files(root / "data", random.Random(0), train_rows=16)
+    places = {"MODEL": tiny_model, "DATA": data}
+
+    def model_copy(name: str) -> Path:
+        return Path(shutil.copytree(tiny_model, root / name))
+
+    (model_copy("broken-config") / "config.json").write_text("{not json")
+    (model_copy("gpt2-config") / "config.json").write_text('{"model_type": "gpt2"}')
+    weights = model_copy("truncated-weights") / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    heads = model_copy("truncated-heads")
+    (heads / "heads.safetensors").write_bytes(b"\x00" * 20)
+    state = Path(shutil.copytree(tiny_model, root / "truncated-state" / "last"))  # last/ complete but for the state
+    (state / "training_state.pt").write_bytes(b"PK\x03\x04 cut short")
+    outputs = root / "truncated-outputs"
+    outputs.mkdir()
+    for split in ("dev", "test"):
+        (outputs / f"outputs-sst-{split}.pt").write_bytes(b"\x80\x02 cut")
+    (root / "empty.txt").write_text("")
+    bad_rows = Path(shutil.copytree(data, root / "bad-test-row"))
+    lines = (bad_rows / "ids-sst-test-student.csv").read_text().splitlines()
+    lines[2] = "1\tonly-an-id"
+    (bad_rows / "ids-sst-test-student.csv").write_text("\n".join(lines) + "\n")
+    (root / "FILE").write_text("a file, not a folder")
+    for name in ("broken-config", "gpt2-config", "truncated-weights", "truncated-heads", "truncated-state",
+                 "truncated-outputs", "empty.txt", "bad-test-row", "FILE"):
+        places[name] = root / name
+    # The interrupted run's flags, so that --resume gets as far as reading its training state.
+    resumed = [substitute(arg, places, root) for arg in (*TRAIN, "--output-dir", "truncated-state")]
+    (state / "run_config.json").write_text(json.dumps(cli.parse_config(MultitaskConfig, "", resumed).to_dict()))
+    return places
+
+
+def substitute(text: str, places: dict[str, Path], out: Path) -> str:
+    for name in sorted(places, key=len, reverse=True):
+        text = text.replace(name, str(places[name]))
+    return text.replace("OUT", str(out))
+
+
+@pytest.mark.parametrize("kind, wrong, command, args, message, code", CASES, ids=[case[1] for case in CASES])
+def test_bad_input_gets_one_line_and_its_exit_code(places, tmp_path, capsys, kind, wrong, command, args, message,
+                                                   code):
+    argv = [substitute(arg, places, tmp_path) for arg in args]
+    with pytest.raises(SystemExit) as exit_:
+        cli.run(lambda: COMMANDS[command].main(argv))
+    assert exit_.value.code == code
+    error = capsys.readouterr().err
+    assert "Traceback" not in error
+    last = error.strip().splitlines()[-1]
+    expected = substitute(message, places, tmp_path)
+    assert expected in last, f"{last!r} does not hold {expected!r}"
+    assert not (tmp_path / "run" / "last").exists(), "nothing was trained"
+
+
+def catalogue_table() -> str:
+    lines = ["| kind | what is wrong | command | what you get (exit code 2) |", "|---|---|---|---|"]
+    script = {"multitask": "multitask_classifier.py", "pretrain": "pretrain_contrastive.py", "ensemble": "ensemble.py"}
+    for kind, wrong, command, _, message, code in CASES:
+        assert code == 2
+        lines.append(f"| {kind} | {wrong} | `{script[command]}` | `{message}` |")
+    return "\n".join(lines)
+
+
+def test_readme_table_is_the_catalogue():
+    assert catalogue_table() in (ROOT / "README.md").read_text(), \
+        "README's bad-input table differs: paste `.venv/bin/python tests/test_bad_inputs.py` into it"
+
+
+if __name__ == "__main__":
+    print(catalogue_table())
