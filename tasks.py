@@ -89,6 +89,11 @@ class Task:
     def loss(self, raw: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
+    def divergence(self, raw: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
+        """How far apart two raw outputs for the same examples are, averaged over the batch: SMART's l_s, the
+        symmetric KL divergence of the predicted distributions, or the squared error of a regression."""
+        raise NotImplementedError
+
     def check(self, options: HeadOptions) -> None:
         """Raise ValueError (a usage error) for flag values this task's head cannot take."""
 
@@ -149,6 +154,9 @@ class Classification(Task):
     def loss(self, raw, labels):
         return F.cross_entropy(raw.float(), labels)
 
+    def divergence(self, raw, other):
+        return symmetric_kl(raw.float().log_softmax(-1), other.float().log_softmax(-1))
+
     @property
     def soft_shape(self):
         return (self.num_classes,)
@@ -186,6 +194,11 @@ class Paraphrase(Task):
 
     def loss(self, raw, labels):
         return F.binary_cross_entropy_with_logits(raw.float(), labels)
+
+    def divergence(self, raw, other):
+        # The two-outcome distributions (not paraphrase, paraphrase) of each logit.
+        as_distribution = lambda logit: torch.stack([F.logsigmoid(-logit), F.logsigmoid(logit)], -1)  # noqa: E731
+        return symmetric_kl(as_distribution(raw.float()), as_distribution(other.float()))
 
     def soft(self, raw):
         return raw.float().sigmoid()
@@ -238,6 +251,9 @@ class Similarity(Task):
     def loss(self, raw, labels):
         return F.mse_loss(raw.float(), labels)
 
+    def divergence(self, raw, other):
+        return F.mse_loss(raw.float(), other.float())
+
     def soft(self, raw):
         return raw.float().clamp(0.0, MAX_SCORE)
 
@@ -254,6 +270,11 @@ class Similarity(Task):
 
     def score(self, metric):
         return (metric + 1) / 2
+
+
+def symmetric_kl(log_p: torch.Tensor, log_q: torch.Tensor) -> torch.Tensor:
+    """KL(p || q) + KL(q || p) of the rows' distributions (log-probabilities [B, outcomes]), averaged over rows."""
+    return ((log_p.exp() - log_q.exp()) * (log_p - log_q)).sum(-1).mean()
 
 
 REGISTRY: dict[str, Task] = {task.name: task for task in (

@@ -37,12 +37,14 @@ class MultitaskModel(nn.Module):
             heads[task.name] = task.head(hidden, options, mlps.get(task.name))
         self.heads = nn.ModuleDict(heads)
 
-    def embed(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
-        embedding = pool(self.encoder(**inputs), inputs["attention_mask"], self.pooling)
+    def embed(self, inputs: dict[str, torch.Tensor], perturbation: torch.Tensor | None = None) -> torch.Tensor:
+        """Pooled embeddings; perturbation [rows, tokens, hidden] is added to the embedding layer's output (SMART)."""
+        transform = None if perturbation is None else lambda embeddings, _mask: embeddings + perturbation
+        embedding = pool(self.encoder(**inputs, embedding_transform=transform), inputs["attention_mask"], self.pooling)
         return embedding if self.common is None else self.common(embedding)
 
-    def forward(self, task: str, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
-        embeddings = self.embed(inputs)
+    def forward(self, task: str, inputs: dict[str, torch.Tensor], perturbation: torch.Tensor | None = None) -> torch.Tensor:
+        embeddings = self.embed(inputs, perturbation)
         if REGISTRY[task].pair:
             return self.heads[task](*embeddings.chunk(2))  # the two views of each pair (see TaskSplit.batch)
         return self.heads[task](embeddings)

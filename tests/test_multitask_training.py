@@ -100,6 +100,9 @@ def test_resumed_run_ends_with_the_same_weights(tiny_model, tiny_data, tmp_path,
     assert full.keys() == resumed.keys()
     for name in full:
         assert torch.allclose(full[name], resumed[name], atol=1e-6), name
+    # The best checkpoint too: the resumed run knows the best score of the evaluations before the kill.
+    best = [json.loads((tmp_path / run / "run/best/metrics.json").read_text())["step"] for run in ("full", "resumed")]
+    assert best[0] == best[1]
 
 
 def test_resume_refuses_changed_flags(tiny_model, tiny_data, tmp_path):

@@ -36,6 +36,7 @@ from training.engine import Engine, TrainingConfig, linear_warmup_decay, load_tr
 from training.gradient_surgery import METHODS as SURGERY_METHODS
 from training.gradient_surgery import surgery_backward
 from training.schedules import SCHEDULES, count_batches, parse_task_order, parse_task_weights, plan_epoch
+from training.smart import MovingAverage, smoothness_regularizer
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,17 @@ class MultitaskConfig(TrainingConfig):
                                       "embeddings below them, get this factor times the LR above (1 = off)",
                                  range=Range(0, 1, low_open=True))
     head_lr: float = flag(1e-3, "peak learning rate of the heads (new, randomly initialised layers)", range=POSITIVE)
+    smart: bool = flag(False, "SMART regularization (Jiang et al., 2020): an adversarial perturbation of the input "
+                              "embeddings and a Bregman proximal point term added to each task's loss")
+    smart_weight: float = flag(1.0, "SMART's lambda_s, the weight of the adversarial smoothness term", range=AT_LEAST_0)
+    smart_epsilon: float = flag(1e-5, "SMART's epsilon: the l_inf radius of the perturbation", range=POSITIVE)
+    smart_noise: float = flag(1e-5, "SMART's sigma: the standard deviation of the perturbation's start", range=AT_LEAST_0)
+    smart_step_size: float = flag(1e-3, "SMART's eta: the step of the perturbation's gradient ascent", range=POSITIVE)
+    smart_steps: int = flag(1, "SMART's T_x: gradient ascent steps of the perturbation", range=AT_LEAST_1)
+    bregman_weight: float = flag(1.0, "SMART's mu: the weight of the Bregman proximal point term (0 = off)",
+                                 range=AT_LEAST_0)
+    bregman_momentum: float = flag(0.99, "SMART's beta: the momentum of the weights the Bregman term compares with",
+                                   range=Range(0, 1, high_open=True))
     max_train_examples: int = flag(0, "use a random sample of at most this many training examples per task (0 = all)", range=AT_LEAST_0)
     max_eval_examples: int = flag(0, "use a random sample of at most this many dev/test examples per task (0 = all)", range=AT_LEAST_0)
     eval_every: int = flag(0, "also evaluate (and save) every N steps (0 = after each epoch only)", range=AT_LEAST_0)
@@ -151,8 +163,29 @@ class TaskStream:
         return self.batches[k % per_pass]
 
 
-def task_loss(model: MultitaskModel, task: str, batch: dict) -> torch.Tensor:
-    return REGISTRY[task].loss(model(task, batch["inputs"]), batch["labels"])
+def task_loss(model: MultitaskModel, task: str, batch: dict, smart: "Smart | None" = None) -> torch.Tensor:
+    raw = model(task, batch["inputs"])
+    loss = REGISTRY[task].loss(raw, batch["labels"])
+    return loss if smart is None else loss + smart.regularizers(model, task, batch["inputs"], raw)
+
+
+class Smart:
+    """SMART's two terms for a task's batch (training/smart.py), with the flags' values."""
+
+    def __init__(self, config: MultitaskConfig, model: MultitaskModel):
+        self.config = config
+        self.average = MovingAverage(model, config.bregman_momentum) if config.bregman_weight else None
+
+    def regularizers(self, model: MultitaskModel, task: str, inputs: dict, raw: torch.Tensor) -> torch.Tensor:
+        config, divergence = self.config, REGISTRY[task].divergence
+        ids = inputs["input_ids"]
+        shape = (*ids.shape, model.encoder.config.hidden_size)
+        total = config.smart_weight * smoothness_regularizer(
+            lambda nu: model(task, inputs, perturbation=nu), raw, shape, divergence, config.smart_epsilon,
+            config.smart_noise, config.smart_step_size, config.smart_steps)
+        if self.average is not None:
+            total = total + config.bregman_weight * divergence(raw, self.average.outputs(task, inputs))
+        return total
 
 
 def weighted_losses(task_losses: dict[str, torch.Tensor], loss_scale: dict[str, float]) -> list[torch.Tensor]:
@@ -214,9 +247,12 @@ class MultitaskTrainer:
         trained = [p for p in self.model.parameters() if p.requires_grad]
         engine.prepare(trained, self._parameter_groups(), config.lr, len(self.steps),
                        lambda step: linear_warmup_decay(step, len(self.steps), config.warmup))
+        self.smart = Smart(config, self.model) if config.smart else None
         self.best, self.last_record, self.stream_epoch = -math.inf, {}, None
         if resume_from:
-            engine.restore(load_training_state(resume_from))
+            state = load_training_state(resume_from)
+            engine.restore(state)
+            self.load_state_dict(state["trainer"])
 
     # ---- setup ----
 
@@ -332,7 +368,7 @@ class MultitaskTrainer:
                 batch["inputs"] = {k: v.to(engine.device, non_blocking=True) for k, v in batch["inputs"].items()}
                 batch["labels"] = batch["labels"].to(engine.device, non_blocking=True)
                 with engine.precision.autocast():
-                    task_losses[task] = share * task_loss(self.model, task, batch)
+                    task_losses[task] = share * task_loss(self.model, task, batch, self.smart)
                 reported[task] = reported[task] + task_losses[task].detach() / world
                 examples += len(piece)
             if task_losses:
@@ -349,6 +385,8 @@ class MultitaskTrainer:
             self.engine.backward(sum(weighted) / len(weighted))
 
     def after_step(self, item) -> None:
+        if self.smart and self.smart.average:
+            self.smart.average.update(self.model)
         epoch, index, _ = item
         epoch_end = index + 1 == len(self.plans[epoch])
         if epoch_end or (self.config.eval_every and self.engine.step % self.config.eval_every == 0):
@@ -359,10 +397,13 @@ class MultitaskTrainer:
                              extra_modules=self.model)
 
     def state_dict(self) -> dict:
-        return {"best": self.best, "last_record": self.last_record}
+        average = self.smart.average.state_dict() if self.smart and self.smart.average else None
+        return {"best": self.best, "last_record": self.last_record, "bregman_average": average}
 
     def load_state_dict(self, state: dict) -> None:
         self.best, self.last_record = state["best"], state["last_record"]
+        if self.smart and self.smart.average:
+            self.smart.average.load_state_dict(state["bregman_average"])
 
     # ---- evaluation ----
 

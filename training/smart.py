@@ -1,0 +1,73 @@
+"""SMART (Jiang et al., 2020, "SMART: Robust and Efficient Fine-Tuning for Pre-trained Natural Language Models through
+Principled Regularized Optimization"): two terms added to each task's loss in fine-tuning.
+
+Smoothness-inducing adversarial regularization (its Algorithm 1), on the input embeddings x of a batch:
+    R_s = l_s(f(x + nu), f(x)), nu the perturbation in the l_inf ball of radius epsilon that changes the outputs most,
+    found from nu ~ N(0, sigma^2) by T_x steps of projected gradient ascent with f(x) held fixed:
+        g = grad_nu l_s(f(x + nu), f(x)),  nu <- clip(nu + eta g / ||g||_inf, -epsilon, epsilon)
+    (||g||_inf per token, as the authors' MT-DNN code does). l_s is the task's divergence (tasks.Task.divergence):
+    the symmetric KL divergence of the predicted distributions, or the squared error of a regression.
+Bregman proximal point optimization, momentum form:
+    D = l_s(f(x; theta), f(x; theta_avg)), theta_avg <- (1 - beta) theta + beta theta_avg after every step,
+    which keeps each update close to where the model has recently been.
+A task's loss becomes  loss + lambda_s R_s + mu D.  Defaults are the paper's: epsilon = sigma = 1e-5, eta = 1e-3,
+T_x = 1, lambda_s = 1 (it tries 1, 3, 5), mu = 1, beta = 0.99.
+"""
+import copy
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+Divergence = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def adversarial_perturbation(outputs_with: Callable[[torch.Tensor], torch.Tensor], clean: torch.Tensor, shape,
+                             divergence: Divergence, epsilon: float, noise: float, step_size: float,
+                             steps: int) -> torch.Tensor:
+    """nu (detached): outputs_with(nu) are the outputs for the inputs perturbed by nu, clean the unperturbed ones."""
+    clean = clean.detach()
+    nu = torch.randn(shape, device=clean.device) * noise
+    for _ in range(steps):
+        nu.requires_grad_()
+        (gradient,) = torch.autograd.grad(divergence(outputs_with(nu), clean), nu)
+        # A zero gradient (outputs that do not depend on a token) leaves that token's perturbation where it is.
+        scale = gradient.abs().amax(dim=-1, keepdim=True).clamp(min=torch.finfo(gradient.dtype).tiny)
+        nu = (nu.detach() + step_size * gradient / scale).clamp(-epsilon, epsilon)
+    return nu.detach()
+
+
+def smoothness_regularizer(outputs_with: Callable[[torch.Tensor], torch.Tensor], clean: torch.Tensor, shape,
+                           divergence: Divergence, epsilon: float = 1e-5, noise: float = 1e-5,
+                           step_size: float = 1e-3, steps: int = 1) -> torch.Tensor:
+    """R_s: the divergence between the outputs at the adversarial perturbation and the clean outputs (both keep
+    their graph, so the model learns to bring them together)."""
+    nu = adversarial_perturbation(outputs_with, clean, shape, divergence, epsilon, noise, step_size, steps)
+    return divergence(outputs_with(nu), clean)
+
+
+class MovingAverage:
+    """theta_avg of the Bregman proximal point term: a copy of the model whose weights follow the trained ones."""
+
+    def __init__(self, model: nn.Module, momentum: float = 0.99):
+        self.model = copy.deepcopy(model).requires_grad_(False)
+        self.momentum = momentum
+
+    @torch.no_grad()
+    def update(self, model: nn.Module) -> None:
+        """theta_avg <- (1 - beta) theta + beta theta_avg (buffers, such as a cosine floor, are copied)."""
+        for average, current in zip(self.model.parameters(), model.parameters()):
+            average.lerp_(current, 1 - self.momentum)
+        for average, current in zip(self.model.buffers(), model.buffers()):
+            average.copy_(current)
+
+    @torch.no_grad()
+    def outputs(self, *args, **kwargs) -> torch.Tensor:
+        self.model.train()  # as the trained model is: the same kind of outputs (dropout included), only older
+        return self.model(*args, **kwargs)
+
+    def state_dict(self) -> dict:
+        return self.model.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.model.load_state_dict(state)
