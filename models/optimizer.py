@@ -1,5 +1,15 @@
-"""AdamW (Loshchilov & Hutter, 2019): Adam (Kingma & Ba, 2015) with decoupled weight decay."""
+"""AdamW (Loshchilov & Hutter, 2019): Adam (Kingma & Ba, 2015) with decoupled weight decay.
+
+For each parameter p with gradient g, at its step t:
+    p <- p * (1 - lr * weight_decay)                      decoupled weight decay: not rescaled by Adam's step sizes
+    m <- beta1 m + (1 - beta1) g                           first moment
+    v <- beta2 v + (1 - beta2) g^2                         second moment
+    p <- p - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)    bias-corrected step
+Each line runs as one multi-tensor (torch._foreach_*) operation over all parameters of a group that share a
+device and dtype: a few dozen kernels a step instead of a dozen per parameter (bert-base has about 200).
+"""
 import math
+from collections import defaultdict
 
 import torch
 
@@ -21,34 +31,42 @@ class AdamW(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         for group in self.param_groups:
-            lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
+            by_kind = defaultdict(list)  # the multi-tensor operations take tensors of one device and dtype
             for p in group["params"]:
                 if p.grad is None:
                     continue
                 if p.grad.is_sparse:
                     raise RuntimeError("AdamW does not support sparse gradients")
-                state = self.state[p]
-                if not state:
-                    state["step"] = 0
-                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                    state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                state["step"] += 1
-                m, v, t = state["exp_avg"], state["exp_avg_sq"], state["step"]
-                grad = p.grad.to(m.dtype)
-
-                # Decoupled weight decay: shrink the weights directly, not through the gradient,
-                # so the decay is not rescaled by Adam's per-parameter step sizes.
-                p.mul_(1 - lr * group["weight_decay"])
-
-                # First and second moment estimates.
-                m.mul_(beta1).add_(grad, alpha=1 - beta1)
-                v.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-
-                # Bias correction: both moments start at zero and are biased towards it in early steps.
-                if group["correct_bias"]:
-                    step_size = lr / (1 - beta1 ** t)
-                    denom = (v.sqrt() / math.sqrt(1 - beta2 ** t)).add_(eps)
-                else:
-                    step_size, denom = lr, v.sqrt().add_(eps)
-                p.addcdiv_(m, denom, value=-step_size)
+                by_kind[p.device, p.dtype].append(p)
+            for params in by_kind.values():
+                self._update(group, params)
         return loss
+
+    def _update(self, group: dict, params: list[torch.Tensor]) -> None:
+        lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
+        for p in params:
+            state = self.state[p]
+            if not state:
+                state["step"] = 0
+                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            state["step"] += 1
+        states = [self.state[p] for p in params]
+        m, v, t = [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states], [s["step"] for s in states]
+        grads = [p.grad.to(moment.dtype) for p, moment in zip(params, m)]
+
+        torch._foreach_mul_(params, 1 - lr * group["weight_decay"])
+        torch._foreach_mul_(m, beta1)
+        torch._foreach_add_(m, grads, alpha=1 - beta1)
+        torch._foreach_mul_(v, beta2)
+        torch._foreach_addcmul_(v, grads, grads, value=1 - beta2)
+        # Bias correction: both moments start at zero and are biased towards it in early steps. A parameter that
+        # missed steps (no gradient) has its own t, so the corrections are one per parameter.
+        denominators = torch._foreach_sqrt(v)
+        if group["correct_bias"]:
+            torch._foreach_div_(denominators, [math.sqrt(1 - beta2 ** step) for step in t])
+            step_sizes = [-lr / (1 - beta1 ** step) for step in t]
+        else:
+            step_sizes = [-lr] * len(params)
+        torch._foreach_add_(denominators, eps)
+        torch._foreach_addcdiv_(params, m, denominators, step_sizes)

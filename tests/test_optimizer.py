@@ -55,3 +55,36 @@ def test_first_step_moves_each_weight_by_lr():
 def test_rejects_bad_hyperparameters():
     with pytest.raises(ValueError, match="betas"):
         AdamW([torch.nn.Parameter(torch.zeros(1))], betas=(1.0, 0.999))
+
+
+def test_parameters_that_miss_steps_keep_their_own_bias_correction():
+    """One parameter gets a gradient every step, the other every second step: each follows torch.optim.AdamW."""
+    results = []
+    for optimizer_class in (AdamW, torch.optim.AdamW):
+        torch.manual_seed(0)
+        always, sometimes = (torch.nn.Parameter(torch.randn(4, dtype=torch.double)) for _ in range(2))
+        optimizer = optimizer_class([always, sometimes], lr=1e-2, weight_decay=0.1)
+        for step in range(20):
+            optimizer.zero_grad()
+            loss = (always ** 2).sum() + ((sometimes - 1) ** 2).sum() * (step % 2 == 0)
+            loss.backward()
+            if step % 2:
+                sometimes.grad = None
+            optimizer.step()
+        results.append(torch.cat([always.detach(), sometimes.detach()]))
+    torch.testing.assert_close(results[0], results[1], atol=1e-12, rtol=0)
+
+
+def test_groups_of_several_dtypes_each_follow_torch_adamw():
+    results = []
+    for optimizer_class in (AdamW, torch.optim.AdamW):
+        torch.manual_seed(0)
+        single, double = torch.nn.Parameter(torch.randn(5)), torch.nn.Parameter(torch.randn(5, dtype=torch.double))
+        optimizer = optimizer_class([single, double], lr=1e-2, weight_decay=0.01)
+        for _ in range(10):
+            optimizer.zero_grad()
+            ((single ** 2).sum() + (double ** 3).sum()).backward()
+            optimizer.step()
+        results.append((single.detach().clone(), double.detach().clone()))
+    torch.testing.assert_close(results[0][0], results[1][0], atol=1e-6, rtol=0)
+    torch.testing.assert_close(results[0][1], results[1][1], atol=1e-12, rtol=0)
