@@ -19,12 +19,7 @@ METRICS = {"epoch": 3, "dev": {"sst": 0.4886, "para": 0.8436, "sts": 0.8778, "ov
 COMMAND = "python multitask_classifier.py --model all-MiniLM-L6-v2 --pooling cls --max-length 16"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny models gain nothing from threads on a busy machine
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def share(folder, pooling, base_model="all-MiniLM-L6-v2"):

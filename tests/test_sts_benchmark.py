@@ -3,20 +3,12 @@ import json
 import random
 
 import pytest
-import torch
 
 from evaluation import sts_benchmark
 from models import Tokenizer, from_pretrained
+from tests.conftest import sentence
 
-WORDS = "the a cat dog sat ran on mat big small red fast slow house car tree".split()
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny models gain nothing from threads on a busy machine
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +17,7 @@ def sts_data(tmp_path_factory):
     folder, rng = tmp_path_factory.mktemp("sts-data"), random.Random(0)
 
     def pair():
-        return "\t".join(" ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 9))) for _ in range(2))
+        return "\t".join(sentence(rng) for _ in range(2))
 
     (folder / "sts-eval").mkdir()
     for name in sts_benchmark.EVAL_SETS:
