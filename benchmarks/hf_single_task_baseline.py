@@ -60,7 +60,7 @@ def run_task(task, args, folder, tokenizer):
     rng = random.Random(args.seed)
     start = time.time()
     model.train()
-    with tqdm(total=steps, desc=f"{task} baseline") as progress:
+    with tqdm(total=steps, desc=f"{task} baseline", disable=None) as progress:
         for _ in range(epochs):
             for batch in batches(train_encoded, [r.label for r in train], args.batch_size, True, rng,
                                  tokenizer.pad_id, regression):

@@ -16,7 +16,7 @@ def predict(model, split: TaskSplit, pad_id: int, batch_size: int = 128, autocas
     model.eval()
     outputs = None
     for rows in tqdm(sorted_batches(split.lengths(), batch_size), desc=f"predicting {split.task}", leave=False,
-                     disable=None):
+                     disable=None):  # disable=None: no bar off a terminal (a log file gets no control characters)
         inputs = {k: v.to(device) for k, v in split.batch(rows, pad_id)["inputs"].items()}
         with autocast() if autocast else torch.enable_grad():
             batch_outputs = task.soft(model(split.task, inputs)).cpu()

@@ -63,7 +63,8 @@ def sts_benchmark(encoder: BertModel, tokenizer: Tokenizer, data_dir: str | Path
     """Spearman x 100 per set ("sts12" .. "sickr", "sts-dev"), their "mean", and "alignment"/"uniformity"."""
     sets = read_sets(data_dir)
     results = {}
-    for name, pairs in tqdm(sets.items(), desc="STS benchmark", total=len(sets), leave=False):
+    for name, pairs in tqdm(sets.items(), desc="STS benchmark", total=len(sets), leave=False,
+                             disable=None):  # disable=None: no bar off a terminal
         first, second = pair_cosines(encoder, tokenizer, pairs, pooling, max_length, batch_size)
         results[name] = 100 * spearman((first * second).sum(-1), [p.label for p in pairs])
         if name == "sts-dev":

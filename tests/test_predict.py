@@ -75,6 +75,7 @@ def test_best_folder_loads_in_sentence_transformers_with_the_runs_pooling(run):
                            pooling="cls")
     theirs = SentenceTransformer(str(run / "best"), device="cpu").encode(sentences, convert_to_tensor=True)
     torch.testing.assert_close(theirs.cpu(), ours, atol=1e-5, rtol=1e-5)
+    assert (run / "last" / "modules.json").is_file() and (run / "last" / "README.md").is_file()
     card = (run / "best" / "README.md").read_text()
     metrics = json.loads((run / "best" / "metrics.json").read_text())["dev"]
     for name, value in metrics.items():

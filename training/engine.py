@@ -117,8 +117,8 @@ class LossTracker:
             store.clear()
         return means
 
-    def window_means(self) -> dict[str, float]:
-        return self._means(self.window, reset=True)
+    def window_means(self, reset: bool = True) -> dict[str, float]:
+        return self._means(self.window, reset)
 
     def period_means(self, reset: bool = True) -> dict[str, float]:
         return self._means(self.period, reset)
@@ -276,7 +276,9 @@ class Engine:
     # ---- checkpoints ----
 
     def save_last(self, trainer) -> Path:
-        """OUTPUT_DIR/last/: the trainer's files, run_config.json and the training state, written atomically."""
+        """OUTPUT_DIR/last/: the trainer's files, run_config.json and the training state, written atomically.
+        Never of weights a non-finite loss has reached: the run stops instead, naming the last good checkpoint."""
+        self.check_finite(self.losses.window_means(reset=False))
         rng = distributed.all_gather_objects(rng_state())  # every process's own random state
         folder = self.output_dir / "last"
         if self.is_main:

@@ -395,6 +395,7 @@ class MultitaskTrainer:
     def write_checkpoint(self, folder: Path) -> None:
         write_encoder_folder(folder, self.model.encoder, self.tokenizer, None, self.last_record,
                              extra_modules=self.model)
+        self._write_shareable_files(folder, self.last_record.get("dev", {}))
 
     def state_dict(self) -> dict:
         average = self.smart.average.state_dict() if self.smart and self.smart.average else None
@@ -445,14 +446,18 @@ class MultitaskTrainer:
 
     def _save_best(self, record: dict) -> None:
         """best/: the encoder folder (with what sentence-transformers reads and a model card) and the heads."""
-        config = self.config
         with atomic_directory(self.output_dir / "best") as temp:
             write_encoder_folder(temp, self.model.encoder, self.tokenizer, self.run_config, record,
                                  extra_modules=self.model)
-            write_shareable_files(temp, pooling=config.pooling, max_length=config.max_length,
-                                  base_model=config.init or config.model, command=getattr(config, "command", ""),
-                                  metrics=record["dev"], data_files=[str(Path(config.data_dir) / REGISTRY[name].files[0])
-                                                                     for name in config.task_list])
+            self._write_shareable_files(temp, record["dev"])
+
+    def _write_shareable_files(self, folder: Path, metrics: dict) -> None:
+        """What sentence-transformers reads, with the run's pooling, and the model card (models/shareable.py)."""
+        config = self.config
+        write_shareable_files(folder, pooling=config.pooling, max_length=config.max_length,
+                              base_model=config.init or config.model, command=getattr(config, "command", ""),
+                              metrics=metrics, data_files=[str(Path(config.data_dir) / REGISTRY[name].files[0])
+                                                           for name in config.task_list])
 
     def finish(self) -> dict:
         """Reload the best checkpoint, write its test predictions (dev ones are written when it is saved)."""
