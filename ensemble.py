@@ -44,7 +44,8 @@ class EnsembleConfig:
     members: str = flag("", "checkpoint folders holding outputs-*.pt (a run folder means its best/), comma-separated")
     method: str = flag("mean", "mean: equal weights; best: per task the member best on dev; "
                                 "weighted: per task weights fitted on dev", choices=METHODS)
-    rounds: int = flag(20, "weighted: rounds of greedy selection; the weights are multiples of 1/rounds", range=AT_LEAST_1)
+    rounds: int = flag(20, "weighted: rounds of greedy selection; the weights are multiples of 1/rounds",
+                       range=AT_LEAST_1)
     data_dir: str = flag(str(DEFAULT_DATA), "folder with the course's dev files (the labels)")
     predictions_dir: str = flag("predictions", "the ensemble's leaderboard CSVs go here")
     out: str = flag("predictions/ensemble.json", "dev metrics of every member and of the ensemble, and the weights")

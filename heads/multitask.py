@@ -43,7 +43,8 @@ class MultitaskModel(nn.Module):
         embedding = pool(self.encoder(**inputs, embedding_transform=transform), inputs["attention_mask"], self.pooling)
         return embedding if self.common is None else self.common(embedding)
 
-    def forward(self, task: str, inputs: dict[str, torch.Tensor], perturbation: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, task: str, inputs: dict[str, torch.Tensor],
+                perturbation: torch.Tensor | None = None) -> torch.Tensor:
         embeddings = self.embed(inputs, perturbation)
         if REGISTRY[task].pair:
             return self.heads[task](*embeddings.chunk(2))  # the two views of each pair (see TaskSplit.batch)

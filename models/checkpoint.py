@@ -9,7 +9,6 @@ A checkpoint is a folder in the Hugging Face layout, so `--model FOLDER` loads i
 Files and folders are written to a temporary name and renamed into place, so a run that dies while
 saving leaves the previous checkpoint, never half of a new one.
 """
-import json
 from pathlib import Path
 
 import torch
@@ -17,7 +16,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from common.errors import CheckpointError
-from common.files import atomic_directory, load_or_fail
+from common.files import atomic_directory, load_or_fail, write_json
 from models.bert import BertModel
 from models.tokenizer import Tokenizer
 
@@ -40,7 +39,7 @@ def write_encoder_folder(folder: Path, encoder: BertModel, tokenizer: Tokenizer,
                          metrics: dict | None = None, extra_modules: nn.Module | None = None) -> None:
     """Write a checkpoint's files into an existing (temporary) folder. extra_modules: a module holding `encoder`
     (its other tensors go to heads.safetensors). run_config None: the caller writes run_config.json itself."""
-    (folder / "config.json").write_text(json.dumps(encoder.config.to_dict(), indent=2) + "\n")
+    write_json(folder / "config.json", encoder.config.to_dict())
     save_file({k: v.detach().contiguous().cpu() for k, v in encoder.state_dict().items()},
               folder / "model.safetensors")
     tokenizer.backend.save_pretrained(folder)
@@ -48,8 +47,8 @@ def write_encoder_folder(folder: Path, encoder: BertModel, tokenizer: Tokenizer,
         rest = {k: v for k, v in extra_modules.state_dict().items() if not k.startswith(ENCODER_PREFIX)}
         save_file(_without_aliases(rest), folder / "heads.safetensors")
     if run_config is not None:
-        (folder / "run_config.json").write_text(json.dumps(run_config, indent=2, default=str) + "\n")
-    (folder / "metrics.json").write_text(json.dumps(metrics or {}, indent=2) + "\n")
+        write_json(folder / "run_config.json", run_config)
+    write_json(folder / "metrics.json", metrics or {})
 
 
 def save_checkpoint(path: str | Path, encoder: BertModel, tokenizer: Tokenizer, run_config: dict,

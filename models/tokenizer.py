@@ -7,6 +7,7 @@ import torch
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from common.errors import CheckpointError
+from common.files import load_or_fail
 from models.loading import resolve_checkpoint
 
 log = logging.getLogger(__name__)
@@ -45,11 +46,8 @@ class Tokenizer:
             raise CheckpointError(f"{folder}: no tokenizer files (vocab.txt or tokenizer.json)")
         # tokenizer_config.json says whether the checkpoint lower-cases (uncased) or not (cased);
         # without it BERT's tokenizer lower-cases, as bert-base-uncased does.
-        try:
-            return cls(AutoTokenizer.from_pretrained(folder))
-        except Exception as error:  # a broken tokenizer.json, vocab.txt or tokenizer_config.json: name the folder
-            raise CheckpointError(f"{folder}: cannot read the tokenizer files ({type(error).__name__}: "
-                                  f"{str(error).strip().splitlines()[0][:200] if str(error).strip() else ''})") from None
+        # A broken tokenizer.json, vocab.txt or tokenizer_config.json: one line naming the folder.
+        return cls(load_or_fail(folder, AutoTokenizer.from_pretrained, "the tokenizer files"))
 
     def encode(self, texts: list[str], pairs: list[str] | None = None, max_length: int = 128,
                source: str = "input") -> list[Encoded]:

@@ -79,15 +79,18 @@ class ContrastiveConfig(TrainingConfig):
     scale: float = flag(20.0, "mnrl: scale of the cosine similarities", range=POSITIVE)
     negatives: bool = flag(True, "simcse on quora: push the non-duplicate pairs apart (Chen's report); "
                                  "--no-negatives leaves them out (its ablation)")
-    negatives_per_positive: int = flag(7, "ct: K, negative pairs per positive pair (Contrastive Tension)", range=AT_LEAST_1)
-    sg_lambda: float = flag(0.1, "sg, sg-opt: weight lambda of the L2 regulariser towards BERT_F (SG-BERT)", range=AT_LEAST_0)
+    negatives_per_positive: int = flag(7, "ct: K, negative pairs per positive pair (Contrastive Tension)",
+                                       range=AT_LEAST_1)
+    sg_lambda: float = flag(0.1, "sg, sg-opt: weight lambda of the L2 regulariser towards BERT_F (SG-BERT)",
+                            range=AT_LEAST_0)
     aug1: str = flag("shuffle", "consert: augmentation of the first view", choices=AUGMENTATIONS)
     aug2: str = flag("feature-cutoff", "consert: augmentation of the second view", choices=AUGMENTATIONS)
     schedule: str = flag("unsup", "consert: unsup, or NLI supervision added jointly / before (ConSERT section "
                                   "3.3); the NLI stages read --data when it is NLI, else nli_for_simcse.csv of "
                                   "--data-dir", choices=tuple(SCHEDULES))
     alpha: float = flag(0.15, "consert joint: L_ce + alpha * L_con", range=AT_LEAST_0)
-    fgv_epsilon: float = flag(1.0, "consert adversarial view: norm of the FGV perturbation of each token", range=AT_LEAST_0)
+    fgv_epsilon: float = flag(1.0, "consert adversarial view: norm of the FGV perturbation of each token",
+                              range=AT_LEAST_0)
     fusion: bool = flag(False, "fusion training (Chen's report): each SST batch takes a sentiment cross-entropy "
                                "step, then the contrastive step")
     grad_cache_chunk: int = flag(0, "embed each batch this many rows at a time with gradient caching: the same "
@@ -95,18 +98,22 @@ class ContrastiveConfig(TrainingConfig):
     eval: bool = flag(False, "STS benchmark before and after training: table printed, "
                              "sts_benchmark.json written to --output-dir")
     max_steps: int = flag(0, "stop each stage after this many batches (0 = run all epochs)", range=AT_LEAST_0)
-    max_train_examples: int = flag(0, "use a random sample of at most this many examples of each data file (0 = all)", range=AT_LEAST_0)
+    max_train_examples: int = flag(0, "use a random sample of at most this many examples of each data file (0 = all)",
+                                   range=AT_LEAST_0)
     eval_batch_size: int = flag(128, "batch size of --eval", range=AT_LEAST_1)
     # Defaults that differ from the multitask command's:
     epochs: int = flag(1, "passes over the data (per stage)", range=AT_LEAST_1)
     batch_size: int | None = flag(None, "batch size per process (default per method: simcse 64, mnrl 32, ct 16, "
                                         "sg 16, consert 96)", range=AT_LEAST_1)
     lr: float | None = flag(None, "peak learning rate (default per method and data: simcse 5e-5 NLI, 2e-5 Quora, "
-                                  "3e-5 sentences; mnrl 2e-5; ct 1e-5; sg 5e-5; consert 2e-5 NLI, 5e-7 unsup)", range=POSITIVE)
+                                  "3e-5 sentences; mnrl 2e-5; ct 1e-5; sg 5e-5; consert 2e-5 NLI, 5e-7 unsup)",
+                                  range=POSITIVE)
     warmup: float | None = flag(None, "fraction of steps of linear warm-up before linear decay "
-                                      "(default: 0.1 for mnrl and consert, else 0; ct has its own schedule)", range=FRACTION)
+                                      "(default: 0.1 for mnrl and consert, else 0; ct has its own schedule)",
+                                      range=FRACTION)
     weight_decay: float = flag(0.0, "AdamW decoupled weight decay", range=AT_LEAST_0)
-    max_length: int | None = flag(None, "tokens per sentence (default per method: simcse 32, ct 75, else 64)", range=MIN_LENGTH)
+    max_length: int | None = flag(None, "tokens per sentence (default per method: simcse 32, ct 75, else 64)",
+                                  range=MIN_LENGTH)
     output_dir: str = flag("", "checkpoint folder (default runs/pretrain-METHOD); ct writes OUT/model1, OUT/model2")
 
     RUNTIME_FIELDS = TrainingConfig.RUNTIME_FIELDS + ("eval", "eval_batch_size")

@@ -37,7 +37,7 @@ from common import distributed
 from common.cli import AT_LEAST_0, AT_LEAST_1, FRACTION, POSITIVE, Range, check_ranges, flag, resolve_device
 from common.errors import CheckpointError, UsageError, UserError
 from common.files import (append_jsonl, atomic_directory, atomic_file, check_writable, load_or_fail, read_json,
-                          recover_directory)
+                          recover_directory, write_json)
 from common.provenance import provenance
 from common.seeding import rng_state, seed_everything, set_rng_state
 from models import AdamW
@@ -284,7 +284,7 @@ class Engine:
         if self.is_main:
             with atomic_directory(folder) as temp:
                 trainer.write_checkpoint(temp)
-                (temp / "run_config.json").write_text(json.dumps(self.run_config, indent=2, default=str) + "\n")
+                write_json(temp / "run_config.json", self.run_config)
                 torch.save({"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
                             "scaler": self.precision.state_dict(), "step": self.step, "rng": rng,
                             "losses": self.losses.state_dict(), "trainer": trainer.state_dict()}, temp / STATE_FILE)
@@ -305,7 +305,6 @@ class Engine:
             self._forget_log_after(self.step)
         set_rng_state(state["rng"][distributed.rank()])
         log.info("resuming at step %d of %d", self.step, self.total_steps)
-
 
     def _forget_log_after(self, step: int) -> None:
         """A run killed after a log line but before its checkpoint repeats those steps: their lines go."""

@@ -75,15 +75,18 @@ class MultitaskConfig(TrainingConfig):
                               "embeddings and a Bregman proximal point term added to each task's loss")
     smart_weight: float = flag(1.0, "SMART's lambda_s, the weight of the adversarial smoothness term", range=AT_LEAST_0)
     smart_epsilon: float = flag(1e-5, "SMART's epsilon: the l_inf radius of the perturbation", range=POSITIVE)
-    smart_noise: float = flag(1e-5, "SMART's sigma: the standard deviation of the perturbation's start", range=AT_LEAST_0)
+    smart_noise: float = flag(1e-5, "SMART's sigma: the standard deviation of the perturbation's start",
+                              range=AT_LEAST_0)
     smart_step_size: float = flag(1e-3, "SMART's eta: the step of the perturbation's gradient ascent", range=POSITIVE)
     smart_steps: int = flag(1, "SMART's T_x: gradient ascent steps of the perturbation", range=AT_LEAST_1)
     bregman_weight: float = flag(1.0, "SMART's mu: the weight of the Bregman proximal point term (0 = off)",
                                  range=AT_LEAST_0)
     bregman_momentum: float = flag(0.99, "SMART's beta: the momentum of the weights the Bregman term compares with",
                                    range=Range(0, 1, high_open=True))
-    max_train_examples: int = flag(0, "use a random sample of at most this many training examples per task (0 = all)", range=AT_LEAST_0)
-    max_eval_examples: int = flag(0, "use a random sample of at most this many dev/test examples per task (0 = all)", range=AT_LEAST_0)
+    max_train_examples: int = flag(0, "use a random sample of at most this many training examples per task (0 = all)",
+                                   range=AT_LEAST_0)
+    max_eval_examples: int = flag(0, "use a random sample of at most this many dev/test examples per task (0 = all)",
+                                  range=AT_LEAST_0)
     eval_every: int = flag(0, "also evaluate (and save) every N steps (0 = after each epoch only)", range=AT_LEAST_0)
     eval_batch_size: int = flag(128, "batch size for evaluation", range=AT_LEAST_1)
     data_dir: str = flag(str(DEFAULT_DATA), "folder with the course's data files")
@@ -114,7 +117,6 @@ class MultitaskConfig(TrainingConfig):
                                         self.cross_head, self.head_dropout, self.sts_target)
         for name in self.task_list:
             REGISTRY[name].check(self.head_options)
-
 
     def _task_values(self, text: str, option: str) -> dict[str, float]:
         """'para=2,sst=0.5' of --task-weights or --loss-weights, for trained tasks only."""
@@ -298,8 +300,8 @@ class MultitaskTrainer:
                 continue
 
             def embed(rows):
-                inputs = {k: v.to(self.engine.device) for k, v in split.batch(rows, self.tokenizer.pad_id)["inputs"].items()}
-                return self.model.embed(inputs)
+                inputs = split.batch(rows, self.tokenizer.pad_id)["inputs"]
+                return self.model.embed({k: v.to(self.engine.device) for k, v in inputs.items()})
 
             with torch.no_grad():
                 self.model.eval()
@@ -418,7 +420,8 @@ class MultitaskTrainer:
         """The leaderboard CSVs, and the soft outputs beside the best checkpoint (for ensemble.py)."""
         for name, task_outputs in outputs.items():
             split = self.splits[name][split_name]
-            write_predictions(self.config.predictions_dir, name, split_name, split.ids, REGISTRY[name].hard(task_outputs))
+            write_predictions(self.config.predictions_dir, name, split_name, split.ids,
+                              REGISTRY[name].hard(task_outputs))
             with atomic_file(self.output_dir / "best" / f"outputs-{name}-{split_name}.pt") as temp:
                 torch.save({"ids": split.ids, "outputs": task_outputs}, temp)
 
