@@ -34,12 +34,19 @@ class TaskSplit:
 
 def encode_views(tokenizer: Tokenizer, texts: list[tuple[str, ...]], encoding: str, max_length: int,
                  source: str) -> list[list[Encoded]]:
-    """The views of each example: texts[i] is (sentence,) or (sentence1, sentence2)."""
+    """The views of each example: texts[i] is (sentence,) or (sentence1, sentence2).
+
+    Truncations are reported once a view, naming the column of a bi-encoded pair; a cross-encoded pair's
+    second order holds the same tokens as its first, so it is not reported twice."""
     columns = [list(column) for column in zip(*texts)]
-    encode = lambda *parts: tokenizer.encode(*parts, max_length=max_length, source=source)  # noqa: E731
+
+    def encode(*parts, source=source):
+        return tokenizer.encode(*parts, max_length=max_length, source=source)
+
     if len(columns) == 1:
         return [encode(columns[0])]
     first, second = columns
     if encoding == "bi":
-        return [encode(first), encode(second)]
-    return [encode(first, second), encode(second, first)]
+        return [encode(first, source=f"{source} (first sentences)"),
+                encode(second, source=f"{source} (second sentences)")]
+    return [encode(first, second, source=f"{source} (sentence pairs)"), encode(second, first, source=None)]

@@ -50,13 +50,14 @@ class Tokenizer:
         return cls(load_or_fail(folder, AutoTokenizer.from_pretrained, "the tokenizer files"))
 
     def encode(self, texts: list[str], pairs: list[str] | None = None, max_length: int = 128,
-               source: str = "input") -> list[Encoded]:
-        """Tokenise once, truncating to max_length tokens; truncations are counted and reported."""
+               source: str | None = "input") -> list[Encoded]:
+        """Tokenise once, truncating to max_length tokens; truncations are counted and reported as coming
+        from `source` (None: not reported, the caller has reported the same texts already)."""
         batch = self.backend(texts, pairs, truncation=True, max_length=max_length,
                              return_token_type_ids=True, return_attention_mask=False)
         encoded = [Encoded(ids, types) for ids, types in zip(batch["input_ids"], batch["token_type_ids"])]
         at_limit = [i for i, e in enumerate(encoded) if len(e.input_ids) == max_length]
-        if at_limit:
+        if at_limit and source is not None:
             # Only inputs that reached the limit can have been cut: measure those again, untruncated.
             full = self.backend([texts[i] for i in at_limit], [pairs[i] for i in at_limit] if pairs else None,
                                 truncation=False, verbose=False)["input_ids"]

@@ -6,6 +6,7 @@ import pytest
 import torch
 import transformers
 
+from data.splits import encode_views
 from models import BertConfig, BertModel, CheckpointError, Tokenizer, from_pretrained
 from models.loading import load_weights, resolve_checkpoint
 
@@ -122,3 +123,14 @@ def test_pairs_truncation_and_padding(minilm_dir, caplog):
     assert batch["input_ids"].shape == (2, 16)
     assert batch["attention_mask"].tolist()[0] == [1, 1, 1] + [0] * 13
     assert (batch["input_ids"][0, 3:] == tokenizer.pad_id).all()
+
+
+@pytest.mark.parametrize("encoding, reports", [
+    ("cross", ["pairs.csv (sentence pairs): 1 of 2 inputs longer than 16 tokens were truncated"]),
+    ("bi", ["pairs.csv (first sentences): 1 of 2 inputs longer than 16 tokens were truncated"])])
+def test_a_truncated_pair_is_reported_once_naming_what_was_cut(minilm_dir, caplog, encoding, reports):
+    # A cross-encoded pair is tokenised in both orders; the second order must not repeat the report.
+    pairs = [("a cat", "a dog sat"), (" ".join(["word"] * 50), "short")]
+    views = encode_views(Tokenizer.from_pretrained(minilm_dir), pairs, encoding, max_length=16, source="pairs.csv")
+    assert max(len(view[1].input_ids) for view in views) == 16
+    assert [record.getMessage() for record in caplog.records if record.levelname == "WARNING"] == reports
