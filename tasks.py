@@ -13,6 +13,7 @@ predictions and ensembles ask the registry; none of them knows a task by name.
 Adding a task is one entry in REGISTRY, plus a reader or head if it needs one that does not exist yet.
 """
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -23,6 +24,7 @@ from torch import nn
 
 from common.errors import DataError
 from common.metrics import accuracy, mean_score, overall_score, pearson
+from data.contrastive import ContrastiveData, Encode, PairSet, SentenceSet, Source, usable
 from data.readers import read_quora, read_sentiment, read_sts, sample_records
 from data.splits import TaskSplit, encode_views
 from heads import MLP
@@ -37,7 +39,6 @@ from heads.similarity import (
 )
 from models.tokenizer import Tokenizer
 
-SPLITS = ("train", "dev", "test")
 STS_TARGETS = ("score", "cosine-range")
 
 
@@ -121,6 +122,10 @@ class Task:
         """One prediction as the leaderboard file writes it."""
         raise NotImplementedError
 
+    def describe(self, soft: torch.Tensor) -> list[dict]:
+        """Soft outputs in words, one dict an example (what predict.py prints)."""
+        raise NotImplementedError
+
     # ---- metric ----
     loss_description = ""  # the training loss, for axis labels
     metric_name = "accuracy"
@@ -133,6 +138,15 @@ class Task:
     def score(self, metric: float) -> float:
         """The metric on [0, 1], as the course's overall score counts it."""
         return metric
+
+    # ---- contrastive pretraining on its training file (pretrain_contrastive.py --data) ----
+    columns = frozenset()  # the header columns of its files, which tell a --data FILE of its kind
+
+    def contrastive_set(self, name: str, path: Path, encode: Encode, max_examples: int):
+        raise NotImplementedError
+
+    def contrastive_source(self) -> Source:
+        return Source(self.files[0], self.columns, self.contrastive_set)
 
 
 @dataclass(frozen=True)
@@ -147,6 +161,14 @@ class Classification(Task):
 
     def read(self, path, labeled):
         return read_sentiment(path, num_classes=self.num_classes, labeled=labeled)[0]
+
+    columns = frozenset({"sentence", "sentiment"})
+
+    def contrastive_set(self, name, path, encode, max_examples):
+        """The sentences with their labels (which --fusion trains a sentiment head on)."""
+        records = usable(path, self.read(path, labeled=True), max_examples)
+        texts = [r.sentence for r in records]
+        return SentenceSet(name, texts, encode(texts), [r.label for r in records])
 
     def head(self, hidden_size, options, mlp):
         return SentimentHead(hidden_size, self.num_classes, dropout=options.dropout)
@@ -176,6 +198,10 @@ class Classification(Task):
             raise ValueError(f"{self.name} prediction {prediction} is not a class index 0-{self.num_classes - 1}")
         return str(int(prediction))
 
+    def describe(self, soft):
+        return [{"class": label, "name": self.class_names[label], "probabilities": row}
+                for label, row in zip(self.hard(soft).tolist(), soft.tolist())]
+
 
 @dataclass(frozen=True)
 class Paraphrase(Task):
@@ -186,6 +212,15 @@ class Paraphrase(Task):
 
     def read(self, path, labeled):
         return read_quora(path, labeled=labeled)[0]
+
+    columns = frozenset({"sentence1", "sentence2", "is_duplicate"})
+
+    def contrastive_set(self, name, path, encode, max_examples):
+        """Positive pairs (paraphrases) and negative pairs (Chen's CS224N report)."""
+        records = usable(path, self.read(path, labeled=True), max_examples)
+        first, second = [r.sentence1 for r in records], [r.sentence2 for r in records]
+        return PairSet(name, encode(first), encode(second), [float(r.label) for r in records],
+                       texts=list(zip(first, second)))
 
     def head(self, hidden_size, options, mlp):
         if options.encoding(self) == "cross":
@@ -211,6 +246,9 @@ class Paraphrase(Task):
             raise ValueError(f"{self.name} prediction {prediction} is not a 0/1 label")
         return str(int(prediction))
 
+    def describe(self, soft):
+        return [{"paraphrase": label, "probability": p} for label, p in zip(self.hard(soft).tolist(), soft.tolist())]
+
 
 @dataclass(frozen=True)
 class Similarity(Task):
@@ -223,6 +261,14 @@ class Similarity(Task):
 
     def read(self, path, labeled):
         return read_sts(path, labeled=labeled)[0]
+
+    columns = frozenset({"sentence1", "sentence2", "similarity"})
+
+    def contrastive_set(self, name, path, encode, max_examples):
+        """Unsupervised (Chen's CS224N report): its pairs' sentences, each once; the scores are not used."""
+        records = usable(path, self.read(path, labeled=True), max_examples)
+        texts = list(dict.fromkeys(s for r in records for s in (r.sentence1, r.sentence2)))
+        return SentenceSet(name, texts, encode(texts))
 
     def head(self, hidden_size, options, mlp):
         if options.encoding(self) == "cross":
@@ -265,6 +311,9 @@ class Similarity(Task):
             raise ValueError(f"{self.name} prediction {prediction} is not a finite number")
         return repr(float(prediction))
 
+    def describe(self, soft):
+        return [{"similarity": score} for score in self.hard(soft).tolist()]
+
     def metric(self, soft, labels):
         return pearson(soft, labels)
 
@@ -291,7 +340,11 @@ REGISTRY: dict[str, Task] = {task.name: task for task in (
                    column="Predicted_Sentiment", class_names=("negative", "positive")),
 )}
 TASK_NAMES = tuple(REGISTRY)
-COURSE_TASKS = ("sst", "para", "sts")  # the three the course's overall score combines
+SENTIMENT, PARAPHRASE, SIMILARITY = COURSE_TASKS = ("sst", "para", "sts")  # the three the course's overall score combines
+# The course's training files that pretrain_contrastive.py --data names, in the order --data all3 visits them.
+CONTRASTIVE_DATA = ContrastiveData({"quora": REGISTRY[PARAPHRASE].contrastive_source(),
+                                    "sst": REGISTRY[SENTIMENT].contrastive_source(),
+                                    "sts": REGISTRY[SIMILARITY].contrastive_source()})
 
 
 def summary(metrics: dict[str, float]) -> dict[str, float]:
@@ -308,3 +361,45 @@ def selection_score(metrics: dict[str, float]) -> float:
     tasks, the course's overall score)."""
     scores = [REGISTRY[name].score(value) for name, value in metrics.items() if name in REGISTRY]
     return sum(scores) / len(scores)
+
+
+# ---- task lists of the command line ----
+
+def _split_option(text: str, option: str) -> list[str]:
+    items = [item.strip() for item in text.split(",")]
+    if not text.strip() or any(not item for item in items):
+        raise ValueError(f"{option} {text!r}: expected a comma-separated list without empty entries")
+    return items
+
+
+def parse_task_order(text: str, tasks: Sequence[str], option: str = "--task-order") -> tuple[str, ...]:
+    """'sst,para,sts' -> ('sst', 'para', 'sts'), for the flag `option`; repeats are allowed (a --task-order may
+    name a task twice: training/schedules.py)."""
+    order = tuple(_split_option(text, option))
+    unknown = [task for task in order if task not in tasks]
+    if unknown:
+        raise ValueError(f"{option} {text!r}: unknown task {unknown[0]!r}; known tasks: {', '.join(tasks)}")
+    return order
+
+
+def parse_task_weights(text: str, tasks: Sequence[str], option: str = "--task-weights") -> dict[str, float]:
+    """'para=2,sst=0.5' -> {'para': 2.0, 'sst': 0.5}, for the flag `option`. Tasks left out weigh 1."""
+    weights: dict[str, float] = {}
+    for item in _split_option(text, option):
+        task, equals, value = (part.strip() for part in item.partition("="))
+        if not equals or not task or not value:
+            raise ValueError(f"{option} {text!r}: {item!r} is not of the form task=weight")
+        if task not in tasks:
+            raise ValueError(f"{option} {text!r}: unknown task {task!r}; known tasks: {', '.join(tasks)}")
+        if task in weights:
+            raise ValueError(f"{option} {text!r}: task {task!r} is given twice")
+        try:
+            weight = float(value)
+        except ValueError:
+            raise ValueError(f"{option} {text!r}: weight {value!r} of {task!r} is not a number") from None
+        if not math.isfinite(weight) or weight < 0:
+            raise ValueError(f"{option} {text!r}: weight of {task!r} must be a finite number >= 0, got {value}")
+        weights[task] = weight
+    if set(weights) == set(tasks) and not any(weights.values()):
+        raise ValueError(f"{option} {text!r}: at least one task needs a positive weight")
+    return weights

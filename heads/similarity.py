@@ -9,7 +9,7 @@ the cosine `floor` M maps to 0 and cosine 1 maps to 5. Two target modes share th
 forward() gives the score unclamped: cosines below M map below 0. Training compares that score with the
 gold score, which is the squared error of the raw cosine against gold_to_cosine(gold) times the constant
 (5 / (1 - M))^2, so every pair has a gradient, whatever its cosine, and the loss keeps the scale of a 0-5
-score. Predictions clamp to [0, 5] (evaluation/evaluate.soft_outputs).
+score. Predictions clamp to [0, 5] (tasks.Similarity.soft).
 """
 import torch
 import torch.nn.functional as F

@@ -15,15 +15,17 @@ import multitask_classifier
 import pretrain_contrastive
 from common import cli
 from common.errors import DataError
-from data.contrastive import (PairBatch, SentenceBatch, TripletBatch, TripletSet, as_sentences, load_data, plan_epoch,
-                              plan_tension_epoch)
+from data.contrastive import PairBatch, SentenceBatch, TripletBatch, TripletSet, as_sentences, plan_epoch, plan_tension_epoch
 from evaluation.sts_benchmark import EVAL_SETS, sts_benchmark
 from losses import multiple_negatives_ranking_loss, quora_simcse_loss, simcse_loss
 from models import BertConfig, BertModel, Tokenizer, from_pretrained
 from training import contrastive
 from training.consert import ConsertUnsupervised
-from training.contrastive import ContrastiveConfig, ContrastiveTrainer, backward
-from training.multitask import MultitaskConfig, MultitaskTrainer
+from tasks import CONTRASTIVE_DATA
+from training.contrastive import Pretraining, backward
+from training.engine import Engine
+from training.methods import ContrastiveConfig
+from training.multitask import MultitaskConfig, MultitaskRun
 from training.objectives import CT_LR_STEPS, ContrastiveTension, MultipleNegatives, SimCSE, max_pooled_layers
 from training.precision import Precision
 
@@ -77,6 +79,10 @@ def config(tiny_model, tiny_data, out, *extra) -> ContrastiveConfig:
                                                     *extra])
 
 
+def pretraining(config: ContrastiveConfig) -> Pretraining:
+    return Pretraining(config, Engine(config))
+
+
 def state(module) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in module.state_dict().items()}
 
@@ -97,7 +103,7 @@ def whole_epoch(datasets, batch_size=100, epoch=0):
 
 
 def test_nli_gives_triplets_in_the_files_rows(tiny_data, tokenizer):
-    datasets = load_data("nli", tiny_data, tokenizer, max_length=32)
+    datasets = CONTRASTIVE_DATA.load("nli", tiny_data, tokenizer, max_length=32)
     assert [type(d) for d in datasets] == [TripletSet]
     batch = whole_epoch(datasets)[0].build(tokenizer.pad_id)
     assert isinstance(batch, TripletBatch)
@@ -108,7 +114,7 @@ def test_nli_gives_triplets_in_the_files_rows(tiny_data, tokenizer):
 
 
 def test_quora_gives_pairs_with_the_files_labels(tiny_data, tokenizer):
-    batch = whole_epoch(load_data("quora", tiny_data, tokenizer, max_length=32))[0].build(tokenizer.pad_id)
+    batch = whole_epoch(CONTRASTIVE_DATA.load("quora", tiny_data, tokenizer, max_length=32))[0].build(tokenizer.pad_id)
     assert isinstance(batch, PairBatch)
     expected = {(r["sentence1"], r["sentence2"]): float(r["is_duplicate"])
                 for r in rows_of(tiny_data / "quora-train.csv")}
@@ -118,7 +124,7 @@ def test_quora_gives_pairs_with_the_files_labels(tiny_data, tokenizer):
 
 
 def test_sst_gives_sentences_with_sentiment_labels(tiny_data, tokenizer):
-    batch = whole_epoch(load_data("sst", tiny_data, tokenizer, max_length=32))[0].build(tokenizer.pad_id)
+    batch = whole_epoch(CONTRASTIVE_DATA.load("sst", tiny_data, tokenizer, max_length=32))[0].build(tokenizer.pad_id)
     assert isinstance(batch, SentenceBatch)
     expected = {r["sentence"]: int(r["sentiment"]) for r in rows_of(tiny_data / "ids-sst-train.csv")}
     assert {decode(tokenizer, batch.inputs, i): y for i, y in enumerate(batch.labels.tolist())} == expected
@@ -126,7 +132,7 @@ def test_sst_gives_sentences_with_sentiment_labels(tiny_data, tokenizer):
 
 @pytest.mark.parametrize("mode, file", [("sts", "sts-train.csv"), ("unlabeled", "unlabeled-sentences.txt")])
 def test_sts_and_unlabeled_give_each_distinct_sentence_once(tiny_data, tokenizer, mode, file):
-    batch = whole_epoch(load_data(mode, tiny_data, tokenizer, max_length=32))[0].build(tokenizer.pad_id)
+    batch = whole_epoch(CONTRASTIVE_DATA.load(mode, tiny_data, tokenizer, max_length=32))[0].build(tokenizer.pad_id)
     assert isinstance(batch, SentenceBatch) and batch.labels is None
     if mode == "sts":
         expected = [s for r in rows_of(tiny_data / file) for s in (r["sentence1"], r["sentence2"])]
@@ -137,7 +143,7 @@ def test_sts_and_unlabeled_give_each_distinct_sentence_once(tiny_data, tokenizer
 
 
 def test_all3_visits_quora_then_sst_then_sts_in_every_epoch(tiny_data, tokenizer):
-    datasets = load_data("all3", tiny_data, tokenizer, max_length=32)
+    datasets = CONTRASTIVE_DATA.load("all3", tiny_data, tokenizer, max_length=32)
     sizes = {d.name: len(d) for d in datasets}
     for epoch in range(2):
         plan = plan_epoch(datasets, batch_size=8, seed=1, epoch=epoch)
@@ -152,18 +158,18 @@ def test_all3_visits_quora_then_sst_then_sts_in_every_epoch(tiny_data, tokenizer
 def test_a_path_is_read_in_the_format_its_header_names(tiny_data, tokenizer, tmp_path):
     pairs = tmp_path / "my-pairs.tsv"
     pairs.write_text((tiny_data / "quora-train.csv").read_text())
-    assert isinstance(load_data(str(pairs), tiny_data, tokenizer, 32)[0].batch([0, 1], 0), PairBatch)
+    assert isinstance(CONTRASTIVE_DATA.load(str(pairs), tiny_data, tokenizer, 32)[0].batch([0, 1], 0), PairBatch)
     lines = tmp_path / "mine.txt"
     lines.write_text("a cat\nthe dog\n")
-    assert load_data(str(lines), tiny_data, tokenizer, 32)[0].texts == ["a cat", "the dog"]
+    assert CONTRASTIVE_DATA.load(str(lines), tiny_data, tokenizer, 32)[0].texts == ["a cat", "the dog"]
     odd = tmp_path / "odd.csv"
     odd.write_text("x,y\n1,2\n")
     with pytest.raises(DataError, match="cannot tell the format"):
-        load_data(str(odd), tiny_data, tokenizer, 32)
+        CONTRASTIVE_DATA.load(str(odd), tiny_data, tokenizer, 32)
 
 
 def test_sentence_methods_take_the_distinct_sentences_of_pairs_and_ct_builds_its_own_pairs(tiny_data, tokenizer):
-    nli = load_data("nli", tiny_data, tokenizer, 32)[0]
+    nli = CONTRASTIVE_DATA.load("nli", tiny_data, tokenizer, 32)[0]
     sentences = as_sentences(nli, tokenizer, 32)
     assert sorted(sentences.texts) == sorted({s for row in nli.texts for s in row})
     plan = plan_tension_epoch([sentences], batch_size=16, negatives_per_positive=7, seed=0, epoch=0)
@@ -212,7 +218,7 @@ def assert_same_grads(a, b):
 
 @pytest.fixture
 def nli_batch(tiny_data, tokenizer):
-    nli = load_data("nli", tiny_data, tokenizer, 32)[0]
+    nli = CONTRASTIVE_DATA.load("nli", tiny_data, tokenizer, 32)[0]
     return nli.batch(list(range(7)), tokenizer.pad_id)
 
 
@@ -246,7 +252,7 @@ def test_grad_cache_replays_dropout_of_the_real_encoder(tiny_model, nli_batch):
 
 
 def test_grad_cache_with_two_models_for_ct(tiny_model, tiny_data, tokenizer):
-    sentences = load_data("unlabeled", tiny_data, tokenizer, 32)[0]
+    sentences = CONTRASTIVE_DATA.load("unlabeled", tiny_data, tokenizer, 32)[0]
     batch = sentences.tension_batch(16, 7, seed=0, pad_id=tokenizer.pad_id)
     objective = ContrastiveTension(from_pretrained(tiny_model)).eval()
     precision = Precision("fp32", torch.device("cpu"))
@@ -260,13 +266,13 @@ def test_grad_cache_with_two_models_for_ct(tiny_model, tiny_data, tokenizer):
 # ---- methods ----
 
 def test_ct_copies_start_equal_and_are_updated_independently(tiny_model, tiny_data, tmp_path):
-    trainer = ContrastiveTrainer(config(tiny_model, tiny_data, tmp_path / "ct", "--method", "ct", "--data", "sts",
+    trainer = pretraining(config(tiny_model, tiny_data, tmp_path / "ct", "--method", "ct", "--data", "sts",
                                         "--max-steps", "1"))
     ct = trainer.stages[0].objective
     start1, start2 = state(ct.model1), state(ct.model2)
     assert not changed(start1, start2)
     assert not set(map(id, ct.model1.parameters())) & set(map(id, ct.model2.parameters()))  # two copies, no sharing
-    trainer.train()
+    trainer.run()
     after1, after2 = state(ct.model1), state(ct.model2)
     assert changed(start1, after1) and changed(start2, after2) and changed(after1, after2)
     for name, after in (("model1", after1), ("model2", after2)):  # both copies saved, each as trained
@@ -284,7 +290,7 @@ def test_ct_learning_rate_is_the_papers_step_schedule(tiny_model):
 
 @pytest.mark.parametrize("method", ["sg", "sg-opt"])
 def test_sg_trains_bert_t_above_layer_0_and_leaves_bert_f(tiny_model, tiny_data, tmp_path, method):
-    trainer = ContrastiveTrainer(config(tiny_model, tiny_data, tmp_path / "sg", "--method", method, "--data", "sts",
+    trainer = pretraining(config(tiny_model, tiny_data, tmp_path / "sg", "--method", method, "--data", "sts",
                                         "--max-steps", "1", "--batch-size", "8"))
     sg = trainer.stages[0].objective
     fixed, tuned = state(sg.fixed), state(sg.tuned)
@@ -292,7 +298,7 @@ def test_sg_trains_bert_t_above_layer_0_and_leaves_bert_f(tiny_model, tiny_data,
     inputs = trainer.stages[0].datasets[0].batch([0, 1, 2], 0).inputs
     sg.train()  # BERT_F stays a fixed function in training: no dropout in its views
     assert torch.equal(max_pooled_layers(sg.fixed, inputs), max_pooled_layers(sg.fixed, inputs))
-    trainer.train()
+    trainer.run()
     assert not changed(fixed, state(sg.fixed))
     moved = changed(tuned, state(sg.tuned))
     assert not {n for n in moved if n.startswith("embeddings.")}
@@ -314,25 +320,25 @@ def test_consert_unsupervised_turns_berts_dropout_off(tiny_model, tokenizer):
 
 
 def test_consert_joint_with_adversarial_view_trains_classifier_and_encoder(tiny_model, tiny_data, tmp_path):
-    trainer = ContrastiveTrainer(config(tiny_model, tiny_data, tmp_path / "joint", "--method", "consert",
-                                        "--schedule", "joint", "--aug1", "none", "--aug2", "adversarial",
+    trainer = pretraining(config(tiny_model, tiny_data, tmp_path / "joint", "--method", "consert",
+                                        "--consert-schedule", "joint", "--aug1", "none", "--aug2", "adversarial",
                                         "--max-steps", "2", "--batch-size", "4"))
     joint = trainer.stages[0].objective
     before, encoder_before = state(joint.classifier), state(joint.encoder)
-    metrics = trainer.train()
+    metrics = trainer.run()
     assert math.isfinite(metrics["stages"]["joint"]["final_loss"])
     assert changed(before, state(joint.classifier)) and changed(encoder_before, state(joint.encoder))
 
 
 def test_consert_sup_unsup_runs_nli_then_the_target_data(tiny_model, tiny_data, tmp_path):
-    trainer = ContrastiveTrainer(config(tiny_model, tiny_data, tmp_path / "su", "--method", "consert",
-                                        "--schedule", "sup-unsup", "--data", "sts", "--max-steps", "1",
+    trainer = pretraining(config(tiny_model, tiny_data, tmp_path / "su", "--method", "consert",
+                                        "--consert-schedule", "sup-unsup", "--data", "sts", "--max-steps", "1",
                                         "--batch-size", "4", "--lr", "1e-3"))
     sup, unsup = trainer.stages
     assert (sup.name, unsup.name) == ("sup", "unsup")
     assert [type(d) for d in sup.datasets] == [TripletSet] and [d.name for d in unsup.datasets] == ["sts"]
     assert unsup.objective.encoder is sup.objective.encoder
-    assert list(trainer.train()["stages"]) == ["sup", "unsup"]
+    assert list(trainer.run()["stages"]) == ["sup", "unsup"]
 
 
 def test_adversarial_without_supervision_is_a_usage_error(tiny_model, tiny_data, tmp_path):
@@ -350,10 +356,10 @@ def test_fusion_puts_a_sentiment_step_before_each_sst_contrastive_step(tiny_mode
         return original(objective, batch, *args, **kwargs)
 
     monkeypatch.setattr(contrastive, "backward", recording_backward)
-    trainer = ContrastiveTrainer(config(tiny_model, tiny_data, tmp_path / "fusion", "--data", "all3", "--fusion",
+    trainer = pretraining(config(tiny_model, tiny_data, tmp_path / "fusion", "--data", "all3", "--fusion",
                                         "--batch-size", "8"))
     head = state(trainer.fusion.head)
-    metrics = trainer.train()
+    metrics = trainer.run()
     sizes, expected = {d.name: len(d) for d in trainer.stages[0].datasets}, []
     for source in ("quora", "sst", "sts"):
         for _ in range(math.ceil(sizes[source] / 8)):
@@ -365,11 +371,11 @@ def test_fusion_puts_a_sentiment_step_before_each_sst_contrastive_step(tiny_mode
 # ---- checkpoints and evaluation ----
 
 def test_checkpoint_is_the_encoder_alone_and_starts_multitask_fine_tuning(tiny_model, tiny_data, tmp_path):
-    trainer = ContrastiveTrainer(config(tiny_model, tiny_data, tmp_path / "simcse", "--data", "nli",
+    trainer = pretraining(config(tiny_model, tiny_data, tmp_path / "simcse", "--data", "nli",
                                         "--max-steps", "2", "--batch-size", "4", "--projection", "on"))
     simcse = trainer.stages[0].objective
     head = state(simcse.projection)
-    trainer.train()
+    trainer.run()
     assert changed(head, state(simcse.projection))  # the projection head was trained ...
     folder = tmp_path / "simcse"
     saved = load_file(folder / "model.safetensors")
@@ -379,9 +385,11 @@ def test_checkpoint_is_the_encoder_alone_and_starts_multitask_fine_tuning(tiny_m
 
     argv = ["--init", str(folder), "--data-dir", str(tiny_data), "--output-dir", str(tmp_path / "mt"),
             "--predictions-dir", str(tmp_path / "predictions"), "--epochs", "1", "--batch-size", "8", "--device", "cpu"]
-    fine_tuning = MultitaskTrainer(cli.parse_config(MultitaskConfig, "", argv))
+    multitask_config = cli.parse_config(MultitaskConfig, "", argv)
+    engine = Engine(multitask_config)
+    fine_tuning = MultitaskRun(multitask_config, engine)
     assert not changed(saved, state(fine_tuning.model.encoder))  # starts from our checkpoint
-    assert {"sst", "para", "sts"} <= set(fine_tuning.train())
+    assert {"sst", "para", "sts"} <= set(engine.fit(fine_tuning))
     assert {"sst", "para", "sts", "overall"} <= set(multitask_classifier.main(argv))
 
 

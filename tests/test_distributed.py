@@ -129,12 +129,12 @@ import os, sys
 sys.path.insert(0, {root!r})
 from training import multitask
 import multitask_classifier
-step = multitask.MultitaskTrainer.train_step
-def dies(self, item):
+step = multitask.MultitaskRun.step
+def dies(self, item, share):
     if self.engine.step == 4:  # the checkpoint of step 4 is on disk
         os._exit(137)  # as a SIGKILL: no clean-up of any kind
-    return step(self, item)
-multitask.MultitaskTrainer.train_step = dies
+    return step(self, item, share)
+multitask.MultitaskRun.step = dies
 multitask_classifier.main(sys.argv[1:])
 """
 

@@ -91,12 +91,12 @@ import os, signal, sys
 sys.path.insert(0, {root!r})
 from training import contrastive
 import pretrain_contrastive
-step = contrastive.ContrastiveTrainer.train_step
-def dies(self, item):
-    if self.engine.step == 3:  # the checkpoint of step 2 is on disk, step 3 has run
+step = contrastive.StageRun.step
+def dies(self, item, share):
+    if self.pretraining.engine.step == 3:  # the checkpoint of step 2 is on disk, step 3 has run
         os.kill(os.getpid(), signal.SIGKILL)
-    return step(self, item)
-contrastive.ContrastiveTrainer.train_step = dies
+    return step(self, item, share)
+contrastive.StageRun.step = dies
 pretrain_contrastive.main(sys.argv[1:])
 """
 

@@ -14,8 +14,10 @@ from common import cli
 from common.errors import CheckpointError
 from data.readers import read_quora, read_sentiment, read_sts
 from models import from_pretrained
+from model import MultitaskModel
 from models.checkpoint import load_heads
 from training import multitask
+from training.engine import Engine
 
 from tests.conftest import sentence
 
@@ -45,7 +47,7 @@ def args(tiny_model, tiny_data, out: Path, *extra):
 
 
 def weights(folder: Path) -> dict[str, torch.Tensor]:
-    model = multitask.MultitaskModel(from_pretrained(folder))
+    model = MultitaskModel(from_pretrained(folder))
     load_heads(model, folder)
     return model.state_dict()
 
@@ -75,14 +77,14 @@ def test_resumed_run_ends_with_the_same_weights(tiny_model, tiny_data, tmp_path,
     multitask_classifier.main(args(tiny_model, tiny_data, tmp_path / "full", "--schedule", schedule,
                                    "--eval-every", "2"))
     # The same run, killed in its second epoch after the checkpoint of step 6, then resumed.
-    original_step = multitask.MultitaskTrainer.train_step
+    original_step = multitask.MultitaskRun.step
 
     def dies_at_step_7(self, *a):
         if self.engine.step == 6:
             raise KeyboardInterrupt
         return original_step(self, *a)
 
-    monkeypatch.setattr(multitask.MultitaskTrainer, "train_step", dies_at_step_7)
+    monkeypatch.setattr(multitask.MultitaskRun, "step", dies_at_step_7)
     interrupted = args(tiny_model, tiny_data, tmp_path / "resumed", "--schedule", schedule, "--eval-every", "2")
     with pytest.raises(KeyboardInterrupt):
         multitask_classifier.main(interrupted)
@@ -92,7 +94,7 @@ def test_resumed_run_ends_with_the_same_weights(tiny_model, tiny_data, tmp_path,
         steps_after_resume.append(self.engine.step)
         return original_step(self, *a)
 
-    monkeypatch.setattr(multitask.MultitaskTrainer, "train_step", counted_step)
+    monkeypatch.setattr(multitask.MultitaskRun, "step", counted_step)
     multitask_classifier.main(interrupted + ["--resume"])
     assert steps_after_resume[0] == 6, "the resumed run starts after the last checkpoint, not from scratch"
 
@@ -146,7 +148,7 @@ def test_init_from_an_encoder_alone_still_sets_the_cosine_floor(tiny_model, tiny
     def floor(*start):
         config = cli.parse_config(multitask.MultitaskConfig, "", args(tiny_model, tiny_data, tmp_path, *start,
                                                                       "--sts-target", "cosine-range"))
-        return multitask.MultitaskTrainer(config).model.heads["sts"].cosine_floor.item()
+        return multitask.MultitaskRun(config, Engine(config)).model.heads["sts"].cosine_floor.item()
 
     from_model = floor()
     assert from_model > -1
@@ -215,15 +217,15 @@ def test_a_zero_loss_weight_leaves_the_encoder_untouched(tiny_model, tiny_data, 
 def test_layer_lr_decay_gives_lower_layers_smaller_rates(tiny_model, tiny_data, tmp_path):
     config = multitask.MultitaskConfig(model=str(tiny_model), data_dir=str(tiny_data), output_dir=str(tmp_path),
                                        device="cpu", lr=1e-3, head_lr=1e-2, layer_lr_decay=0.5)
-    trainer = multitask.MultitaskTrainer(config)
-    rate = {id(p): (group["lr"], group["weight_decay"]) for group in trainer.engine.optimizer.param_groups
+    run = multitask.MultitaskRun(config, Engine(config))
+    rate = {id(p): (group["lr"], group.get("weight_decay", config.weight_decay)) for group in run.parameter_groups()
             for p in group["params"]}
     expected = {"encoder.embeddings.word_embeddings.weight": 1e-3 * 0.5 ** 2,  # two layers below the top
                 "encoder.encoder.layer.0.attention.self.query.weight": 1e-3 * 0.5,
                 "encoder.encoder.layer.1.output.dense.weight": 1e-3,
                 "encoder.pooler.dense.weight": 1e-3,
                 "heads.sst.mlp.first.1.weight": 1e-2}
-    parameters = dict(trainer.model.named_parameters())
+    parameters = dict(run.model.named_parameters())
     for name, lr in expected.items():
         assert rate[id(parameters[name])] == pytest.approx((lr, config.weight_decay)), name
     assert rate[id(parameters["encoder.encoder.layer.0.output.LayerNorm.bias"])] == pytest.approx((1e-3 * 0.5, 0.0))

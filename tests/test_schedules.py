@@ -3,7 +3,8 @@ from collections import Counter
 import pytest
 import torch
 
-from training.schedules import SCHEDULES, count_batches, parse_task_order, parse_task_weights, plan_epoch
+from tasks import parse_task_order, parse_task_weights
+from training.schedules import SCHEDULES, count_batches, plan_epoch
 
 TASKS = ("sst", "para", "sts")
 
