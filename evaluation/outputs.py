@@ -2,7 +2,7 @@
 
 multitask_classifier.py writes one file per task and split: {"ids": [...], "outputs": tensor}, the outputs being
 what tasks.Task.soft gives (class probabilities [N, classes], P(paraphrase) [N], scores in [0, 5] [N]).
-ensemble.py combines them; python -m evaluation.analyze errors looks at them.
+ensemble.py combines them; analyze.py errors looks at them.
 """
 from pathlib import Path
 
