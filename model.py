@@ -15,7 +15,7 @@ from torch import nn
 from common.cli import Range, check_ranges, flag
 from common.errors import CheckpointError
 from common.files import read_json
-from data.splits import PAIR_ENCODINGS
+from data.splits import PAIR_ENCODINGS, TaskSplit
 from heads import PAIR_MLPS, SHARE_MODES, CommonLayer, pair_mlps
 from heads.paraphrase import CrossEncodedPairHead
 from models import POOLINGS, from_pretrained
@@ -136,6 +136,24 @@ class MultitaskModel(nn.Module):
         if REGISTRY[task].pair:
             return self.heads[task](*embeddings.chunk(2))  # the two views of each pair (see TaskSplit.batch)
         return self.heads[task](embeddings)
+
+    @torch.no_grad()
+    def calibrate(self, train_splits: dict[str, TaskSplit], pad_id: int) -> None:
+        """Let each head measure what it needs on its task's training split (the cosine floor M of cosine-range
+        STS), with the encoder as it is (in eval mode: no dropout)."""
+        device = next(self.parameters()).device
+        for task in self.tasks:
+            if not task.needs_calibration(self.options):
+                continue
+            split = train_splits[task.name]
+
+            def embed(rows):
+                inputs = split.batch(rows, pad_id)["inputs"]
+                return self.embed({k: v.to(device) for k, v in inputs.items()})
+
+            self.eval()
+            task.calibrate(self.heads[task.name], split, embed)
+            self.train()
 
     def head_parameters(self) -> dict[str, list[nn.Parameter]]:
         """Each task's own head parameters (shared pair-MLP layers appear under every task that uses them)."""

@@ -83,6 +83,15 @@ class Task:
         labels = torch.tensor([r.label for r in records], dtype=self.label_dtype) if labeled else None
         return TaskSplit(self.name, [r.id for r in records], views, labels)
 
+    def load_splits(self, data_dir: str | Path, tokenizer: Tokenizer, max_length: int, encoding: str,
+                    max_train_examples: int = 0, max_eval_examples: int = 0) -> dict[str, TaskSplit]:
+        """Its train, dev and test splits of --data-dir (the test split unlabelled)."""
+        train, dev, test = (Path(data_dir) / file for file in self.files)
+        common = dict(tokenizer=tokenizer, max_length=max_length, encoding=encoding)
+        return {"train": self.load_split(train, max_examples=max_train_examples, **common),
+                "dev": self.load_split(dev, max_examples=max_eval_examples, **common),
+                "test": self.load_split(test, labeled=False, max_examples=max_eval_examples, **common)}
+
     label_dtype = torch.long
 
     def texts(self, record) -> tuple[str, ...]:
@@ -228,7 +237,8 @@ class Classification(Task):
         most confident first (confidence: the predicted class's probability)."""
         predicted, gold = self.hard(soft).tolist(), [r.label for r in records]
         counts = confusion_matrix(gold, predicted, self.num_classes)
-        misclassified = [{"id": r.id, "sentence": r.sentence, "gold": g, "predicted": p, "confidence": soft[i, p].item()}
+        misclassified = [{"id": r.id, "sentence": r.sentence, "gold": g, "predicted": p,
+                          "confidence": soft[i, p].item()}
                          for i, (r, g, p) in enumerate(zip(records, gold, predicted)) if g != p]
         return {"accuracy": accuracy(predicted, gold), "confusion": counts.tolist(),
                 "confusion_normalised": row_normalised(counts).tolist(),
@@ -442,7 +452,8 @@ REGISTRY: dict[str, Task] = {task.name: task for task in (
                    column="Predicted_Sentiment", class_names=("negative", "positive")),
 )}
 TASK_NAMES = tuple(REGISTRY)
-SENTIMENT, PARAPHRASE, SIMILARITY = COURSE_TASKS = ("sst", "para", "sts")  # the three the course's overall score combines
+# The three the course's overall score combines, and each by what it predicts.
+SENTIMENT, PARAPHRASE, SIMILARITY = COURSE_TASKS = ("sst", "para", "sts")
 # The course's training files that pretrain_contrastive.py --data names, in the order --data all3 visits them.
 CONTRASTIVE_DATA = ContrastiveData({"quora": REGISTRY[PARAPHRASE].contrastive_source(),
                                     "sst": REGISTRY[SENTIMENT].contrastive_source(),

@@ -66,7 +66,7 @@ class SimilarityHead(nn.Module):
 
 
 class CrossEncodedSimilarityHead(CrossEncodedPairHead):
-    """Seed 003 PH / DPH / DPHA for STS: the pair head's logit squashed onto [0, 5] by 5 * sigmoid."""
+    """Mohammed and Sabane's PH / DPH / DPHA for STS: the pair head's logit squashed onto [0, 5] by 5 * sigmoid."""
 
     def forward(self, e12: torch.Tensor, e21: torch.Tensor) -> torch.Tensor:
         return MAX_SCORE * torch.sigmoid(super().forward(e12, e21))

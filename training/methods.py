@@ -129,7 +129,8 @@ METHODS: dict[str, Method] = {method.name: method for method in (
     # for its unsupervised runs, the reference code's default 2e-5 for its NLI runs.
     Method("consert", _build_consert, dict(batch_size=96, max_length=64, pooling="mean", temperature=0.1, warmup=0.1),
            lambda datasets, stage: 5e-7 if stage == "unsup" else 2e-5,
-           flags=("temperature", "aug1", "aug2", "consert_schedule", "alpha", "fgv_epsilon"), stages=lambda config: SCHEDULES[config.consert_schedule], stage_data=_consert_stage_data,
+           flags=("temperature", "aug1", "aug2", "consert_schedule", "alpha", "fgv_epsilon"),
+           stages=lambda config: SCHEDULES[config.consert_schedule], stage_data=_consert_stage_data,
            check=_check_consert),
 )}
 # A method's own flag -> the methods that take it.

@@ -113,38 +113,16 @@ class MultitaskRun(Run):
         if config.option == "pretrain":
             self.model.encoder.requires_grad_(False)
         self.model.to(engine.device)
-        self.splits = {name: self._load_splits(name) for name in config.task_list}
+        self.splits = {name: REGISTRY[name].load_splits(
+            config.data_dir, self.tokenizer, config.max_length, config.head_options.encoding(REGISTRY[name]),
+            config.max_train_examples, config.max_eval_examples) for name in config.task_list}
         if not heads_loaded:  # else what the heads measured came with them
-            self._calibrate_heads()
+            self.model.calibrate(self._splits("train"), self.tokenizer.pad_id)
         engine.describe_run([Path(config.data_dir) / file for name in config.task_list
                              for file in REGISTRY[name].files])
         self.smart = Smart(config, self.model) if config.smart else None
         self.dev_outputs, self.stream_epoch = {}, None  # the last evaluation's; the epoch of self.streams
         self.model.train()
-
-    def _load_splits(self, name: str) -> dict[str, TaskSplit]:
-        config, task = self.config, REGISTRY[name]
-        train, dev, test = (Path(config.data_dir) / file for file in task.files)
-        common = dict(tokenizer=self.tokenizer, max_length=config.max_length, encoding=config.head_options.encoding(task))
-        return {"train": task.load_split(train, max_examples=config.max_train_examples, **common),
-                "dev": task.load_split(dev, max_examples=config.max_eval_examples, **common),
-                "test": task.load_split(test, labeled=False, max_examples=config.max_eval_examples, **common)}
-
-    def _calibrate_heads(self):
-        """Let each head measure what it needs on its training split (the cosine floor M of cosine-range STS)."""
-        for name in self.config.task_list:
-            task, split = REGISTRY[name], self.splits[name]["train"]
-            if not task.needs_calibration(self.config.head_options):
-                continue
-
-            def embed(rows):
-                inputs = split.batch(rows, self.tokenizer.pad_id)["inputs"]
-                return self.model.embed({k: v.to(self.engine.device) for k, v in inputs.items()})
-
-            with torch.no_grad():
-                self.model.eval()
-                task.calibrate(self.model.heads[name], split, embed)
-                self.model.train()
 
     # ---- what the engine trains ----
 
@@ -232,8 +210,9 @@ class MultitaskRun(Run):
         write_encoder_folder(folder, self.model.encoder, self.tokenizer, None, record, extra_modules=self.model)
         write_shareable_files(folder, pooling=config.pooling, max_length=config.max_length,
                               base_model=config.init or config.model, command=getattr(config, "command", ""),
-                              metrics=record.get("dev", {}), data_files=[str(Path(config.data_dir) / REGISTRY[name].files[0])
-                                                                         for name in config.task_list])
+                              metrics=record.get("dev", {}),
+                              data_files=[str(Path(config.data_dir) / REGISTRY[name].files[0])
+                                          for name in config.task_list])
         if best:
             write_outputs(folder, config.predictions_dir, "dev", self._splits("dev"), self.dev_outputs)
 
