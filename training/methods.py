@@ -198,9 +198,8 @@ class ContrastiveConfig(TrainingConfig):
         defaults = {f.name: f.default for f in fields(self)}
         for name in OWN_FLAGS.keys() - set(method.flags):  # set away from its default, another method's flag
             if getattr(self, name) != defaults[name]:
-                owners = OWN_FLAGS[name]
-                raise ValueError(f"{as_flag(name, getattr(self, name))} is {' and '.join(owners)}'s; use it with "
-                                 f"--method {' or '.join(owners)}")
+                raise ValueError(f"{as_flag(name, getattr(self, name))}: a flag of {', '.join(OWN_FLAGS[name])}, "
+                                 f"not of {self.method}")
         for name, value in method.defaults.items():
             if getattr(self, name) is None:
                 setattr(self, name, value)
