@@ -150,7 +150,8 @@ def contrastive_data(tmp_path_factory) -> Path:
     (folder / "sts-eval").mkdir()
     for name in EVAL_SETS:
         rows = [f"{name}-part\t{sentence(rng)}\t{sentence(rng)}\t{rng.uniform(0, 5):.2f}" for _ in range(10)]
-        (folder / "sts-eval" / f"{name}.tsv").write_text("subset\tsentence1\tsentence2\tscore\n" + "\n".join(rows) + "\n")
+        header = "subset\tsentence1\tsentence2\tscore\n"
+        (folder / "sts-eval" / f"{name}.tsv").write_text(header + "\n".join(rows) + "\n")
     return folder
 
 

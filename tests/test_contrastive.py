@@ -136,7 +136,8 @@ def test_sg_trains_bert_t_above_layer_0_and_leaves_bert_f(tiny_model, contrastiv
     assert not {n for n in moved if n.startswith("embeddings.")}
     layer_tensors = {n for n in tuned if n.startswith("encoder.layer.")}
     assert layer_tensors and moved >= layer_tensors
-    assert not changed(module_state(sg.tuned), module_state(from_pretrained(tmp_path / "sg")))  # BERT_T is the checkpoint
+    # BERT_T is the checkpoint.
+    assert not changed(module_state(sg.tuned), module_state(from_pretrained(tmp_path / "sg")))
 
 
 def test_consert_joint_with_adversarial_view_trains_classifier_and_encoder(tiny_model, contrastive_data, tmp_path):
@@ -161,7 +162,8 @@ def test_consert_sup_unsup_runs_nli_then_the_target_data(tiny_model, contrastive
     assert list(trainer.run()["stages"]) == ["sup", "unsup"]
 
 
-def test_fusion_puts_a_sentiment_step_before_each_sst_contrastive_step(tiny_model, contrastive_data, tmp_path, monkeypatch):
+def test_fusion_puts_a_sentiment_step_before_each_sst_contrastive_step(tiny_model, contrastive_data, tmp_path,
+                                                                      monkeypatch):
     calls = []
     original = contrastive.backward
 
@@ -212,7 +214,8 @@ def test_checkpoint_is_the_encoder_alone_and_starts_multitask_fine_tuning(tiny_m
 def test_eval_prints_and_saves_the_sts_benchmark_before_and_after(tiny_model, contrastive_data, tmp_path, capsys,
                                                                   method, rows):
     out = tmp_path / method
-    pretrain_contrastive.main(["--model", str(tiny_model), "--data-dir", str(contrastive_data), "--output-dir", str(out),
+    pretrain_contrastive.main(["--model", str(tiny_model), "--data-dir", str(contrastive_data),
+                               "--output-dir", str(out),
                                "--method", method, "--data", "sts", "--max-steps", "1", "--eval", "--device", "cpu",
                                "--lr", "1e-2"])
     saved = json.loads((out / "sts_benchmark.json").read_text())
@@ -253,7 +256,8 @@ def test_sts_benchmark_equals_a_direct_computation_with_transformers_and_scipy(t
     distances = torch.cdist(both, both).pow(2)[tuple(torch.triu_indices(len(both), len(both), offset=1))]
     expected["uniformity"] = distances.mul(-2).exp().mean().log().item()
 
-    results = sts_benchmark(from_pretrained(tiny_model), Tokenizer.from_pretrained(tiny_model), contrastive_data, "mean")
+    results = sts_benchmark(from_pretrained(tiny_model), Tokenizer.from_pretrained(tiny_model), contrastive_data,
+                            "mean")
     assert results == pytest.approx(expected, abs=1e-4)
 
 
@@ -261,7 +265,8 @@ def test_compare_contrastive_scores_the_zero_shot_encoder_and_every_saved_one(ti
     spec = importlib.util.spec_from_file_location("compare_contrastive", ROOT / "benchmarks/compare_contrastive.py")
     compare = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(compare)
-    rows = compare.main(["--model", str(tiny_model), "--data-dir", str(contrastive_data), "--output-root", str(tmp_path),
+    rows = compare.main(["--model", str(tiny_model), "--data-dir", str(contrastive_data),
+                         "--output-root", str(tmp_path),
                          "--runs", "simcse-nli,ct-unlabeled", "--max-steps", "1", "--pooling", "mean",
                          "--batch-size", "8", "--lr", "1e-2", "--device", "cpu"])
     assert list(rows) == ["zero-shot", "simcse-nli", "ct-unlabeled (model1)", "ct-unlabeled (model2)"]

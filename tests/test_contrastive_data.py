@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from common.errors import DataError
-from data.contrastive import PairBatch, SentenceBatch, TripletBatch, TripletSet, as_sentences, plan_epoch, plan_tension_epoch
+from data.contrastive import (PairBatch, SentenceBatch, TripletBatch, TripletSet, as_sentences, plan_epoch,
+                              plan_tension_epoch)
 from tasks import CONTRASTIVE_DATA
 from tests.conftest import rows_of
 
@@ -18,6 +19,11 @@ def decode(tokenizer, inputs, row):
 
 def whole_epoch(datasets, batch_size=100, epoch=0):
     return plan_epoch(datasets, batch_size, seed=1, epoch=epoch)
+
+
+def first_batch(datasets, tokenizer):
+    """All of a small set in one batch."""
+    return whole_epoch(datasets)[0].build(tokenizer.pad_id)
 
 
 def test_nli_gives_triplets_in_the_files_rows(contrastive_data, tokenizer):
@@ -32,7 +38,7 @@ def test_nli_gives_triplets_in_the_files_rows(contrastive_data, tokenizer):
 
 
 def test_quora_gives_pairs_with_the_files_labels(contrastive_data, tokenizer):
-    batch = whole_epoch(CONTRASTIVE_DATA.load("quora", contrastive_data, tokenizer, max_length=32))[0].build(tokenizer.pad_id)
+    batch = first_batch(CONTRASTIVE_DATA.load("quora", contrastive_data, tokenizer, max_length=32), tokenizer)
     assert isinstance(batch, PairBatch)
     expected = {(r["sentence1"], r["sentence2"]): float(r["is_duplicate"])
                 for r in rows_of(contrastive_data / "quora-train.csv")}
@@ -42,7 +48,7 @@ def test_quora_gives_pairs_with_the_files_labels(contrastive_data, tokenizer):
 
 
 def test_sst_gives_sentences_with_sentiment_labels(contrastive_data, tokenizer):
-    batch = whole_epoch(CONTRASTIVE_DATA.load("sst", contrastive_data, tokenizer, max_length=32))[0].build(tokenizer.pad_id)
+    batch = first_batch(CONTRASTIVE_DATA.load("sst", contrastive_data, tokenizer, max_length=32), tokenizer)
     assert isinstance(batch, SentenceBatch)
     expected = {r["sentence"]: int(r["sentiment"]) for r in rows_of(contrastive_data / "ids-sst-train.csv")}
     assert {decode(tokenizer, batch.inputs, i): y for i, y in enumerate(batch.labels.tolist())} == expected
@@ -50,7 +56,7 @@ def test_sst_gives_sentences_with_sentiment_labels(contrastive_data, tokenizer):
 
 @pytest.mark.parametrize("mode, file", [("sts", "sts-train.csv"), ("unlabeled", "unlabeled-sentences.txt")])
 def test_sts_and_unlabeled_give_each_distinct_sentence_once(contrastive_data, tokenizer, mode, file):
-    batch = whole_epoch(CONTRASTIVE_DATA.load(mode, contrastive_data, tokenizer, max_length=32))[0].build(tokenizer.pad_id)
+    batch = first_batch(CONTRASTIVE_DATA.load(mode, contrastive_data, tokenizer, max_length=32), tokenizer)
     assert isinstance(batch, SentenceBatch) and batch.labels is None
     if mode == "sts":
         expected = [s for r in rows_of(contrastive_data / file) for s in (r["sentence1"], r["sentence2"])]

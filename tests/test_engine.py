@@ -154,5 +154,6 @@ def test_leaderboard_files_of_tasks_this_run_did_not_train_are_named(tiny_model,
     (tmp_path / "predictions").mkdir()
     (tmp_path / "predictions" / "para-dev-output.csv").write_text("id \t Predicted_Is_Paraphrase \n")
     with caplog.at_level("WARNING"):
-        multitask_classifier.main(multitask_args(tiny_model, course_data, tmp_path, "--tasks", "sst", "--batch-size", "16"))
+        multitask_classifier.main(multitask_args(tiny_model, course_data, tmp_path, "--tasks", "sst",
+                                                 "--batch-size", "16"))
     assert any("did not write" in r.message and "para-dev-output.csv" in r.message for r in caplog.records)

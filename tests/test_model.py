@@ -48,8 +48,9 @@ def test_each_head_flag_reaches_the_model(tiny_model, argv, check):
 
 
 def test_layer_depths_and_parameter_groups_by_hand(tiny_model):
-    assert [encoder_depth(name, 2) for name in ("embeddings.word_embeddings.weight", "encoder.layer.0.output.dense.bias",
-                                                "encoder.layer.1.output.dense.bias", "pooler.dense.weight")] == [2, 1, 0, 0]
+    names = ("embeddings.word_embeddings.weight", "encoder.layer.0.output.dense.bias",
+             "encoder.layer.1.output.dense.bias", "pooler.dense.weight")
+    assert [encoder_depth(name, 2) for name in names] == [2, 1, 0, 0]
     model = built(tiny_model, "--tasks", "sst")
     groups = model.parameter_groups(lr=1e-3, head_lr=1e-2, layer_lr_decay=0.5)
     rate = {id(p): (group["lr"], "weight_decay" not in group) for group in groups for p in group["params"]}
@@ -78,8 +79,9 @@ def test_calibration_measures_the_cosine_floor_in_eval_mode(tiny_model, tokenize
 
 def test_heads_of_other_head_flags_are_refused(tmp_path):
     (tmp_path / "run_config.json").write_text(json.dumps({"pooling": "cls", "pair_encoding": "para=cross,sts=bi"}))
+    # The same flags, spelled another way.
     check_head_flags(cli.parse_config(ModelConfig, "", ["--pooling", "cls", "--pair-encoding", "para=cross",
-                                                        "--pair-mlp", "plain"]), tmp_path)  # the same, spelled another way
+                                                        "--pair-mlp", "plain"]), tmp_path)
     with pytest.raises(CheckpointError, match="--pooling cls"):
         check_head_flags(cli.parse_config(ModelConfig, "", ["--pair-encoding", "para=cross", "--pair-mlp", "plain"]),
                          tmp_path)

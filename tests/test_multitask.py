@@ -71,7 +71,8 @@ def test_resumed_run_ends_with_the_same_weights(tiny_model, course_data, tmp_pat
     multitask_classifier.main(interrupted + ["--resume"])
     assert steps_after_resume[0] == 6, "the resumed run starts after the last checkpoint, not from scratch"
 
-    assert_same_weights(checkpoint_weights(tmp_path / "resumed/run/last"), checkpoint_weights(tmp_path / "full/run/last"))
+    assert_same_weights(checkpoint_weights(tmp_path / "resumed/run/last"),
+                        checkpoint_weights(tmp_path / "full/run/last"))
     # The best checkpoint too: the resumed run knows the best score of the evaluations before the kill.
     best = [json.loads((tmp_path / run / "run/best/metrics.json").read_text())["step"] for run in ("full", "resumed")]
     assert best[0] == best[1]
