@@ -6,12 +6,14 @@ Writes runs/multitask/{best,last}/ (checkpoints), runs/multitask/metrics.jsonl (
 evaluation) and predictions/{sst,para,sts}-{dev,test}-output.csv (the leaderboard files).
 """
 from common import cli
-from training.multitask import MultitaskConfig, MultitaskTrainer
+from training.engine import Engine
+from training.multitask import MultitaskConfig, MultitaskRun
 
 
 def main(argv: list[str] | None = None) -> dict:
     config = cli.parse_config(MultitaskConfig, __doc__, argv, program="multitask_classifier.py")
-    return MultitaskTrainer(config).train()
+    engine = Engine(config)
+    return engine.fit(MultitaskRun(config, engine))
 
 
 if __name__ == "__main__":

@@ -27,18 +27,19 @@ from common import cli
 from common.errors import CheckpointError, DataError
 from common.files import atomic_file, read_json
 from data.splits import TaskSplit, encode_views
-from evaluation.evaluate import predict
+from evaluation.inference import soft_outputs
+from model import ModelConfig, build_model
 from models import Tokenizer
 from models.checkpoint import load_heads
-from tasks import REGISTRY, Classification, Paraphrase, Task
-from training.multitask import MultitaskConfig, build_model
+from tasks import PARAPHRASE, REGISTRY, SENTIMENT, SIMILARITY, Task
 
 
 class MultitaskPredictor:
     """A trained multitask model that takes text. Every method takes a list and returns one dict an example."""
 
-    def __init__(self, model, tokenizer: Tokenizer, config: MultitaskConfig, batch_size: int = 128):
+    def __init__(self, model, tokenizer: Tokenizer, config: ModelConfig, max_length: int, batch_size: int = 128):
         self.model, self.tokenizer, self.config, self.batch_size = model.eval(), tokenizer, config, batch_size
+        self.max_length = max_length
 
     @classmethod
     def from_run(cls, run: str | Path, device: str = "auto", batch_size: int = 128) -> "MultitaskPredictor":
@@ -48,15 +49,17 @@ class MultitaskPredictor:
         if not (folder / "run_config.json").is_file():
             raise CheckpointError(f"{run}: not a run of multitask_classifier.py (no best/run_config.json or "
                                   f"run_config.json)")
-        fields = {f.name for f in dataclasses.fields(MultitaskConfig)}
-        saved = {name: value for name, value in read_json(folder / "run_config.json").items() if name in fields}
+        run_config = read_json(folder / "run_config.json")
+        fields = {f.name for f in dataclasses.fields(ModelConfig)}
         try:
-            config = MultitaskConfig(**saved)
-        except (TypeError, ValueError) as error:
+            config = ModelConfig(**{name: value for name, value in run_config.items() if name in fields})
+            max_length = int(run_config["max_length"])
+        except (TypeError, ValueError, KeyError) as error:
             raise CheckpointError(f"{folder / 'run_config.json'}: not a multitask run's configuration ({error})") from None
         model = build_model(config, folder)
         load_heads(model, folder)
-        return cls(model.to(cli.resolve_device(device)), Tokenizer.from_pretrained(folder), config, batch_size)
+        return cls(model.to(cli.resolve_device(device)), Tokenizer.from_pretrained(folder), config, max_length,
+                   batch_size)
 
     @property
     def tasks(self) -> list[str]:
@@ -70,33 +73,23 @@ class MultitaskPredictor:
         texts = [tuple(example) if spec.pair else (example,) for example in examples]
         if any(len(text) != (2 if spec.pair else 1) for text in texts):
             raise ValueError(f"{task} takes {'(sentence1, sentence2) pairs' if spec.pair else 'sentences'}")
-        views = encode_views(self.tokenizer, texts, self.config.head_options.encoding(spec), self.config.max_length,
+        views = encode_views(self.tokenizer, texts, self.config.head_options.encoding(spec), self.max_length,
                              source=f"{task} input")
         split = TaskSplit(task, [str(i) for i in range(len(texts))], views, None)
-        return predict(self.model, split, self.tokenizer.pad_id, self.batch_size)
+        return soft_outputs(self.model, split, self.tokenizer.pad_id, self.batch_size)
 
     def predictions(self, task: str, examples: list) -> list[dict]:
-        return describe(REGISTRY[task], self.soft_outputs(task, examples))
+        """One dict an example, in words (tasks.Task.describe)."""
+        return REGISTRY[task].describe(self.soft_outputs(task, examples))
 
-    def sentiment(self, sentences: list[str], task: str = "sst") -> list[dict]:
+    def sentiment(self, sentences: list[str], task: str = SENTIMENT) -> list[dict]:
         return self.predictions(task, sentences)
 
-    def paraphrase(self, pairs: list[tuple[str, str]], task: str = "para") -> list[dict]:
+    def paraphrase(self, pairs: list[tuple[str, str]], task: str = PARAPHRASE) -> list[dict]:
         return self.predictions(task, pairs)
 
-    def similarity(self, pairs: list[tuple[str, str]], task: str = "sts") -> list[dict]:
+    def similarity(self, pairs: list[tuple[str, str]], task: str = SIMILARITY) -> list[dict]:
         return self.predictions(task, pairs)
-
-
-def describe(task: Task, soft: torch.Tensor) -> list[dict]:
-    """Soft outputs in words: a class and its probabilities, a paraphrase label and P(paraphrase), a score."""
-    hard = task.hard(soft).tolist()
-    if isinstance(task, Classification):
-        return [{"class": label, "name": task.class_names[label], "probabilities": row}
-                for label, row in zip(hard, soft.tolist())]
-    if isinstance(task, Paraphrase):
-        return [{"paraphrase": label, "probability": p} for label, p in zip(hard, soft.tolist())]
-    return [{"similarity": score} for score in hard]
 
 
 # ---- the command ----
@@ -126,10 +119,9 @@ def parse_args(argv: list[str] | None):
     parser = argparse.ArgumentParser(prog="predict.py", description=__doc__, formatter_class=cli.HelpFormatter)
     parser.add_argument("run", help="the run folder (its best/ checkpoint is used) or a checkpoint folder of "
                                     "multitask_classifier.py")
-    parser.add_argument("--sst", help="a sentence whose SST-5 sentiment to predict")
-    parser.add_argument("--cfimdb", help="a movie review whose polarity to predict (runs trained with cfimdb)")
-    parser.add_argument("--para", nargs=2, metavar=("Q1", "Q2"), help="two questions: are they paraphrases?")
-    parser.add_argument("--sts", nargs=2, metavar=("S1", "S2"), help="two sentences: how similar are they, 0-5?")
+    for name, task in REGISTRY.items():  # --sst SENTENCE, --para S1 S2, ...: an example of each task
+        parser.add_argument(f"--{name}", nargs=2 if task.pair else None, metavar=("S1", "S2") if task.pair else None,
+                            help=f"predict {task.description} of {'two sentences' if task.pair else 'a sentence'}")
     parser.add_argument("--task", choices=REGISTRY, help="the task of --input")
     parser.add_argument("--input", help="a file of examples: the course's CSV format, or one example a line "
                                         "(a pair's two sentences separated by a tab)")
@@ -140,7 +132,8 @@ def parse_args(argv: list[str] | None):
     if args.input and not args.task:
         parser.error("--input needs --task")
     if not args.input and not any(getattr(args, task, None) for task in REGISTRY):
-        parser.error("nothing to predict: give --sst, --para, --sts, --cfimdb, or --input with --task")
+        parser.error(f"nothing to predict: give {', '.join(f'--{name}' for name in REGISTRY)}, or --input with "
+                     f"--task")
     if args.batch_size < 1:
         parser.error("--batch-size must be at least 1")
     return args

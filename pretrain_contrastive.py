@@ -2,18 +2,21 @@
 
     python pretrain_contrastive.py --model all-MiniLM-L6-v2 --method simcse --data nli --eval
     python pretrain_contrastive.py --method ct --data unlabeled --max-steps 2000       # writes OUT/model1, OUT/model2
-    python pretrain_contrastive.py --method consert --schedule joint-unsup --aug1 shuffle --aug2 token-cutoff --data sts
+    python pretrain_contrastive.py --method consert --consert-schedule joint-unsup --aug1 shuffle --aug2 token-cutoff \
+        --data sts
 
 Methods: simcse, mnrl, ct (Contrastive Tension), sg / sg-opt (self-guided), consert. Data: nli, quora, sst, sts,
 unlabeled, all3 (quora, then sst, then sts in every epoch), or a file in one of those formats.
 """
 from common import cli
-from training.contrastive import ContrastiveConfig, ContrastiveTrainer
+from training.contrastive import Pretraining
+from training.engine import Engine
+from training.methods import ContrastiveConfig
 
 
 def main(argv: list[str] | None = None) -> dict:
     config = cli.parse_config(ContrastiveConfig, __doc__, argv, program="pretrain_contrastive.py")
-    return ContrastiveTrainer(config).train()
+    return Pretraining(config, Engine(config)).run()
 
 
 if __name__ == "__main__":

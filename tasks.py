@@ -2,8 +2,9 @@
 
 A Task says where its files are and how to read them, whether an example is one sentence or a pair, which
 head it gets, its loss, how the head's raw outputs become soft outputs (what ensembles average) and hard
-predictions (what the leaderboard gets), its metric, and its leaderboard file. Heads, trainer, evaluation,
-predictions and ensembles ask the registry; none of them knows a task by name.
+predictions (what the leaderboard gets), its metric, its leaderboard file, and how its predictions read in
+words and its dev errors in a report. Heads, trainer, evaluation, predictions, ensembles and the analysis ask
+the registry; none of them knows a task by name or kind.
 
     sst     SST-5 sentiment, 5 classes, accuracy                  (the course's first task)
     para    Quora paraphrase detection, 0/1, accuracy              (second)
@@ -13,16 +14,20 @@ predictions and ensembles ask the registry; none of them knows a task by name.
 Adding a task is one entry in REGISTRY, plus a reader or head if it needs one that does not exist yet.
 """
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from common.errors import DataError
-from common.metrics import accuracy, mean_score, overall_score, pearson
+from common.metrics import accuracy, confusion_matrix, mean_score, overall_score, pearson, row_normalised
+from common.tables import cell, markdown_table
+from data.contrastive import ContrastiveData, Encode, PairSet, SentenceSet, Source, usable
 from data.readers import read_quora, read_sentiment, read_sts, sample_records
 from data.splits import TaskSplit, encode_views
 from heads import MLP
@@ -37,7 +42,6 @@ from heads.similarity import (
 )
 from models.tokenizer import Tokenizer
 
-SPLITS = ("train", "dev", "test")
 STS_TARGETS = ("score", "cosine-range")
 
 
@@ -74,12 +78,25 @@ class Task:
         records = sample_records(self.read(path, labeled), max_examples)
         if not records:
             raise DataError(f"{path}: no usable rows")
-        texts = [(r.sentence1, r.sentence2) if self.pair else (r.sentence,) for r in records]
+        texts = [self.texts(r) for r in records]
         views = encode_views(tokenizer, texts, encoding, max_length, source=path.name)
         labels = torch.tensor([r.label for r in records], dtype=self.label_dtype) if labeled else None
         return TaskSplit(self.name, [r.id for r in records], views, labels)
 
+    def load_splits(self, data_dir: str | Path, tokenizer: Tokenizer, max_length: int, encoding: str,
+                    max_train_examples: int = 0, max_eval_examples: int = 0) -> dict[str, TaskSplit]:
+        """Its train, dev and test splits of --data-dir (the test split unlabelled)."""
+        train, dev, test = (Path(data_dir) / file for file in self.files)
+        common = dict(tokenizer=tokenizer, max_length=max_length, encoding=encoding)
+        return {"train": self.load_split(train, max_examples=max_train_examples, **common),
+                "dev": self.load_split(dev, max_examples=max_eval_examples, **common),
+                "test": self.load_split(test, labeled=False, max_examples=max_eval_examples, **common)}
+
     label_dtype = torch.long
+
+    def texts(self, record) -> tuple[str, ...]:
+        """An example's sentence, or its pair's two."""
+        return (record.sentence1, record.sentence2) if self.pair else (record.sentence,)
 
     # ---- model ----
     def head(self, hidden_size: int, options: HeadOptions, mlp: MLP | None) -> nn.Module:
@@ -121,6 +138,24 @@ class Task:
         """One prediction as the leaderboard file writes it."""
         raise NotImplementedError
 
+    def describe(self, soft: torch.Tensor) -> list[dict]:
+        """Soft outputs in words, one dict an example (what predict.py prints)."""
+        raise NotImplementedError
+
+    # ---- dev errors (analyze.py errors) ----
+    def errors(self, records: list, soft: torch.Tensor, tolerance: float) -> dict:
+        """The numbers of its errors on dev records; "wrong": one bool an example (for the tasks' comparison).
+        tolerance: how far a regression's prediction may be from gold before it counts as wrong."""
+        raise NotImplementedError
+
+    def error_report(self, result: dict, top: int) -> list[str]:
+        """Markdown sections of errors(...)'s result; lists cut to `top` rows."""
+        raise NotImplementedError
+
+    def error_panel(self, result: dict, records: list, soft: torch.Tensor) -> tuple[str, dict]:
+        """Its panel of the errors picture: a kind of drawing (analysis/errors.py) and its arguments."""
+        raise NotImplementedError
+
     # ---- metric ----
     loss_description = ""  # the training loss, for axis labels
     metric_name = "accuracy"
@@ -133,6 +168,15 @@ class Task:
     def score(self, metric: float) -> float:
         """The metric on [0, 1], as the course's overall score counts it."""
         return metric
+
+    # ---- contrastive pretraining on its training file (pretrain_contrastive.py --data) ----
+    columns = frozenset()  # the header columns of its files, which tell a --data FILE of its kind
+
+    def contrastive_set(self, name: str, path: Path, encode: Encode, max_examples: int):
+        raise NotImplementedError
+
+    def contrastive_source(self) -> Source:
+        return Source(self.files[0], self.columns, self.contrastive_set)
 
 
 @dataclass(frozen=True)
@@ -147,6 +191,14 @@ class Classification(Task):
 
     def read(self, path, labeled):
         return read_sentiment(path, num_classes=self.num_classes, labeled=labeled)[0]
+
+    columns = frozenset({"sentence", "sentiment"})
+
+    def contrastive_set(self, name, path, encode, max_examples):
+        """The sentences with their labels (which --fusion trains a sentiment head on)."""
+        records = usable(path, self.read(path, labeled=True), max_examples)
+        texts = [r.sentence for r in records]
+        return SentenceSet(name, texts, encode(texts), [r.label for r in records])
 
     def head(self, hidden_size, options, mlp):
         return SentimentHead(hidden_size, self.num_classes, dropout=options.dropout)
@@ -176,6 +228,43 @@ class Classification(Task):
             raise ValueError(f"{self.name} prediction {prediction} is not a class index 0-{self.num_classes - 1}")
         return str(int(prediction))
 
+    def describe(self, soft):
+        return [{"class": label, "name": self.class_names[label], "probabilities": row}
+                for label, row in zip(self.hard(soft).tolist(), soft.tolist())]
+
+    def errors(self, records, soft, tolerance):
+        """Accuracy, the confusion matrix (counts and row-normalised), and the misclassified sentences, the
+        most confident first (confidence: the predicted class's probability)."""
+        predicted, gold = self.hard(soft).tolist(), [r.label for r in records]
+        counts = confusion_matrix(gold, predicted, self.num_classes)
+        misclassified = [{"id": r.id, "sentence": r.sentence, "gold": g, "predicted": p,
+                          "confidence": soft[i, p].item()}
+                         for i, (r, g, p) in enumerate(zip(records, gold, predicted)) if g != p]
+        return {"accuracy": accuracy(predicted, gold), "confusion": counts.tolist(),
+                "confusion_normalised": row_normalised(counts).tolist(),
+                "misclassified": sorted(misclassified, key=lambda e: -e["confidence"]),
+                "wrong": [g != p for g, p in zip(gold, predicted)]}
+
+    def error_report(self, result, top):
+        names = [f"{number} {name}" for number, name in enumerate(self.class_names)]
+        counts = {names[g]: dict(zip(names, row)) for g, row in enumerate(result["confusion"])}
+        fractions = {names[g]: dict(zip(names, row)) for g, row in enumerate(result["confusion_normalised"])}
+        wrong = {e["id"]: {**e, "sentence": cell(e["sentence"]), "gold": names[e["gold"]],
+                           "predicted": names[e["predicted"]]} for e in result["misclassified"][:top]}
+        return [f"## {self.title}: accuracy {result['accuracy']:.4f}\n",
+                "Counts (rows: gold class, columns: predicted):\n",
+                markdown_table(counts, names, label="gold \\ predicted"),
+                "\nEach gold class's row as fractions (recall on the diagonal):\n",
+                markdown_table(fractions, names, label="gold \\ predicted", digits=3),
+                (f"\n{len(result['misclassified'])} misclassified; the {min(top, len(wrong))} most confident "
+                 f"(confidence: the predicted class's probability):\n"),
+                markdown_table(wrong, ["sentence", "gold", "predicted", "confidence"], label="id", digits=3)]
+
+    def error_panel(self, result, records, soft):
+        return "confusion", {"counts": np.array(result["confusion"]), "title": self.title,
+                             "fractions": np.array(result["confusion_normalised"]),
+                             "classes": list(self.class_names), "accuracy": result["accuracy"]}
+
 
 @dataclass(frozen=True)
 class Paraphrase(Task):
@@ -186,6 +275,15 @@ class Paraphrase(Task):
 
     def read(self, path, labeled):
         return read_quora(path, labeled=labeled)[0]
+
+    columns = frozenset({"sentence1", "sentence2", "is_duplicate"})
+
+    def contrastive_set(self, name, path, encode, max_examples):
+        """Positive pairs (paraphrases) and negative pairs (Chen's CS224N report)."""
+        records = usable(path, self.read(path, labeled=True), max_examples)
+        first, second = [r.sentence1 for r in records], [r.sentence2 for r in records]
+        return PairSet(name, encode(first), encode(second), [float(r.label) for r in records],
+                       texts=list(zip(first, second)))
 
     def head(self, hidden_size, options, mlp):
         if options.encoding(self) == "cross":
@@ -211,6 +309,38 @@ class Paraphrase(Task):
             raise ValueError(f"{self.name} prediction {prediction} is not a 0/1 label")
         return str(int(prediction))
 
+    def describe(self, soft):
+        return [{"paraphrase": label, "probability": p} for label, p in zip(self.hard(soft).tolist(), soft.tolist())]
+
+    def errors(self, records, soft, tolerance):
+        """Accuracy, the false positives and false negatives, the most confident first (confidence: the
+        probability given to the wrong answer)."""
+        predicted, gold = self.hard(soft).tolist(), [int(r.label) for r in records]
+        errors = {"false_positives": [], "false_negatives": []}
+        for r, g, p, probability in zip(records, gold, predicted, soft.tolist()):
+            if g != p:
+                errors["false_positives" if p else "false_negatives"].append(
+                    {"id": r.id, "sentence1": r.sentence1, "sentence2": r.sentence2, "gold": g,
+                     "p_paraphrase": probability, "confidence": probability if p else 1 - probability})
+        return {"accuracy": accuracy(predicted, gold),
+                **{kind: sorted(rows, key=lambda e: -e["confidence"]) for kind, rows in errors.items()},
+                "wrong": [g != p for g, p in zip(gold, predicted)]}
+
+    def error_report(self, result, top):
+        sections = [f"## {self.title}: accuracy {result['accuracy']:.4f}\n"]
+        for kind, words in (("false_positives", "false positives (gold: not paraphrase)"),
+                            ("false_negatives", "false negatives (gold: paraphrase)")):
+            rows = {e["id"]: {**e, "sentence1": cell(e["sentence1"]), "sentence2": cell(e["sentence2"])}
+                    for e in result[kind][:top]}
+            sections += [f"\n{len(result[kind])} {words}; the {len(rows)} most confident:\n",
+                         markdown_table(rows, ["sentence1", "sentence2", "p_paraphrase"], label="id", digits=3,
+                                        headers=["question 1", "question 2", "P(paraphrase)"])]
+        return sections
+
+    def error_panel(self, result, records, soft):
+        return "probabilities", {"p_paraphrase": soft.numpy(), "gold": np.array([r.label for r in records]),
+                                 "title": self.title, "accuracy": result["accuracy"]}
+
 
 @dataclass(frozen=True)
 class Similarity(Task):
@@ -223,6 +353,14 @@ class Similarity(Task):
 
     def read(self, path, labeled):
         return read_sts(path, labeled=labeled)[0]
+
+    columns = frozenset({"sentence1", "sentence2", "similarity"})
+
+    def contrastive_set(self, name, path, encode, max_examples):
+        """Unsupervised (Chen's CS224N report): its pairs' sentences, each once; the scores are not used."""
+        records = usable(path, self.read(path, labeled=True), max_examples)
+        texts = list(dict.fromkeys(s for r in records for s in (r.sentence1, r.sentence2)))
+        return SentenceSet(name, texts, encode(texts))
 
     def head(self, hidden_size, options, mlp):
         if options.encoding(self) == "cross":
@@ -265,6 +403,29 @@ class Similarity(Task):
             raise ValueError(f"{self.name} prediction {prediction} is not a finite number")
         return repr(float(prediction))
 
+    def describe(self, soft):
+        return [{"similarity": score} for score in self.hard(soft).tolist()]
+
+    def errors(self, records, soft, tolerance):
+        """Pearson r, and every pair with its absolute error, the largest first; a pair counts as wrong when its
+        error exceeds `tolerance`."""
+        gold = [r.label for r in records]
+        pairs = [{"id": r.id, "sentence1": r.sentence1, "sentence2": r.sentence2, "gold": g, "predicted": s,
+                  "error": abs(s - g)} for r, g, s in zip(records, gold, soft.tolist())]
+        return {"pearson": pearson(soft, gold), "largest_errors": sorted(pairs, key=lambda e: -e["error"]),
+                "wrong": [e["error"] > tolerance for e in pairs]}
+
+    def error_report(self, result, top):
+        rows = {e["id"]: {**e, "sentence1": cell(e["sentence1"]), "sentence2": cell(e["sentence2"])}
+                for e in result["largest_errors"][:top]}
+        return [f"## {self.title}: Pearson r {result['pearson']:.4f}\n",
+                f"The {len(rows)} pairs with the largest absolute error:\n",
+                markdown_table(rows, ["sentence1", "sentence2", "gold", "predicted", "error"], label="id")]
+
+    def error_panel(self, result, records, soft):
+        return "scatter", {"predicted": soft.numpy(), "gold": np.array([r.label for r in records]),
+                           "title": self.title, "r": result["pearson"]}
+
     def metric(self, soft, labels):
         return pearson(soft, labels)
 
@@ -291,7 +452,12 @@ REGISTRY: dict[str, Task] = {task.name: task for task in (
                    column="Predicted_Sentiment", class_names=("negative", "positive")),
 )}
 TASK_NAMES = tuple(REGISTRY)
-COURSE_TASKS = ("sst", "para", "sts")  # the three the course's overall score combines
+# The three the course's overall score combines, and each by what it predicts.
+SENTIMENT, PARAPHRASE, SIMILARITY = COURSE_TASKS = ("sst", "para", "sts")
+# The course's training files that pretrain_contrastive.py --data names, in the order --data all3 visits them.
+CONTRASTIVE_DATA = ContrastiveData({"quora": REGISTRY[PARAPHRASE].contrastive_source(),
+                                    "sst": REGISTRY[SENTIMENT].contrastive_source(),
+                                    "sts": REGISTRY[SIMILARITY].contrastive_source()})
 
 
 def summary(metrics: dict[str, float]) -> dict[str, float]:
@@ -308,3 +474,45 @@ def selection_score(metrics: dict[str, float]) -> float:
     tasks, the course's overall score)."""
     scores = [REGISTRY[name].score(value) for name, value in metrics.items() if name in REGISTRY]
     return sum(scores) / len(scores)
+
+
+# ---- task lists of the command line ----
+
+def _split_option(text: str, option: str) -> list[str]:
+    items = [item.strip() for item in text.split(",")]
+    if not text.strip() or any(not item for item in items):
+        raise ValueError(f"{option} {text!r}: expected a comma-separated list without empty entries")
+    return items
+
+
+def parse_task_order(text: str, tasks: Sequence[str], option: str = "--task-order") -> tuple[str, ...]:
+    """'sst,para,sts' -> ('sst', 'para', 'sts'), for the flag `option`; repeats are allowed (a --task-order may
+    name a task twice: training/schedules.py)."""
+    order = tuple(_split_option(text, option))
+    unknown = [task for task in order if task not in tasks]
+    if unknown:
+        raise ValueError(f"{option} {text!r}: unknown task {unknown[0]!r}; known tasks: {', '.join(tasks)}")
+    return order
+
+
+def parse_task_weights(text: str, tasks: Sequence[str], option: str = "--task-weights") -> dict[str, float]:
+    """'para=2,sst=0.5' -> {'para': 2.0, 'sst': 0.5}, for the flag `option`. Tasks left out weigh 1."""
+    weights: dict[str, float] = {}
+    for item in _split_option(text, option):
+        task, equals, value = (part.strip() for part in item.partition("="))
+        if not equals or not task or not value:
+            raise ValueError(f"{option} {text!r}: {item!r} is not of the form task=weight")
+        if task not in tasks:
+            raise ValueError(f"{option} {text!r}: unknown task {task!r}; known tasks: {', '.join(tasks)}")
+        if task in weights:
+            raise ValueError(f"{option} {text!r}: task {task!r} is given twice")
+        try:
+            weight = float(value)
+        except ValueError:
+            raise ValueError(f"{option} {text!r}: weight {value!r} of {task!r} is not a number") from None
+        if not math.isfinite(weight) or weight < 0:
+            raise ValueError(f"{option} {text!r}: weight of {task!r} must be a finite number >= 0, got {value}")
+        weights[task] = weight
+    if set(weights) == set(tasks) and not any(weights.values()):
+        raise ValueError(f"{option} {text!r}: at least one task needs a positive weight")
+    return weights

@@ -1,8 +1,8 @@
 """Task metrics and the scores that combine them.
 
 SST and Quora are scored by accuracy, STS by Pearson r. The course leaderboard's overall score
-puts r on the accuracies' [0, 1] scale first: mean(SST acc, Quora acc, (r + 1) / 2). Seed 003
-reports the plain mean of the three instead, so both are here.
+puts r on the accuracies' [0, 1] scale first: mean(SST acc, Quora acc, (r + 1) / 2). Mohammed and Sabane's
+CS224N report gives the plain mean of the three instead, so both are here.
 """
 from collections.abc import Sequence
 
@@ -47,3 +47,16 @@ def overall_score(sst_accuracy: float, paraphrase_accuracy: float, sts_pearson: 
 def mean_score(sst_accuracy: float, paraphrase_accuracy: float, sts_pearson: float) -> float:
     """The plain mean of the three metrics (Mohammed and Sabane's CS224N report's "Average")."""
     return (sst_accuracy + paraphrase_accuracy + sts_pearson) / 3
+
+
+def confusion_matrix(gold: Sequence[int], predicted: Sequence[int], classes: int) -> np.ndarray:
+    """counts[g, p]: the examples of gold class g predicted as p."""
+    counts = np.zeros((classes, classes), dtype=int)
+    np.add.at(counts, (np.asarray(gold, dtype=int), np.asarray(predicted, dtype=int)), 1)
+    return counts
+
+
+def row_normalised(counts: np.ndarray) -> np.ndarray:
+    """Each gold class's row as fractions of that class (its recall on the diagonal); empty rows stay 0."""
+    totals = counts.sum(1, keepdims=True)
+    return np.divide(counts, totals, out=np.zeros(counts.shape), where=totals > 0)

@@ -21,3 +21,8 @@ def markdown_table(rows: Mapping[str, Mapping], columns: Sequence[str], label: s
         cells = (f"{row[c]:.{digits}f}" if isinstance(row.get(c), float) else str(row.get(c, "-")) for c in columns)
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def cell(text) -> str:
+    """Text inside a Markdown table cell: one line, and a | would end the cell."""
+    return " ".join(str(text).split()).replace("|", "\\|")

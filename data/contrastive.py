@@ -1,11 +1,12 @@
-"""Data for contrastive pretraining: the `--data` modes, three kinds of batch, and each epoch's plan of batches.
+"""Data for contrastive pretraining: the `--data` names, three kinds of batch, and each epoch's plan of batches.
 
     nli        SimCSE's NLI triplets (sent0, sent1 = entailment, hard_neg = contradiction) -> TripletBatch
+    unlabeled  one sentence a line                                                            -> SentenceBatch
+    the course's training files, named and read by the task registry (tasks.CONTRASTIVE_DATA):
     quora      question pairs, is_duplicate 1 = positive pair, 0 = negative pair (Chen's CS224N report)   -> PairBatch
     sst        SST sentences, with their sentiment labels (used by --fusion)                 -> SentenceBatch
     sts        the distinct sentences of STS train's two columns (Chen's CS224N report: unsupervised)    -> SentenceBatch
-    unlabeled  one sentence a line                                                            -> SentenceBatch
-    all3       Chen's CS224N report's "3 given datasets": in every epoch, quora, then sst, then sts
+    all3       Chen's CS224N report's "3 given datasets": in every epoch, each course file in turn
     PATH       a file in one of these formats, recognised by its header (or .txt: one sentence a line)
 
 Methods that learn from single sentences only (CT, SG, ConSERT's unsupervised stage) take any data as the
@@ -22,13 +23,8 @@ import torch
 from common.errors import DataError
 from common.seeding import derived_seed
 from data.batching import length_grouped_batches, split_evenly
-from data.readers import read_lines, read_nli, read_quora, read_sentiment, read_sts, sample_records
+from data.readers import read_lines, read_nli, sample_records
 from models.tokenizer import Encoded, Tokenizer, collate
-
-DATA_MODES = ("nli", "quora", "sst", "sts", "unlabeled", "all3")
-FILES = {"nli": "nli_for_simcse.csv", "quora": "quora-train.csv", "sst": "ids-sst-train.csv",
-         "sts": "sts-train.csv", "unlabeled": "unlabeled-sentences.txt"}
-ALL3_ORDER = ("quora", "sst", "sts")  # Chen's CS224N report section 4.1: supervised Quora first, then SST and STS
 
 Inputs = dict[str, torch.Tensor]  # input_ids, attention_mask, token_type_ids: [rows, tokens]
 
@@ -194,73 +190,80 @@ def as_sentences(dataset: Dataset, tokenizer: Tokenizer, max_length: int) -> Sen
 
 # ---- reading --data ----
 
-def detect_format(path: Path) -> str:
-    """Which of the formats a file holds, from its header: nli, quora, sst, sts, or unlabeled (.txt)."""
-    if not path.is_file():
-        raise DataError(f"{path}: file not found" if not path.exists() else f"{path}: not a file")
-    if path.suffix == ".txt":
-        return "unlabeled"
-    with open(path, encoding="utf-8", errors="replace") as f:
-        header = f.readline().strip()
-    columns = {c.strip() for c in header.replace(",", "\t").split("\t")}
-    for mode, needed in (("nli", {"sent0", "sent1", "hard_neg"}), ("quora", {"sentence1", "sentence2", "is_duplicate"}),
-                         ("sts", {"sentence1", "sentence2", "similarity"}), ("sst", {"sentence", "sentiment"})):
-        if needed <= columns:
-            return mode
-    raise DataError(f"{path}: line 1: cannot tell the format from the header {header[:100]!r}; expected NLI "
-                    f"(sent0,sent1,hard_neg), Quora (is_duplicate), STS (similarity), SST (sentiment) "
-                    f"columns, or a .txt file of one sentence a line")
+Encode = Callable[..., list[Encoded]]  # texts (and their pair partners) -> tokenised, truncated to --max-length
 
 
-def load_dataset(mode: str, path: Path, tokenizer: Tokenizer, max_length: int, max_examples: int = 0) -> Dataset:
-    """Read and tokenise one file of format `mode`; at most max_examples records (0 = all)."""
-    source = path.name
-    encode = functools.partial(tokenizer.encode, max_length=max_length, source=source)
-
-    def cap(records: list) -> list:
-        """At most max_examples of the file's records; none at all is an error here, before tokenising."""
-        if not records:
-            raise DataError(f"{path}: no usable rows")
-        return sample_records(records, max_examples)
-
-    if mode == "nli":
-        records = cap(read_nli(path)[0])
-        columns = [[getattr(r, name) for r in records] for name in ("anchor", "positive", "hard_negative")]
-        dataset = TripletSet(mode, *(encode(c) for c in columns), texts=list(zip(*columns)))
-    elif mode == "quora":
-        records = cap(read_quora(path)[0])
-        first, second = [r.sentence1 for r in records], [r.sentence2 for r in records]
-        dataset = PairSet(mode, encode(first), encode(second), [float(r.label) for r in records],
-                          texts=list(zip(first, second)))
-    elif mode == "sst":
-        records = cap(read_sentiment(path, num_classes=5)[0])
-        texts = [r.sentence for r in records]
-        dataset = SentenceSet(mode, texts, encode(texts), [r.label for r in records])
-    elif mode == "sts":
-        # Unsupervised on STS (Chen's CS224N report): its pairs' sentences, each once; the similarity scores are not used.
-        records = cap(read_sts(path)[0])
-        texts = list(dict.fromkeys(s for r in records for s in (r.sentence1, r.sentence2)))
-        dataset = SentenceSet(mode, texts, encode(texts))
-    elif mode == "unlabeled":
-        texts = cap(read_lines(path)[0])
-        dataset = SentenceSet(mode, texts, encode(texts))
-    else:
-        raise ValueError(f"unknown data format {mode!r}")
-    return dataset
+@dataclass(frozen=True)
+class Source:
+    """A kind of file --data names: its file in --data-dir, the header columns that tell a --data FILE of its kind,
+    and load(name, path, encode, max_examples) -> the tokenised set."""
+    file: str
+    columns: frozenset[str]
+    load: Callable[[str, Path, Encode, int], "Dataset"]
 
 
-def data_files(data: str, data_dir: str | Path) -> list[tuple[str, Path]]:
-    """(format, file) of each set --data names, in the order an epoch visits them (all3: quora, sst, sts)."""
-    if data in DATA_MODES:
-        return [(mode, Path(data_dir) / FILES[mode]) for mode in (ALL3_ORDER if data == "all3" else (data,))]
-    path = Path(data).expanduser()
-    return [(detect_format(path), path)]
+def usable(path: Path, records: list, max_examples: int) -> list:
+    """At most max_examples of a file's records (0 = all); none at all is an error here, before tokenising."""
+    if not records:
+        raise DataError(f"{path}: no usable rows")
+    return sample_records(records, max_examples)
 
 
-def load_data(data: str, data_dir: str | Path, tokenizer: Tokenizer, max_length: int,
-              max_examples: int = 0) -> list[Dataset]:
-    """The sets named by --data, tokenised."""
-    return [load_dataset(mode, path, tokenizer, max_length, max_examples) for mode, path in data_files(data, data_dir)]
+def _load_nli(name: str, path: Path, encode: Encode, max_examples: int) -> TripletSet:
+    records = usable(path, read_nli(path)[0], max_examples)
+    columns = [[getattr(r, column) for r in records] for column in ("anchor", "positive", "hard_negative")]
+    return TripletSet(name, *(encode(c) for c in columns), texts=list(zip(*columns)))
+
+
+def _load_lines(name: str, path: Path, encode: Encode, max_examples: int) -> SentenceSet:
+    texts = usable(path, read_lines(path)[0], max_examples)
+    return SentenceSet(name, texts, encode(texts))
+
+
+NLI = Source("nli_for_simcse.csv", frozenset({"sent0", "sent1", "hard_neg"}), _load_nli)
+UNLABELED = Source("unlabeled-sentences.txt", frozenset(), _load_lines)  # and any .txt file
+ALL_COURSE_FILES = "all3"
+
+
+class ContrastiveData:
+    """What --data can name: nli, the course's training files (`course`, in the order all3 visits them: Chen's
+    CS224N report section 4.1 takes supervised Quora first, then SST and STS), unlabeled, all3, or a file."""
+
+    def __init__(self, course: dict[str, Source]):
+        self.course = list(course)
+        self.sources = {"nli": NLI, **course, "unlabeled": UNLABELED}
+        self.names = (*self.sources, ALL_COURSE_FILES)
+
+    def detect_format(self, path: Path) -> str:
+        """Which of the formats a file holds, from its header (a .txt file: one sentence a line)."""
+        if not path.is_file():
+            raise DataError(f"{path}: file not found" if not path.exists() else f"{path}: not a file")
+        if path.suffix == ".txt":
+            return "unlabeled"
+        with open(path, encoding="utf-8", errors="replace") as f:
+            header = f.readline().strip()
+        columns = {c.strip() for c in header.replace(",", "\t").split("\t")}
+        for name, source in self.sources.items():
+            if source.columns and source.columns <= columns:
+                return name
+        known = "; ".join(f"{name} ({', '.join(sorted(s.columns))})" for name, s in self.sources.items() if s.columns)
+        raise DataError(f"{path}: line 1: cannot tell the format from the header {header[:100]!r}; expected the "
+                        f"columns of {known}, or a .txt file of one sentence a line")
+
+    def files(self, data: str, data_dir: str | Path) -> list[tuple[str, Path]]:
+        """(format, file) of each set --data names, in the order an epoch visits them."""
+        if data in self.names:
+            names = self.course if data == ALL_COURSE_FILES else (data,)
+            return [(name, Path(data_dir) / self.sources[name].file) for name in names]
+        path = Path(data).expanduser()
+        return [(self.detect_format(path), path)]
+
+    def load(self, data: str, data_dir: str | Path, tokenizer: Tokenizer, max_length: int,
+             max_examples: int = 0) -> list["Dataset"]:
+        """The sets named by --data, tokenised; at most max_examples records of each file (0 = all)."""
+        return [self.sources[name].load(name, path, functools.partial(tokenizer.encode, max_length=max_length,
+                                                                      source=path.name), max_examples)
+                for name, path in self.files(data, data_dir)]
 
 
 # ---- plans: which batches an epoch trains on, in which order ----

@@ -1,13 +1,17 @@
-"""A task's split, tokenised once and ready to batch: the examples' views, ids and labels.
+"""A task's split, tokenised once and ready to batch: the examples' views, ids and labels; and its training
+batches across an epoch (TaskStream).
 
 A sentence task has one view of each example. A pair task has two: its two sentences (bi-encoding, each
 embedded on its own), or the pair cross-encoded in both orders, "[CLS] s1 [SEP] s2" and "[CLS] s2 [SEP] s1"
 (Mohammed and Sabane's DPH heads). A batch stacks the views into one encoder call of views * batch rows.
 """
+import math
 from dataclasses import dataclass
 
 import torch
 
+from common.seeding import derived_seed
+from data.batching import length_grouped_batches
 from models.tokenizer import Encoded, Tokenizer, collate
 
 PAIR_ENCODINGS = ("bi", "cross")
@@ -50,3 +54,22 @@ def encode_views(tokenizer: Tokenizer, texts: list[tuple[str, ...]], encoding: s
         return [encode(first, source=f"{source} (first sentences)"),
                 encode(second, source=f"{source} (second sentences)")]
     return [encode(first, second, source=f"{source} (sentence pairs)"), encode(second, first, source=None)]
+
+
+class TaskStream:
+    """One task's training batches across an epoch: pass p of the data is a fresh length-grouped shuffle, so a
+    schedule may take more batches of a task in an epoch than one pass holds (MT-DNN's task weights)."""
+
+    def __init__(self, split: TaskSplit, batch_size: int, seed: int, epoch: int, task_index: int):
+        self.split, self.batch_size, self.lengths = split, batch_size, split.lengths()
+        self.seed_words = [seed, epoch, task_index]
+        self.batches, self.pass_index = [], -1
+
+    def batch_indices(self, k: int) -> list[int]:
+        """The rows of the epoch's k-th batch of this task."""
+        per_pass = math.ceil(len(self.split) / self.batch_size)
+        if k // per_pass != self.pass_index:
+            self.pass_index = k // per_pass
+            seed = derived_seed(*self.seed_words, self.pass_index)
+            self.batches = length_grouped_batches(self.lengths, self.batch_size, torch.Generator().manual_seed(seed))
+        return self.batches[k % per_pass]

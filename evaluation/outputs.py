@@ -2,16 +2,27 @@
 
 multitask_classifier.py writes one file per task and split: {"ids": [...], "outputs": tensor}, the outputs being
 what tasks.Task.soft gives (class probabilities [N, classes], P(paraphrase) [N], scores in [0, 5] [N]).
-ensemble.py combines them; python -m evaluation.analyze errors looks at them.
+ensemble.py combines them; analyze.py errors looks at them.
 """
 from pathlib import Path
 
 import torch
 
 from common.errors import CheckpointError, DataError
-from common.files import load_or_fail
-from evaluation.predictions import SPLITS
+from common.files import atomic_file, load_or_fail
+from data.splits import TaskSplit
+from evaluation.predictions import SPLITS, write_predictions
 from tasks import REGISTRY
+
+
+def write_outputs(folder: Path, predictions_dir: str | Path, split_name: str, splits: dict[str, TaskSplit],
+                  outputs: dict[str, torch.Tensor]) -> None:
+    """Each task's soft outputs on a split: its leaderboard file, and the outputs beside a checkpoint."""
+    for name, task_outputs in outputs.items():
+        split = splits[name]
+        write_predictions(predictions_dir, name, split_name, split.ids, REGISTRY[name].hard(task_outputs))
+        with atomic_file(folder / f"outputs-{name}-{split_name}.pt") as temp:
+            torch.save({"ids": split.ids, "outputs": task_outputs}, temp)
 
 
 def read_outputs(path: Path, task: str) -> dict:

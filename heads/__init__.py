@@ -12,7 +12,7 @@ Every head takes pooled sentence embeddings [B, H]; the encoder and the pooling 
 import torch
 from torch import nn
 
-# Seed 002 section 5.3: "dropout probability of 0.3 at each linear layer".
+# Chen's CS224N report section 5.3: "dropout probability of 0.3 at each linear layer".
 DEFAULT_DROPOUT = 0.3
 
 # How the paraphrase and STS MLPs relate (Chen's CS224N report Table 3): two separate MLPs, one shared first
@@ -79,7 +79,7 @@ def pair_mlps(share: str, hidden_size: int, count: int = 2, mlp_hidden: int | No
 
 
 class CommonLayer(nn.Module):
-    """Seed 003 "CL": one Linear + tanh applied to the embedding before all three heads.
+    """Mohammed and Sabane's CS224N report's "CL": one Linear + tanh applied to the embedding before all three heads.
 
     No dropout: Mohammed and Sabane's CS224N report found the model could not learn with dropout (p=0.5) in this layer.
     """

@@ -26,7 +26,7 @@ class ParaphraseHead(nn.Module):
 
 
 class CrossEncodedPairHead(nn.Module):
-    """Seed 003's dense prediction heads on a pair encoded as "[CLS] s1 [SEP] s2" and "[CLS] s2 [SEP] s1".
+    """Mohammed and Sabane's dense prediction heads on a pair encoded as "[CLS] s1 [SEP] s2" and "[CLS] s2 [SEP] s1".
 
     Each view of the pair gets its own Linear(H, 1) -> one logit per view; a final Linear turns
     those logits into the pair's logit. The views and the variants (Mohammed and Sabane's CS224N report names):

@@ -9,7 +9,7 @@ the cosine `floor` M maps to 0 and cosine 1 maps to 5. Two target modes share th
 forward() gives the score unclamped: cosines below M map below 0. Training compares that score with the
 gold score, which is the squared error of the raw cosine against gold_to_cosine(gold) times the constant
 (5 / (1 - M))^2, so every pair has a gradient, whatever its cosine, and the loss keeps the scale of a 0-5
-score. Predictions clamp to [0, 5] (evaluation/evaluate.soft_outputs).
+score. Predictions clamp to [0, 5] (tasks.Similarity.soft).
 """
 import torch
 import torch.nn.functional as F
@@ -66,7 +66,7 @@ class SimilarityHead(nn.Module):
 
 
 class CrossEncodedSimilarityHead(CrossEncodedPairHead):
-    """Seed 003 PH / DPH / DPHA for STS: the pair head's logit squashed onto [0, 5] by 5 * sigmoid."""
+    """Mohammed and Sabane's PH / DPH / DPHA for STS: the pair head's logit squashed onto [0, 5] by 5 * sigmoid."""
 
     def forward(self, e12: torch.Tensor, e21: torch.Tensor) -> torch.Tensor:
         return MAX_SCORE * torch.sigmoid(super().forward(e12, e21))

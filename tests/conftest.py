@@ -1,12 +1,15 @@
-"""Shared fixtures: the project's data folder, the packaged MiniLM checkpoint, tiny models and checkpoints, tiny
-course files."""
+"""Shared fixtures and helpers: the project's data folder, the packaged MiniLM checkpoint, tiny models and
+checkpoints, tiny course files, the command lines of tiny runs, a checkpoint's weights, cosines by hand."""
+import math
 import random
 from pathlib import Path
 
 import pytest
 import torch
 import transformers
+from safetensors.torch import load_file
 
+from evaluation.sts_benchmark import EVAL_SETS
 from models import BertConfig, BertModel, Tokenizer
 from models.checkpoint import save_checkpoint
 from tasks import REGISTRY
@@ -103,3 +106,72 @@ def save_tiny_checkpoint(tmp_path_factory, minilm_dir):
         return save_checkpoint(tmp_path_factory.mktemp("tiny-checkpoint"), encoder, tokenizer, run_config)
 
     return save
+
+
+@pytest.fixture(scope="module")
+def course_data(tmp_path_factory) -> Path:
+    """The three course tasks' files, 40 training rows each (12 dev, 10 test)."""
+    return write_course_files(tmp_path_factory.mktemp("course-data"), random.Random(0), train_rows=40)
+
+
+def multitask_argv(model: Path, data: Path, out: Path, *extra: str) -> list[str]:
+    """multitask_classifier.py's flags for a tiny run on CPU writing into out/run and out/predictions."""
+    return ["--model", str(model), "--data-dir", str(data), "--output-dir", str(out / "run"),
+            "--predictions-dir", str(out / "predictions"), "--device", "cpu", *extra]
+
+
+def checkpoint_weights(folder: Path) -> dict[str, torch.Tensor]:
+    """Every tensor of a checkpoint folder: the encoder's and, where there are any, the heads'."""
+    heads = folder / "heads.safetensors"
+    return {**load_file(folder / "model.safetensors"), **(load_file(heads) if heads.exists() else {})}
+
+
+def assert_same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], atol: float = 1e-6,
+                        rtol: float = 0.0) -> None:
+    assert a.keys() == b.keys() and a
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], atol=atol, rtol=rtol, msg=name)
+
+
+def cos(u, v) -> float:
+    """The cosine of two plain lists of numbers, by its formula."""
+    dot = sum(a * b for a, b in zip(u, v))
+    return dot / (math.sqrt(sum(a * a for a in u)) * math.sqrt(sum(b * b for b in v)))
+
+
+@pytest.fixture(scope="module")
+def contrastive_data(tmp_path_factory) -> Path:
+    """Every file pretrain_contrastive.py's --data and --eval read (and the course files), 20 training rows each."""
+    folder, rng = tmp_path_factory.mktemp("contrastive-data"), random.Random(0)
+    write_course_files(folder, rng, train_rows=20)
+    nli = ["sent0,sent1,hard_neg"] + [",".join(sentence(rng) for _ in range(3)) for _ in range(12)]
+    (folder / "nli_for_simcse.csv").write_text("\n".join(nli) + "\n")
+    (folder / "unlabeled-sentences.txt").write_text("\n".join(sentence(rng) for _ in range(24)) + "\n")
+    (folder / "sts-eval").mkdir()
+    for name in EVAL_SETS:
+        rows = [f"{name}-part\t{sentence(rng)}\t{sentence(rng)}\t{rng.uniform(0, 5):.2f}" for _ in range(10)]
+        header = "subset\tsentence1\tsentence2\tscore\n"
+        (folder / "sts-eval" / f"{name}.tsv").write_text(header + "\n".join(rows) + "\n")
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tokenizer(tiny_model) -> Tokenizer:
+    """The tiny models' tokenizer: MiniLM's uncased vocabulary."""
+    return Tokenizer.from_pretrained(tiny_model)
+
+
+def rows_of(path: Path, delimiter: str = "\t") -> list[dict[str, str]]:
+    """A data file's rows as dicts of its header's columns, read without our readers."""
+    lines = path.read_text().splitlines()
+    header = lines[0].split(delimiter)
+    return [dict(zip(header, line.split(delimiter))) for line in lines[1:]]
+
+
+def module_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in module.state_dict().items()}
+
+
+def changed(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor]) -> set[str]:
+    """The names of the tensors that differ."""
+    return {k for k in before if not torch.equal(before[k], after[k])}

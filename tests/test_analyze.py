@@ -1,5 +1,5 @@
-"""evaluation.analyze: every number against a direct computation (transformers, scipy, sklearn, by hand) on tiny
-inputs; every subcommand's files; bad inputs as one line and exit code 2."""
+"""analyze.py and the analysis package: every number against a direct computation (transformers, scipy, sklearn,
+by hand) on tiny inputs; every subcommand's files; bad inputs as one line and exit code 2."""
 import json
 import random
 import subprocess
@@ -13,18 +13,13 @@ import sklearn.metrics
 import torch
 import transformers
 
-from evaluation import analyze
-from evaluation.analysis import bucket_statistics, confusion_matrix, read_metrics, row_normalised, run_curves
+import analyze
+from analysis.curves import read_metrics, run_curves
+from analysis.spread import bucket_statistics
 from heads.similarity import lowest_bucket_mean_cosine
+from tests.conftest import sentence
 
 ROOT = Path(__file__).resolve().parents[1]
-WORDS = "the a cat dog sat ran on mat big small red fast slow house car tree".split()
-
-
-def sentence(rng) -> str:
-    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 9)))
-
-
 def write_course_file(path: Path, columns: list[str], rows: list[list]) -> None:
     """The course's format: tab-separated, a leading unnamed index column."""
     lines = ["\t" + "\t".join(columns)] + [f"{i}\t" + "\t".join(map(str, row)) for i, row in enumerate(rows)]
@@ -162,17 +157,6 @@ def test_embeddings_alignment_and_uniformity_by_their_formula(varied_model, sts_
                                                  abs=1e-4)
 
 
-def test_confusion_matrix_matches_sklearn():
-    rng = np.random.default_rng(0)
-    gold, predicted = rng.integers(0, 5, 60), rng.integers(0, 5, 60)
-    gold[gold == 4] = 3  # a class with no gold example: its row stays zero
-    expected = sklearn.metrics.confusion_matrix(gold, predicted, labels=range(5))
-    assert (confusion_matrix(gold, predicted, 5) == expected).all()
-    with np.errstate(invalid="ignore"):
-        expected = np.nan_to_num(sklearn.metrics.confusion_matrix(gold, predicted, labels=range(5), normalize="true"))
-    assert np.allclose(row_normalised(confusion_matrix(gold, predicted, 5)), expected)
-
-
 @pytest.fixture
 def finished_run(tmp_path):
     """A run folder whose best/ holds fabricated dev (and test) outputs, and the dev files they score; the SST
@@ -266,19 +250,19 @@ def test_curves_read_old_eval_lines_and_new_train_lines(tmp_path):
     (["layers", "--data-dir", "no/such/data"], "no/such/data/sts-eval/sts12.tsv: file not found"),
 ])
 def test_a_missing_input_is_one_line_and_exit_code_2(tmp_path, argv, named):
-    result = subprocess.run([sys.executable, "-m", "evaluation.analyze", *argv, "--out", str(tmp_path)],
+    result = subprocess.run([sys.executable, "analyze.py", *argv, "--out", str(tmp_path)],
                             cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [f"error: {named}"]
 
 
-@pytest.mark.parametrize("subcommand", list(analyze.COMMANDS))
+@pytest.mark.parametrize("subcommand", list(analyze.SUBCOMMANDS))
 def test_every_subcommand_explains_itself(subcommand, capsys):
     with pytest.raises(SystemExit) as exit_info:
         analyze.main([subcommand, "--help"])
     text = capsys.readouterr().out
     assert exit_info.value.code == 0 and "--out" in text
-    assert f"python -m evaluation.analyze {subcommand}" in text  # the example line
+    assert f"python analyze.py {subcommand}" in text  # the example line
 
 
 def test_a_bad_flag_value_is_a_usage_error(capsys):

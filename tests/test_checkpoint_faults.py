@@ -12,11 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
-from safetensors.torch import load_file
 
 from common.files import recover_directory
-from tests.conftest import write_course_files
+from tests.conftest import assert_same_weights, checkpoint_weights, multitask_argv, write_course_files
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -57,18 +55,13 @@ def data(tmp_path_factory):
 
 
 def args(model, data, out: Path) -> list[str]:
-    return ["--model", str(model), "--data-dir", str(data), "--output-dir", str(out / "run"), "--predictions-dir",
-            str(out / "predictions"), "--batch-size", "8", "--epochs", "1", "--save-every", "2", "--log-every", "1",
-            "--lr", "1e-3", "--device", "cpu"]
+    return multitask_argv(model, data, out, "--batch-size", "8", "--epochs", "1", "--save-every", "2", "--log-every",
+                          "1", "--lr", "1e-3")
 
 
 def run(*command):
     return subprocess.run([sys.executable, *command], cwd=ROOT, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
-
-
-def weights(out: Path) -> dict:
-    return {**load_file(out / "run/last/model.safetensors"), **load_file(out / "run/last/heads.safetensors")}
 
 
 def log_lines(out: Path) -> list[dict]:
@@ -93,9 +86,7 @@ def test_killed_at_each_point_of_a_save_resumes_to_the_uninterrupted_weights(tin
     resumed = run("multitask_classifier.py", *args(tiny_model, data, tmp_path), "--resume")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert f"resuming at step {POINTS[point]} " in resumed.stderr
-    full, again = weights(uninterrupted), weights(tmp_path)
-    for name in full:
-        torch.testing.assert_close(again[name], full[name], atol=1e-6, rtol=0, msg=name)
+    assert_same_weights(checkpoint_weights(tmp_path / "run/last"), checkpoint_weights(uninterrupted / "run/last"))
     leftovers = [p.name for p in (tmp_path / "run").iterdir() if p.name.startswith(".")]
     assert not leftovers, leftovers
     # The log has each step once, and the epoch's mean training loss counts the steps before the kill too.

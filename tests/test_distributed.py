@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 from common import distributed
 from data.contrastive import PairBatch
 from models import BertConfig, BertModel
-from tests.conftest import write_course_files
+from tests.conftest import assert_same_weights, checkpoint_weights, multitask_argv, write_course_files
 from training.objectives import SimCSE
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,9 +81,8 @@ def data_48(tmp_path_factory):
 
 
 def multitask_args(model, data, out: Path, batch_size: int, *extra) -> list[str]:
-    return ["--model", str(model), "--data-dir", str(data), "--output-dir", str(out / "run"),
-            "--predictions-dir", str(out / "predictions"), "--batch-size", str(batch_size), "--epochs", "1",
-            "--schedule", "avg", "--head-dropout", "0", "--lr", "1e-3", "--device", "cpu", *extra]
+    return multitask_argv(model, data, out, "--batch-size", str(batch_size), "--epochs", "1", "--schedule", "avg",
+                          "--head-dropout", "0", "--lr", "1e-3", *extra)
 
 
 def run(*command, env=None):
@@ -98,14 +97,7 @@ def torchrun(*args):
 
 
 def final_weights(out: Path) -> dict[str, torch.Tensor]:
-    last = out / "run" / "last"
-    return {**load_file(last / "model.safetensors"), **load_file(last / "heads.safetensors")}
-
-
-def assert_same_weights(a: dict, b: dict, atol=1e-5):
-    assert a.keys() == b.keys()
-    for name in a:
-        torch.testing.assert_close(a[name], b[name], atol=atol, rtol=1e-4, msg=name)
+    return checkpoint_weights(out / "run" / "last")
 
 
 def test_two_processes_train_like_one_with_the_whole_batch(tiny_model_without_dropout, data_48, tmp_path):
@@ -117,7 +109,7 @@ def test_two_processes_train_like_one_with_the_whole_batch(tiny_model_without_dr
     two, one = final_weights(tmp_path / "two"), final_weights(tmp_path / "one")
     assert not torch.equal(two["encoder.layer.0.attention.self.query.weight"],
                            initial["encoder.layer.0.attention.self.query.weight"]), "the runs trained"
-    assert_same_weights(two, one)
+    assert_same_weights(two, one, atol=1e-5, rtol=1e-4)
     # Only rank 0 writes: one metrics line per evaluation, the leaderboard files once.
     assert len((tmp_path / "two" / "run" / "metrics.jsonl").read_text().splitlines()) == 1
     assert sorted(p.name for p in (tmp_path / "two" / "predictions").iterdir()) == sorted(
@@ -129,12 +121,12 @@ import os, sys
 sys.path.insert(0, {root!r})
 from training import multitask
 import multitask_classifier
-step = multitask.MultitaskTrainer.train_step
-def dies(self, item):
+step = multitask.MultitaskRun.step
+def dies(self, item, share):
     if self.engine.step == 4:  # the checkpoint of step 4 is on disk
         os._exit(137)  # as a SIGKILL: no clean-up of any kind
-    return step(self, item)
-multitask.MultitaskTrainer.train_step = dies
+    return step(self, item, share)
+multitask.MultitaskRun.step = dies
 multitask_classifier.main(sys.argv[1:])
 """
 

@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file
 
 import multitask_classifier
-from tests.conftest import write_course_files
+from tests.conftest import assert_same_weights, checkpoint_weights, multitask_argv
 from training.engine import linear_warmup_decay
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -20,43 +19,30 @@ ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-@pytest.fixture(scope="module")
-def data_40(tmp_path_factory):
-    return write_course_files(tmp_path_factory.mktemp("data-40"), random.Random(0), train_rows=40)
-
-
 def multitask_args(model, data, out: Path, *extra) -> list[str]:
-    return ["--model", str(model), "--data-dir", str(data), "--output-dir", str(out / "run"),
-            "--predictions-dir", str(out / "predictions"), "--epochs", "1", "--head-dropout", "0", "--lr", "1e-3",
-            "--device", "cpu", *extra]
-
-
-def weights(folder: Path) -> dict[str, torch.Tensor]:
-    return {**load_file(folder / "model.safetensors"), **load_file(folder / "heads.safetensors")}
+    return multitask_argv(model, data, out, "--epochs", "1", "--head-dropout", "0", "--lr", "1e-3", *extra)
 
 
 @pytest.mark.parametrize("schedule", ["mtdnn", "avg"])
-def test_grad_accum_2_with_batch_8_trains_like_batch_16(tiny_model_without_dropout, data_40, tmp_path, schedule):
+def test_grad_accum_2_with_batch_8_trains_like_batch_16(tiny_model_without_dropout, course_data, tmp_path, schedule):
     """40 examples a task: batches of 16, 16 and 8; the last one's halves (4 + 4) still weigh as one batch."""
     model = tiny_model_without_dropout
-    multitask_classifier.main(multitask_args(model, data_40, tmp_path / "accum", "--schedule", schedule,
+    multitask_classifier.main(multitask_args(model, course_data, tmp_path / "accum", "--schedule", schedule,
                                              "--batch-size", "8", "--grad-accum", "2"))
-    multitask_classifier.main(multitask_args(model, data_40, tmp_path / "big", "--schedule", schedule,
+    multitask_classifier.main(multitask_args(model, course_data, tmp_path / "big", "--schedule", schedule,
                                              "--batch-size", "16"))
-    accumulated, big = weights(tmp_path / "accum/run/last"), weights(tmp_path / "big/run/last")
-    assert accumulated.keys() == big.keys()
-    for name in big:
-        torch.testing.assert_close(accumulated[name], big[name], atol=1e-5, rtol=1e-4, msg=name)
+    big = checkpoint_weights(tmp_path / "big/run/last")
+    assert_same_weights(checkpoint_weights(tmp_path / "accum/run/last"), big, atol=1e-5, rtol=1e-4)
     # And not merely because nothing moved: batch 8 without accumulation takes other steps.
-    multitask_classifier.main(multitask_args(model, data_40, tmp_path / "small", "--schedule", schedule,
+    multitask_classifier.main(multitask_args(model, course_data, tmp_path / "small", "--schedule", schedule,
                                              "--batch-size", "8"))
-    small = weights(tmp_path / "small/run/last")
+    small = checkpoint_weights(tmp_path / "small/run/last")
     assert not torch.allclose(small["encoder.layer.0.attention.self.query.weight"],
                               big["encoder.layer.0.attention.self.query.weight"], atol=1e-5)
 
 
-def test_metrics_log_has_per_step_losses_and_the_learning_rate(tiny_model, data_40, tmp_path):
-    multitask_classifier.main(multitask_args(tiny_model, data_40, tmp_path, "--batch-size", "8", "--epochs", "2",
+def test_metrics_log_has_per_step_losses_and_the_learning_rate(tiny_model, course_data, tmp_path):
+    multitask_classifier.main(multitask_args(tiny_model, course_data, tmp_path, "--batch-size", "8", "--epochs", "2",
                                              "--log-every", "3", "--warmup", "0.2"))
     lines = [json.loads(line) for line in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
     train = [line for line in lines if line["event"] == "train"]
@@ -72,10 +58,10 @@ def test_metrics_log_has_per_step_losses_and_the_learning_rate(tiny_model, data_
     assert train[-1]["lr"] == pytest.approx(1e-3 * 1 / 24)  # decay: the last of 24 steps
 
 
-def test_tensorboard_events_are_written_and_readable(tiny_model, data_40, tmp_path):
+def test_tensorboard_events_are_written_and_readable(tiny_model, course_data, tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    multitask_classifier.main(multitask_args(tiny_model, data_40, tmp_path, "--batch-size", "8", "--log-every", "5",
+    multitask_classifier.main(multitask_args(tiny_model, course_data, tmp_path, "--batch-size", "8", "--log-every", "5",
                                              "--tensorboard", str(tmp_path / "tb")))
     events = EventAccumulator(str(tmp_path / "tb"))
     events.Reload()
@@ -91,12 +77,12 @@ import os, signal, sys
 sys.path.insert(0, {root!r})
 from training import contrastive
 import pretrain_contrastive
-step = contrastive.ContrastiveTrainer.train_step
-def dies(self, item):
-    if self.engine.step == 3:  # the checkpoint of step 2 is on disk, step 3 has run
+step = contrastive.StageRun.step
+def dies(self, item, share):
+    if self.pretraining.engine.step == 3:  # the checkpoint of step 2 is on disk, step 3 has run
         os.kill(os.getpid(), signal.SIGKILL)
-    return step(self, item)
-contrastive.ContrastiveTrainer.train_step = dies
+    return step(self, item, share)
+contrastive.StageRun.step = dies
 pretrain_contrastive.main(sys.argv[1:])
 """
 
@@ -123,11 +109,9 @@ def test_pretraining_killed_after_a_checkpoint_resumes_to_the_same_weights(tiny_
                              cwd=ROOT, env=env, capture_output=True, text=True)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "resuming at step 2" in resumed.stderr
-    folders = ["model1", "model2"] if method == "ct" else [""]
-    for folder in folders:
-        full, again = (load_file(tmp_path / run / folder / "model.safetensors") for run in ("full", "resumed"))
-        for name in full:
-            torch.testing.assert_close(again[name], full[name], atol=1e-6, rtol=0, msg=name)
+    for folder in ["model1", "model2"] if method == "ct" else [""]:
+        assert_same_weights(checkpoint_weights(tmp_path / "resumed" / folder),
+                            checkpoint_weights(tmp_path / "full" / folder))
     assert not (tmp_path / "resumed/last").exists(), "a finished run leaves no resumable checkpoint behind"
 
 
@@ -139,11 +123,11 @@ def test_contrastive_grad_accum_is_refused_with_the_reason(tiny_model, tmp_path)
 
 # ---- no silent wrong runs ----
 
-def test_a_diverging_run_stops_at_once_naming_the_step_the_task_and_the_last_good_checkpoint(tiny_model, data_40,
+def test_a_diverging_run_stops_at_once_naming_the_step_the_task_and_the_last_good_checkpoint(tiny_model, course_data,
                                                                                             tmp_path, capsys):
     from common import cli
 
-    args = multitask_args(tiny_model, data_40, tmp_path, "--batch-size", "8", "--epochs", "3", "--lr", "1e8",
+    args = multitask_args(tiny_model, course_data, tmp_path, "--batch-size", "8", "--epochs", "3", "--lr", "1e8",
                           "--head-lr", "1e8", "--max-grad-norm", "0", "--log-every", "1", "--save-every", "1")
     with pytest.raises(SystemExit) as exit_:
         cli.run(lambda: multitask_classifier.main(args))
@@ -156,19 +140,20 @@ def test_a_diverging_run_stops_at_once_naming_the_step_the_task_and_the_last_goo
     assert state["step"] == step - 1  # the checkpoint before the step that diverged
 
 
-def test_resume_knows_the_run_whatever_the_spelling_of_its_paths(tiny_model, data_40, tmp_path, monkeypatch):
+def test_resume_knows_the_run_whatever_the_spelling_of_its_paths(tiny_model, course_data, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    relative = ["--model", str(tiny_model), "--data-dir", str(data_40), "--output-dir", "run", "--predictions-dir",
+    relative = ["--model", str(tiny_model), "--data-dir", str(course_data), "--output-dir", "run", "--predictions-dir",
                 "predictions", "--epochs", "1", "--batch-size", "16", "--device", "cpu"]
     multitask_classifier.main(relative)
     absolute = [str(tmp_path / "run") if arg == "run" else arg for arg in relative]
-    absolute[absolute.index("--data-dir") + 1] = str(data_40) + "/"
+    absolute[absolute.index("--data-dir") + 1] = str(course_data) + "/"
     multitask_classifier.main(absolute + ["--resume"])  # the finished run: nothing left to train, no refusal
 
 
-def test_leaderboard_files_of_tasks_this_run_did_not_train_are_named(tiny_model, data_40, tmp_path, caplog):
+def test_leaderboard_files_of_tasks_this_run_did_not_train_are_named(tiny_model, course_data, tmp_path, caplog):
     (tmp_path / "predictions").mkdir()
     (tmp_path / "predictions" / "para-dev-output.csv").write_text("id \t Predicted_Is_Paraphrase \n")
     with caplog.at_level("WARNING"):
-        multitask_classifier.main(multitask_args(tiny_model, data_40, tmp_path, "--tasks", "sst", "--batch-size", "16"))
+        multitask_classifier.main(multitask_args(tiny_model, course_data, tmp_path, "--tasks", "sst",
+                                                 "--batch-size", "16"))
     assert any("did not write" in r.message and "para-dev-output.csv" in r.message for r in caplog.records)

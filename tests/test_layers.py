@@ -6,21 +6,20 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-FLOORS = [  # (floor, module prefixes); the longest matching prefix decides a module's floor
+FLOORS = [  # (floor, top-level packages and modules)
     (0, ["common"]),
     (1, ["models", "losses"]),
     (2, ["data", "heads"]),
     (3, ["tasks"]),
-    (4, ["heads.multitask", "evaluation"]),
-    (5, ["training"]),
-    (6, ["multitask_classifier", "pretrain_contrastive", "ensemble", "predict", "benchmarks"]),
+    (4, ["model", "evaluation"]),
+    (5, ["training", "analysis"]),
+    (6, ["multitask_classifier", "pretrain_contrastive", "ensemble", "predict", "analyze", "benchmarks"]),
 ]
 
 
 def floor_of(module: str) -> int | None:
-    matches = [(len(prefix), floor) for floor, prefixes in FLOORS for prefix in prefixes
-               if module == prefix or module.startswith(prefix + ".")]
-    return max(matches)[1] if matches else None
+    """The floor of a module's top-level package (or of the top-level module itself)."""
+    return next((floor for floor, names in FLOORS if module.split(".")[0] in names), None)
 
 
 def our_modules() -> dict[str, Path]:

@@ -114,10 +114,20 @@ def test_pairs_truncation_and_padding(minilm_dir, caplog):
     assert pair.input_ids[0] == cls and pair.input_ids.count(sep) == 2
     assert pair.token_type_ids == [0] * 4 + [1] * 4  # [CLS] a cat [SEP] | a dog sat [SEP]
 
-    long_sentence = " ".join(["word"] * 50)
-    encoded = tokenizer.encode(["short", long_sentence, " ".join(["word"] * 14)], max_length=16, source="demo.csv")
+    # Distinct words, so that cutting the wrong end (or the wrong sentence of a pair) shows.
+    words = "one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen".split()
+    long_sentence = " ".join(words * 4)
+    encoded = tokenizer.encode(["short", long_sentence, " ".join(words[:14])], max_length=16, source="demo.csv")
     assert [len(e.input_ids) for e in encoded] == [3, 16, 16]
+    assert tokenizer.backend.decode(encoded[1].input_ids[1:-1]) == " ".join(words[:14])  # the end is cut
+    assert encoded[1].input_ids[-1] == sep
     assert "demo.csv: 1 of 3 inputs longer than 16 tokens were truncated" in caplog.text
+    # A pair loses tokens from its longer sentence's end, as transformers' tokenizer does.
+    cut = tokenizer.encode([long_sentence], ["a red car"], max_length=16)[0]
+    golden = transformers.AutoTokenizer.from_pretrained(minilm_dir)(long_sentence, "a red car", truncation=True,
+                                                                    max_length=16)["input_ids"]
+    assert cut.input_ids == golden
+    assert tokenizer.backend.decode(cut.input_ids, skip_special_tokens=True) == " ".join(words[:10] + ["a red car"])
 
     batch = tokenizer(["short", long_sentence], max_length=16)
     assert batch["input_ids"].shape == (2, 16)

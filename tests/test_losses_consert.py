@@ -5,11 +5,7 @@ import pytest
 import torch
 
 from losses.consert import nt_xent_loss
-
-
-def cos(u, v):
-    dot = sum(a * b for a, b in zip(u, v))
-    return dot / (math.sqrt(sum(a * a for a in u)) * math.sqrt(sum(b * b for b in v)))
+from tests.conftest import cos
 
 
 def nt_xent_by_loops(view_a, view_b, tau):

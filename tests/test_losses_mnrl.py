@@ -5,11 +5,7 @@ import pytest
 import torch
 
 from losses.mnrl import multiple_negatives_ranking_loss
-
-
-def cos(u, v):
-    dot = sum(a * b for a, b in zip(u, v))
-    return dot / (math.sqrt(sum(a * a for a in u)) * math.sqrt(sum(b * b for b in v)))
+from tests.conftest import cos
 
 
 def per_anchor_terms(xs, ys, extra_candidates=(), scale=20.0):

@@ -7,11 +7,7 @@ import torch.nn.functional as F
 
 from losses.self_guided import (ProjectionHead, l2_regulariser, sample_layer_views, self_guided_base_loss,
                                 self_guided_opt1_loss, self_guided_opt2_loss, self_guided_opt3_loss)
-
-
-def cos(u, v):
-    dot = sum(a * b for a, b in zip(u, v))
-    return dot / (math.sqrt(sum(a * a for a in u)) * math.sqrt(sum(b * b for b in v)))
+from tests.conftest import cos
 
 
 def phi(u, v, tau):

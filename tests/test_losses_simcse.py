@@ -5,11 +5,7 @@ import pytest
 import torch
 
 from losses.simcse import quora_simcse_loss, simcse_loss
-
-
-def cos(u, v):
-    dot = sum(a * b for a, b in zip(u, v))
-    return dot / (math.sqrt(sum(a * a for a in u)) * math.sqrt(sum(b * b for b in v)))
+from tests.conftest import cos
 
 
 def infonce_terms(anchors, positives, negatives=None, tau=0.05):

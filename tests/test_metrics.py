@@ -2,9 +2,10 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+import sklearn.metrics
 from sklearn.metrics import accuracy_score
 
-from common.metrics import accuracy, mean_score, overall_score, pearson, spearman
+from common.metrics import accuracy, confusion_matrix, mean_score, overall_score, pearson, row_normalised, spearman
 
 rng = np.random.default_rng(0)
 PREDICTED = rng.normal(size=50)
@@ -42,3 +43,14 @@ def test_mismatched_or_empty_inputs_are_refused():
         accuracy([1, 2, 3], [1, 2])
     with pytest.raises(ValueError, match="no predictions"):
         pearson([], [])
+
+
+def test_confusion_matrix_matches_sklearn():
+    rng = np.random.default_rng(0)
+    gold, predicted = rng.integers(0, 5, 60), rng.integers(0, 5, 60)
+    gold[gold == 4] = 3  # a class with no gold example: its row stays zero
+    expected = sklearn.metrics.confusion_matrix(gold, predicted, labels=range(5))
+    assert (confusion_matrix(gold, predicted, 5) == expected).all()
+    with np.errstate(invalid="ignore"):
+        expected = np.nan_to_num(sklearn.metrics.confusion_matrix(gold, predicted, labels=range(5), normalize="true"))
+    assert np.allclose(row_normalised(confusion_matrix(gold, predicted, 5)), expected)

@@ -1,6 +1,6 @@
 """The chain from a model to the leaderboard files, each link checked against independent truth.
 
-model -> evaluation.evaluate.predict (length-sorted batches, put back in id order) -> soft outputs
+model -> evaluation.inference.soft_outputs (length-sorted batches, put back in id order) -> soft outputs
 (softmax, sigmoid, clamp) -> hard predictions (argmax, 0.5 threshold) -> a run's dev metrics ->
 its saved outputs (best/outputs-*.pt) -> its leaderboard CSVs -> an ensemble's CSVs from its members'
 saved outputs and the weights fitted on dev. The truth is the model run one example at a time,
@@ -18,8 +18,8 @@ from scipy.stats import pearsonr
 from sklearn.metrics import accuracy_score
 
 import multitask_classifier
-from evaluation.evaluate import predict
-from heads.multitask import MultitaskModel
+from evaluation.inference import soft_outputs
+from model import MultitaskModel
 from models import Tokenizer, from_pretrained
 from tests.test_ensemble import LABELS as ENSEMBLE_DEV_LABELS
 from tests.test_ensemble import TEST_IDS, dev_dir, hard, make_member, random_outputs, read_predictions  # noqa: F401
@@ -64,7 +64,7 @@ def test_predict_gives_each_id_the_output_of_that_example_alone(tiny_model, tiny
     split = REGISTRY[task].load_split(tiny_data / REGISTRY[task].files[1], tokenizer, max_length=64, encoding="bi")
     lengths = split.lengths()
     assert sorted(range(len(split)), key=lengths.__getitem__) != list(range(len(split))), "lengths must be mixed"
-    batched = predict(model, split, tokenizer.pad_id, batch_size=4).double().numpy()
+    batched = soft_outputs(model, split, tokenizer.pad_id, batch_size=4).double().numpy()
     with torch.no_grad():  # no padding, no batch: nothing to reorder
         alone = np.stack([direct_soft(task, model(task, split.batch([i], tokenizer.pad_id)["inputs"]).numpy()[0])
                           for i in range(len(split))])

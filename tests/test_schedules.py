@@ -3,7 +3,7 @@ from collections import Counter
 import pytest
 import torch
 
-from training.schedules import SCHEDULES, count_batches, parse_task_order, parse_task_weights, plan_epoch
+from training.schedules import SCHEDULES, count_batches, plan_epoch
 
 TASKS = ("sst", "para", "sts")
 
@@ -113,34 +113,3 @@ def test_unknown_schedule_and_task_order_errors():
         plan_epoch("rr-epoch", BATCHES, task_order=["sst", "nli"])
     with pytest.raises(ValueError, match="outside"):
         plan_epoch("rr-epoch", BATCHES, epoch=3, num_epochs=3)
-
-
-def test_parse_task_weights():
-    assert parse_task_weights("para=2,sst=1", TASKS) == {"para": 2.0, "sst": 1.0}
-    assert parse_task_weights(" sts = 0.5 ", TASKS) == {"sts": 0.5}
-
-
-@pytest.mark.parametrize("text, message", [
-    ("para2", "task=weight"),
-    ("para=", "task=weight"),
-    ("=2", "task=weight"),
-    ("nli=2", "unknown task 'nli'"),
-    ("para=two", "not a number"),
-    ("para=-1", ">= 0"),
-    ("para=nan", ">= 0"),
-    ("para=inf", ">= 0"),
-    ("para=1,para=2", "given twice"),
-    ("para=1,,sst=2", "empty entries"),
-    ("", "empty entries"),
-    ("sst=0,para=0,sts=0", "positive weight"),
-])
-def test_parse_task_weights_errors_name_the_problem(text, message):
-    with pytest.raises(ValueError, match=message):
-        parse_task_weights(text, TASKS)
-
-
-def test_parse_task_order():
-    assert parse_task_order("sst, para,sts", TASKS) == ("sst", "para", "sts")
-    assert parse_task_order("sts,sst,sts", TASKS) == ("sts", "sst", "sts")
-    with pytest.raises(ValueError, match="unknown task 'quora'"):
-        parse_task_order("sst,quora", TASKS)

@@ -1,26 +1,31 @@
-"""The one training loop that multi-task fine-tuning and contrastive pretraining share.
+"""The one training loop that multi-task fine-tuning and contrastive pretraining share: Engine.fit(run).
 
-The engine knows nothing of tasks or methods. A trainer hands it the parameters to train, the number of
-steps and a learning-rate shape, and a plan: one item per optimizer step. For every item the trainer's
-train_step(item) runs the forward passes and calls engine.backward(loss); the engine then averages the
-gradients over the processes (torchrun), clips them, steps AdamW and the schedule, and keeps the books:
+A run says what it trains and what a step is; the engine says when things happen. A run (class Run) gives
+    parameters()            what it trains, in its modules' order (and parameter_groups() for AdamW, if it has
+                            several learning rates)
+    plan()                  its epochs, each a list of items: one optimizer step an item
+    step(item, share)       the forward passes of one share of the item's batch, and engine.backward(loss)
+and may give evaluate() and score() (dev metrics, and the number that picks best/), save() (its files of a
+checkpoint folder), after_update() (what follows each optimizer step), state_dict() / load_state_dict() (what
+else --resume needs) and finish() (the end of the run, and its result). The engine owns the rest:
 
     device and precision      --device, --precision (bf16/fp16 autocast on GPUs, fp32 on CPU)
     seeding                   --seed; each process's random state is saved with every checkpoint
-    schedule                  linear warm-up over --warmup of the steps, then linear decay to 0
-    checkpoints and resume    OUTPUT_DIR/last/ (atomic) every --save-every steps and when the trainer asks;
+    schedule                  linear warm-up over --warmup of the steps, then linear decay to 0 (or the run's own)
+    accumulation              each step's batch is shared out between the processes and --grad-accum parts
+                              (Share); every process averages its gradients with the others', clips, steps AdamW
+    evaluation                a run with evaluate(): at the end of each epoch and every --eval-every steps; a
+                              better score saves OUTPUT_DIR/best/
+    checkpoints and resume    OUTPUT_DIR/last/ (atomic) after each evaluation and every --save-every steps;
                               --resume continues from it with the same flags, to the same final weights
-    metrics                   OUTPUT_DIR/metrics.jsonl: a "train" line every --log-every steps (each task's
-                              mean loss, the learning rate, examples a second), the trainer's "eval" lines;
+    metrics                   OUTPUT_DIR/metrics.jsonl: a "train" line every --log-every steps (each loss's
+                              mean, the learning rate, examples a second), an "eval" line per evaluation;
                               the same scalars in TensorBoard with --tensorboard DIR
     progress                  a progress bar on a terminal; log lines otherwise
-    several processes         torchrun --nproc_per_node N ...: rank 0 writes, every rank trains
-
-A trainer is an object with train_step(item) -> (losses by name, examples), after_step(item) (evaluate, save
-the best checkpoint, ...), write_checkpoint(folder) (its model files of last/), and state_dict() /
-load_state_dict() (what else a resumed run needs).
+    several processes         torchrun --nproc_per_node N ...: rank 0 evaluates and writes, every rank trains
 """
 import dataclasses
+import itertools
 import json
 import logging
 import math
@@ -40,6 +45,7 @@ from common.files import (append_jsonl, atomic_directory, atomic_file, check_wri
                           recover_directory, write_json)
 from common.provenance import provenance
 from common.seeding import rng_state, seed_everything, set_rng_state
+from data.batching import split_evenly
 from models import AdamW
 from training.precision import PRECISIONS, Precision
 
@@ -88,6 +94,12 @@ class TrainingConfig:
         return dataclasses.asdict(self)
 
 
+@dataclass
+class EvaluationConfig:
+    """The flags of a command whose runs are scored on dev data as they train (Run.evaluate)."""
+    eval_every: int = flag(0, "also evaluate (and save) every N steps (0 = after each epoch only)", range=AT_LEAST_0)
+
+
 def linear_warmup_decay(step: int, total_steps: int, warmup: float) -> float:
     """Learning-rate multiplier: linear warm-up over the first `warmup` fraction of steps, then linear decay to 0."""
     warmup_steps = int(warmup * total_steps)
@@ -130,15 +142,83 @@ class LossTracker:
         self.period = {name: list(total) for name, total in state["period"].items()}
 
 
+
+
+@dataclass(frozen=True)
+class Share:
+    """One process's part of a step's batch in one accumulation step: part `index` of `parts` (process r takes
+    parts r * --grad-accum ... (r + 1) * --grad-accum - 1, one an accumulation step), `world` processes in all."""
+    index: int
+    parts: int
+    world: int
+
+    def of(self, rows: list[int]) -> tuple[list[int], float]:
+        """This part's rows of a batch, and the weight of their mean loss: the part's share of the batch's examples,
+        times the processes (whose gradients are averaged). Each part's mean loss times its weight makes the
+        step's gradient that of the mean loss over the whole batch, as one process with one batch gives."""
+        piece = split_evenly(rows, self.parts)[self.index]
+        return piece, len(piece) * self.world / len(rows)
+
+
+class Run:
+    """What a run tells the engine (see the module's docstring). parameters, plan and step are required."""
+    lr: float  # the peak learning rate (parameter groups may scale it)
+    adam_betas = (0.9, 0.999)
+    # dev metrics of the model as it is (rank 0 only); None: the run is not scored while it trains
+    evaluate: Callable[[], dict[str, float]] | None = None
+
+    def parameters(self) -> list[torch.nn.Parameter]:
+        """Everything trained, in the modules' order (the order clipping sums their norms in)."""
+        raise NotImplementedError
+
+    def parameter_groups(self) -> list[dict]:
+        """AdamW's parameter groups."""
+        return [{"params": self.parameters()}]
+
+    def plan(self) -> list[list]:
+        """The run's epochs, each a list of items, one an optimizer step."""
+        raise NotImplementedError
+
+    def step(self, item, share: Share) -> tuple[dict[str, torch.Tensor], int]:
+        """Forward passes and engine.backward for `share` of the item's batch: (losses to log by name, examples)."""
+        raise NotImplementedError
+
+    def lr_multiplier(self, step: int, total_steps: int, warmup: float) -> float:
+        return linear_warmup_decay(step, total_steps, warmup)
+
+    def score(self, metrics: dict[str, float]) -> float:
+        """With evaluate: the number that picks best/ (higher is better)."""
+        raise NotImplementedError
+
+    def after_update(self) -> None:
+        """After each optimizer step."""
+
+    def save(self, folder: Path, record: dict, best: bool) -> None:
+        """The run's files of a checkpoint folder: last/ (best=False) or best/ (record: the evaluation that made
+        it best). What --resume needs beyond them goes in state_dict."""
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+    def finish(self):
+        """After the last step, on every process: the run's result (what Engine.fit returns)."""
+
+
 class Engine:
     def __init__(self, config: TrainingConfig):
+        """Set-up, before any model or data: the device, half-written saves recovered, folders checked, seeds,
+        and with --resume the interrupted run's training state."""
         self.config = config
         self.device = distributed.setup(resolve_device(config.device))
         self.precision = Precision(config.precision, self.device)
         self.output_dir = Path(config.output_dir)
         self.is_main = distributed.is_main()
-        if self.is_main:
-            recover_directory(self.output_dir / "last")  # a save that died half-way: the newest complete one back
+        if self.is_main:  # a save that died half-way: the newest complete folder back (the run's folder first)
+            for folder in (self.output_dir, self.output_dir / "last", self.output_dir / "best"):
+                recover_directory(folder)
         for folder, name in ((config.output_dir, "--output-dir"), (config.tensorboard, "--tensorboard")):
             if folder:
                 check_writable(folder, name)
@@ -152,17 +232,19 @@ class Engine:
             self.tensorboard = SummaryWriter(config.tensorboard)
         self.started = time.time()
         self.run_config = config.to_dict()
+        # --resume: the folder the run continues from (its weights), and the state its next fit restores.
+        self.resume_from = self._check_resumable() if config.resume else None
+        self.resume_state = load_training_state(self.resume_from) if self.resume_from else None
 
-    def describe_run(self, data_files: list[Path], **resolved) -> dict:
-        """run_config.json: every flag, the values chosen for flags left to a default (resolved), and what
-        reproduces the run: the command, the git commit, library versions, a hash of each data file."""
+    def describe_run(self, data_files: list[Path], **resolved) -> None:
+        """OUTPUT_DIR/run_config.json: every flag, the values chosen for flags left to a default (resolved), and
+        what reproduces the run: the command, the git commit, library versions, a hash of each data file."""
         self.run_config = {**self.config.to_dict(), "resolved": resolved,
                            "provenance": provenance(getattr(self.config, "command", ""), data_files)}
-        return self.run_config
+        if self.is_main:
+            write_json(self.output_dir / "run_config.json", self.run_config)
 
-    # ---- setting up a run (or a stage of one) ----
-
-    def check_resumable(self, runtime_fields: tuple[str, ...]) -> Path:
+    def _check_resumable(self) -> Path:
         """The interrupted run's last/ folder, after checking that the flags that shape the run are unchanged."""
         last = self.output_dir / "last"
         if not (last / STATE_FILE).exists():
@@ -176,7 +258,8 @@ class Engine:
                 return Path(saved[name]).expanduser().resolve() == Path(value).expanduser().resolve()
             return saved.get(name) == value
 
-        changed = [k for k, v in self.config.to_dict().items() if k not in runtime_fields and not same(k, v)]
+        changed = [k for k, v in self.config.to_dict().items()
+                   if k not in self.config.RUNTIME_FIELDS and not same(k, v)]
         if changed:
             raise CheckpointError(f"--resume: flags differ from the interrupted run's ({', '.join(changed)}); "
                                   f"resume with the same flags, or start a new --output-dir")
@@ -188,23 +271,68 @@ class Engine:
             raise UsageError(f"--max-length {self.config.max_length}: this model has {positions} positions; use "
                              f"--max-length {positions} or less")
 
-    def prepare(self, parameters: list[torch.nn.Parameter], groups: list[dict], lr: float, total_steps: int,
-                lr_multiplier: Callable[[int], float], betas: tuple[float, float] = (0.9, 0.999)) -> None:
-        """A fresh optimizer and schedule for `total_steps` steps. parameters: everything trained, in the
-        module's order (clipping sums their norms in this order); groups: AdamW's parameter groups."""
-        self.parameters, self.total_steps, self.peak_lr = parameters, total_steps, lr
-        self.lr_multiplier = lr_multiplier
-        self.optimizer = AdamW(groups, lr=lr, betas=betas, weight_decay=self.config.weight_decay)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_multiplier)
-        self.step, self.losses = 0, LossTracker()
+    # ---- the loop ----
 
-    # ---- one step ----
+    def fit(self, run: Run):
+        """Train `run` from the first step (or where --resume left it) to the end of its plan; returns run.finish()."""
+        config = self.config
+        epochs = run.plan()
+        steps = [(epoch, item) for epoch, items in enumerate(epochs) for item in items]
+        epoch_ends = set(itertools.accumulate(len(items) for items in epochs))  # step counts that end an epoch
+        self._prepare(run, len(steps))
+        if self.resume_state:  # once: a later fit (the next stage of a run) starts afresh
+            self._restore(self.resume_state, run)
+            self.resume_state = None
+        progress = tqdm(total=len(steps), initial=self.step, desc=run.name, dynamic_ncols=True,
+                        disable=not (self.is_main and sys.stderr.isatty()) or config.quiet)
+        examples, window_started = 0, time.time()
+        for epoch, item in steps[self.step:]:
+            losses, step_examples = self._train_step(run, item)
+            self.losses.add(losses)
+            examples += step_examples
+            progress.update()
+            if config.log_every and self.step % config.log_every == 0:
+                line = self.log_train(examples / (time.time() - window_started))
+                progress.set_postfix({name: f"{value:.3f}" for name, value in line["loss"].items()})
+                examples, window_started = 0, time.time()
+            run.after_update()
+            epoch_end = self.step in epoch_ends
+            evaluate = run.evaluate is not None and (
+                epoch_end or (config.eval_every and self.step % config.eval_every == 0))
+            if evaluate:
+                self._evaluate(run, epoch + 1, epoch_end)
+            if evaluate or (config.save_every and self.step % config.save_every == 0):
+                self.save_last(run)
+        progress.close()
+        return run.finish()
+
+    def _prepare(self, run: Run, total_steps: int) -> None:
+        """A fresh optimizer and learning-rate schedule for `total_steps` steps."""
+        self.parameters, self.total_steps, self.peak_lr = run.parameters(), total_steps, run.lr
+        self.lr_multiplier = lambda step: run.lr_multiplier(step, total_steps, self.config.warmup)
+        self.optimizer = AdamW(run.parameter_groups(), lr=run.lr, betas=run.adam_betas,
+                               weight_decay=self.config.weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self.lr_multiplier)
+        self.step, self.losses = 0, LossTracker()
+        self.best, self.last_record = -math.inf, {}
+
+    def _train_step(self, run: Run, item) -> tuple[dict[str, torch.Tensor], int]:
+        """The item's batch in --grad-accum parts on this process, then one update."""
+        world, accum = distributed.world_size(), self.config.grad_accum
+        totals, examples = {}, 0
+        for part in range(accum):
+            losses, part_examples = run.step(item, Share(distributed.rank() * accum + part, world * accum, world))
+            for name, loss in losses.items():
+                totals[name] = totals.get(name, 0.0) + loss
+            examples += part_examples
+        self.update()
+        return totals, examples
 
     def backward(self, loss: torch.Tensor) -> None:
         """Backpropagate a loss into .grad (scaled for fp16); a step may call this several times."""
         self.precision.scale(loss).backward()
 
-    def optimizer_step(self, advance_schedule: bool = True) -> None:
+    def update(self, advance_schedule: bool = True) -> None:
         """Average the gradients over the processes, clip, update. advance_schedule=False: an extra update inside
         a step (contrastive fusion's sentiment update) that neither counts as a step nor moves the schedule."""
         distributed.average_gradients(self.parameters)
@@ -214,28 +342,25 @@ class Engine:
             self.scheduler.step()
             self.step += 1
 
-    # ---- the loop ----
-
-    def run(self, plan: list, trainer, description: str) -> None:
-        """Train on plan[self.step:], one optimizer step an item."""
-        config = self.config
-        progress = tqdm(total=len(plan), initial=self.step, desc=description, dynamic_ncols=True,
-                        disable=not (self.is_main and sys.stderr.isatty()) or config.quiet)
-        examples, window_started = 0, time.time()
-        for item in plan[self.step:]:
-            losses, batch_examples = trainer.train_step(item)
-            self.optimizer_step()
-            self.losses.add(losses)
-            examples += batch_examples
-            progress.update()
-            if config.log_every and self.step % config.log_every == 0:
-                line = self.log_train(examples / (time.time() - window_started))
-                progress.set_postfix({name: f"{value:.3f}" for name, value in line["loss"].items()})
-                examples, window_started = 0, time.time()
-            trainer.after_step(item)
-            if config.save_every and self.step % config.save_every == 0:
-                self.save_last(trainer)
-        progress.close()
+    def _evaluate(self, run: Run, epoch: int, epoch_end: bool) -> None:
+        """Rank 0 scores the dev sets and saves best/ when the run's score improves. The record's training losses
+        are the means over the epoch so far."""
+        if not self.is_main:
+            self.losses.period_means(reset=epoch_end)  # every process starts the next epoch's means together
+            return
+        metrics = run.evaluate()
+        record = {"event": "eval", "epoch": epoch, "step": self.step,
+                  "train_loss": self.losses.period_means(reset=epoch_end),
+                  "dev": metrics, "seconds": round(time.time() - self.started, 1)}
+        self.write_record(record)
+        log.info("step %d dev: %s", self.step, "  ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
+        self.last_record = record
+        score = run.score(metrics)
+        if score > self.best:
+            self.best = score
+            with atomic_directory(self.output_dir / "best") as temp:
+                run.save(temp, record, best=True)
+                write_json(temp / "run_config.json", self.run_config)
 
     # ---- metrics ----
 
@@ -275,24 +400,25 @@ class Engine:
 
     # ---- checkpoints ----
 
-    def save_last(self, trainer) -> Path:
-        """OUTPUT_DIR/last/: the trainer's files, run_config.json and the training state, written atomically.
+    def save_last(self, run: Run) -> Path:
+        """OUTPUT_DIR/last/: the run's files, run_config.json and the training state, written atomically.
         Never of weights a non-finite loss has reached: the run stops instead, naming the last good checkpoint."""
         self.check_finite(self.losses.window_means(reset=False))
         rng = distributed.all_gather_objects(rng_state())  # every process's own random state
         folder = self.output_dir / "last"
         if self.is_main:
             with atomic_directory(folder) as temp:
-                trainer.write_checkpoint(temp)
+                run.save(temp, self.last_record, best=False)
                 write_json(temp / "run_config.json", self.run_config)
                 torch.save({"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
                             "scaler": self.precision.state_dict(), "step": self.step, "rng": rng,
-                            "losses": self.losses.state_dict(), "trainer": trainer.state_dict()}, temp / STATE_FILE)
+                            "losses": self.losses.state_dict(), "best": self.best, "last_record": self.last_record,
+                            "run": run.state_dict()}, temp / STATE_FILE)
         distributed.barrier()
         return folder
 
-    def restore(self, state: dict) -> None:
-        """Continue from a training state of save_last (after prepare, with the same parameters)."""
+    def _restore(self, state: dict, run: Run) -> None:
+        """Continue from a training state of save_last (after _prepare, with the same parameters)."""
         if len(state["rng"]) != distributed.world_size():
             raise CheckpointError(f"--resume: the run was trained by {len(state['rng'])} processes, this is "
                                   f"{distributed.world_size()}; resume with the same --nproc_per_node")
@@ -301,6 +427,8 @@ class Engine:
         self.precision.load_state_dict(state["scaler"])
         self.step = state["step"]
         self.losses.load_state_dict(state["losses"])
+        self.best, self.last_record = state["best"], state["last_record"]
+        run.load_state_dict(state["run"])
         if self.is_main:
             self._forget_log_after(self.step)
         set_rng_state(state["rng"][distributed.rank()])

@@ -1,6 +1,6 @@
 """One small strategy per contrastive method: which views of a batch to embed, and the loss on those embeddings.
 
-The trainer (training/contrastive.py) knows nothing of methods. It asks an Objective for
+The pretraining run (training/contrastive.py) knows nothing of methods. It asks an Objective for
     views(batch)             -> [View(embed, inputs), ...]: what to run through which encoder
     loss(batch, *embeddings) -> the method's loss on the embeddings ([rows, H], one tensor per view)
 and backpropagates either in one go (objective(batch)) or chunk by chunk with gradient caching
@@ -46,7 +46,8 @@ def pooled(encoder: BertModel, pooling: str, inputs: Inputs) -> torch.Tensor:
 
 
 def projection_mlp(hidden_size: int) -> nn.Module:
-    """Seed 002 (after SimCLR): a 2-layer MLP on the embeddings during contrastive training, thrown away after."""
+    """Chen's CS224N report (after SimCLR): a 2-layer MLP on the embeddings during contrastive training, thrown away
+    after."""
     return MLP(hidden_size, hidden_size, hidden_size, dropout=0.0)
 
 
@@ -142,8 +143,8 @@ class MultipleNegatives(InBatchNegatives):
         return multiple_negatives_ranking_loss(*embeddings, scale=self.scale)
 
 
-# Seed 000 Appendix A.3, Table 5 (values from the authors' code): 1e-5 for 500 steps, then 8e-6, 6e-6, 4e-6,
-# and 2e-6 from step 2000 on; as multipliers of the peak --lr (default 1e-5).
+# Contrastive Tension (Carlsson et al.) Appendix A.3, Table 5 (values from the authors' code): 1e-5 for 500 steps,
+# then 8e-6, 6e-6, 4e-6, and 2e-6 from step 2000 on; as multipliers of the peak --lr (default 1e-5).
 CT_LR_STEPS = ((500, 1.0), (1000, 0.8), (1500, 0.6), (2000, 0.4))
 CT_LR_FINAL = 0.2
 
@@ -225,8 +226,9 @@ class SelfGuided(Objective):
 
 
 class SentimentFusion(nn.Module):
-    """Seed 002 fusion training: an SST batch first takes a cross-entropy step on a sentiment head over the
-    encoder's embeddings, then the method's contrastive step on the same sentences (the trainer does both)."""
+    """Chen's CS224N report's fusion training: an SST batch first takes a cross-entropy step on a sentiment head over
+    the encoder's embeddings, then the method's contrastive step on the same sentences (the pretraining run does
+    both)."""
 
     def __init__(self, encoder: BertModel, pooling: str):
         super().__init__()

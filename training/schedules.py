@@ -90,6 +90,17 @@ def plan_epoch(schedule: str, num_batches: Mapping[str, int], *, epoch: int = 0,
     return _merged_and_shuffled(num_batches, task_weights or {}, generator)
 
 
+def numbered(steps: Sequence[Step]) -> list[tuple[tuple[str, int], ...]]:
+    """An epoch's steps with each task's batch number: (task, k) takes the task's k-th batch of the epoch."""
+    taken: dict[str, int] = {}
+    numbered_steps = []
+    for step in steps:
+        numbered_steps.append(tuple((task, taken.get(task, 0)) for task in step))
+        for task in step:
+            taken[task] = taken.get(task, 0) + 1
+    return numbered_steps
+
+
 def _round_robin_batches(num_batches: Mapping[str, int], order: Sequence[str]) -> list[Step]:
     remaining = dict(num_batches)
     # Tasks not in the order are not trained; only the listed ones count towards exhaustion.
@@ -115,42 +126,3 @@ def _merged_and_shuffled(num_batches: Mapping[str, int], task_weights: Mapping[s
         raise ValueError("all task weights are zero; nothing to train")
     permutation = torch.randperm(len(merged), generator=generator).tolist()
     return [merged[i] for i in permutation]
-
-
-def _split_option(text: str, option: str) -> list[str]:
-    items = [item.strip() for item in text.split(",")]
-    if not text.strip() or any(not item for item in items):
-        raise ValueError(f"{option} {text!r}: expected a comma-separated list without empty entries")
-    return items
-
-
-def parse_task_order(text: str, tasks: Sequence[str]) -> tuple[str, ...]:
-    """'--task-order sst,para,sts' -> ('sst', 'para', 'sts'); repeats are allowed (see module doc)."""
-    order = tuple(_split_option(text, "--task-order"))
-    unknown = [task for task in order if task not in tasks]
-    if unknown:
-        raise ValueError(f"--task-order {text!r}: unknown task {unknown[0]!r}; known tasks: {', '.join(tasks)}")
-    return order
-
-
-def parse_task_weights(text: str, tasks: Sequence[str], option: str = "--task-weights") -> dict[str, float]:
-    """'para=2,sst=0.5' -> {'para': 2.0, 'sst': 0.5}, for the flag `option`. Tasks left out weigh 1."""
-    weights: dict[str, float] = {}
-    for item in _split_option(text, option):
-        task, equals, value = (part.strip() for part in item.partition("="))
-        if not equals or not task or not value:
-            raise ValueError(f"{option} {text!r}: {item!r} is not of the form task=weight")
-        if task not in tasks:
-            raise ValueError(f"{option} {text!r}: unknown task {task!r}; known tasks: {', '.join(tasks)}")
-        if task in weights:
-            raise ValueError(f"{option} {text!r}: task {task!r} is given twice")
-        try:
-            weight = float(value)
-        except ValueError:
-            raise ValueError(f"{option} {text!r}: weight {value!r} of {task!r} is not a number") from None
-        if not math.isfinite(weight) or weight < 0:
-            raise ValueError(f"{option} {text!r}: weight of {task!r} must be a finite number >= 0, got {value}")
-        weights[task] = weight
-    if set(weights) == set(tasks) and not any(weights.values()):
-        raise ValueError(f"{option} {text!r}: at least one task needs a positive weight")
-    return weights

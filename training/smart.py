@@ -15,9 +15,13 @@ T_x = 1, lambda_s = 1 (it tries 1, 3, 5), mu = 1, beta = 0.99.
 """
 import copy
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import nn
+
+from common.cli import AT_LEAST_0, AT_LEAST_1, POSITIVE, Range, flag
+from tasks import REGISTRY
 
 Divergence = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -71,3 +75,50 @@ class MovingAverage:
 
     def load_state_dict(self, state: dict) -> None:
         self.model.load_state_dict(state)
+
+
+@dataclass
+class SmartConfig:
+    """SMART's flags; its defaults are the paper's."""
+    smart: bool = flag(False, "SMART regularization (Jiang et al., 2020): an adversarial perturbation of the input "
+                              "embeddings and a Bregman proximal point term added to each task's loss")
+    smart_weight: float = flag(1.0, "SMART's lambda_s, the weight of the adversarial smoothness term", range=AT_LEAST_0)
+    smart_epsilon: float = flag(1e-5, "SMART's epsilon: the l_inf radius of the perturbation", range=POSITIVE)
+    smart_noise: float = flag(1e-5, "SMART's sigma: the standard deviation of the perturbation's start",
+                              range=AT_LEAST_0)
+    smart_step_size: float = flag(1e-3, "SMART's eta: the step of the perturbation's gradient ascent", range=POSITIVE)
+    smart_steps: int = flag(1, "SMART's T_x: gradient ascent steps of the perturbation", range=AT_LEAST_1)
+    bregman_weight: float = flag(1.0, "SMART's mu: the weight of the Bregman proximal point term (0 = off)",
+                                 range=AT_LEAST_0)
+    bregman_momentum: float = flag(0.99, "SMART's beta: the momentum of the weights the Bregman term compares with",
+                                   range=Range(0, 1, high_open=True))
+
+
+class Smart:
+    """SMART's two terms for a task's batch of a multitask model (model.MultitaskModel), with the flags' values."""
+
+    def __init__(self, config: SmartConfig, model: nn.Module):
+        self.config = config
+        self.average = MovingAverage(model, config.bregman_momentum) if config.bregman_weight else None
+
+    def regularizers(self, model: nn.Module, task: str, inputs: dict, raw: torch.Tensor) -> torch.Tensor:
+        config, divergence = self.config, REGISTRY[task].divergence
+        shape = (*inputs["input_ids"].shape, model.encoder.config.hidden_size)
+        total = config.smart_weight * smoothness_regularizer(
+            lambda nu: model(task, inputs, perturbation=nu), raw, shape, divergence, config.smart_epsilon,
+            config.smart_noise, config.smart_step_size, config.smart_steps)
+        if self.average is not None:
+            total = total + config.bregman_weight * divergence(raw, self.average.outputs(task, inputs))
+        return total
+
+    def update(self, model: nn.Module) -> None:
+        """After each optimizer step: the moving average follows the weights."""
+        if self.average is not None:
+            self.average.update(model)
+
+    def state_dict(self) -> dict | None:
+        return self.average.state_dict() if self.average is not None else None
+
+    def load_state_dict(self, state: dict | None) -> None:
+        if self.average is not None:
+            self.average.load_state_dict(state)

@@ -1,8 +1,8 @@
-"""multitask_classifier.py end to end on a tiny random encoder and tiny course-format files."""
+"""training/multitask.py through multitask_classifier.py, on a tiny random encoder and tiny course-format files."""
 import json
-import random
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -14,45 +14,20 @@ from common import cli
 from common.errors import CheckpointError
 from data.readers import read_quora, read_sentiment, read_sts
 from models import from_pretrained
-from models.checkpoint import load_heads
+from tests.conftest import assert_same_weights, checkpoint_weights, multitask_argv
 from training import multitask
-
-from tests.conftest import sentence
+from training.engine import Engine
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module")
-def tiny_data(tmp_path_factory):
-    folder, rng = tmp_path_factory.mktemp("data"), random.Random(0)
-    files = {"ids-sst": ("sentence", "sentiment", lambda: rng.randint(0, 4)),
-             "quora": ("sentence1\tsentence2", "is_duplicate", lambda: float(rng.randint(0, 1))),
-             "sts": ("sentence1\tsentence2", "similarity", lambda: round(rng.uniform(0, 5), 1))}
-    for stem, (columns, label, draw) in files.items():
-        for split, rows in (("train", 40), ("dev", 12), ("test-student", 10)):
-            lines = ["\tid\t" + columns + ("" if split == "test-student" else f"\t{label}")]
-            for i in range(rows):
-                texts = "\t".join(sentence(rng) for _ in columns.split("\t"))
-                lines.append(f"{i}\t{stem}-{split}-{i}\t{texts}" + ("" if split == "test-student" else f"\t{draw()}"))
-            (folder / f"{stem}-{split}.csv").write_text("\n".join(lines) + "\n")
-    return folder
-
-
-def args(tiny_model, tiny_data, out: Path, *extra):
-    return ["--model", str(tiny_model), "--data-dir", str(tiny_data), "--output-dir", str(out / "run"),
-            "--predictions-dir", str(out / "predictions"), "--batch-size", "8", "--epochs", "2", "--lr", "1e-3",
-            "--device", "cpu", *extra]
-
-
-def weights(folder: Path) -> dict[str, torch.Tensor]:
-    model = multitask.MultitaskModel(from_pretrained(folder))
-    load_heads(model, folder)
-    return model.state_dict()
+def args(tiny_model, course_data, out: Path, *extra):
+    return multitask_argv(tiny_model, course_data, out, "--batch-size", "8", "--epochs", "2", "--lr", "1e-3", *extra)
 
 
 @pytest.mark.parametrize("pair_encoding", ["bi", "para=cross,sts=bi"])
-def test_run_writes_checkpoints_metrics_and_leaderboard_files(tiny_model, tiny_data, tmp_path, pair_encoding):
-    metrics = multitask_classifier.main(args(tiny_model, tiny_data, tmp_path, "--schedule", "mtdnn",
+def test_run_writes_checkpoints_metrics_and_leaderboard_files(tiny_model, course_data, tmp_path, pair_encoding):
+    metrics = multitask_classifier.main(args(tiny_model, course_data, tmp_path, "--schedule", "mtdnn",
                                              "--pair-encoding", pair_encoding))
     assert set(metrics) >= {"sst", "para", "sts", "overall", "mean"}
     run = tmp_path / "run"
@@ -64,26 +39,26 @@ def test_run_writes_checkpoints_metrics_and_leaderboard_files(tiny_model, tiny_d
     readers = {"sst": lambda p, **k: read_sentiment(p, 5, **k), "para": read_quora, "sts": read_sts}
     for task, stem in (("sst", "ids-sst"), ("para", "quora"), ("sts", "sts")):
         for split, source in (("dev", f"{stem}-dev.csv"), ("test", f"{stem}-test-student.csv")):
-            records, _ = readers[task](tiny_data / source, labeled=split == "dev")
+            records, _ = readers[task](course_data / source, labeled=split == "dev")
             lines = (tmp_path / "predictions" / f"{task}-{split}-output.csv").read_text().splitlines()
             assert [line.split(",")[0].strip() for line in lines[1:]] == [r.id for r in records]
 
 
 @pytest.mark.parametrize("schedule", ["avg", "pcgrad"])
-def test_resumed_run_ends_with_the_same_weights(tiny_model, tiny_data, tmp_path, monkeypatch, schedule):
+def test_resumed_run_ends_with_the_same_weights(tiny_model, course_data, tmp_path, monkeypatch, schedule):
     # Uninterrupted run.
-    multitask_classifier.main(args(tiny_model, tiny_data, tmp_path / "full", "--schedule", schedule,
+    multitask_classifier.main(args(tiny_model, course_data, tmp_path / "full", "--schedule", schedule,
                                    "--eval-every", "2"))
     # The same run, killed in its second epoch after the checkpoint of step 6, then resumed.
-    original_step = multitask.MultitaskTrainer.train_step
+    original_step = multitask.MultitaskRun.step
 
     def dies_at_step_7(self, *a):
         if self.engine.step == 6:
             raise KeyboardInterrupt
         return original_step(self, *a)
 
-    monkeypatch.setattr(multitask.MultitaskTrainer, "train_step", dies_at_step_7)
-    interrupted = args(tiny_model, tiny_data, tmp_path / "resumed", "--schedule", schedule, "--eval-every", "2")
+    monkeypatch.setattr(multitask.MultitaskRun, "step", dies_at_step_7)
+    interrupted = args(tiny_model, course_data, tmp_path / "resumed", "--schedule", schedule, "--eval-every", "2")
     with pytest.raises(KeyboardInterrupt):
         multitask_classifier.main(interrupted)
     steps_after_resume = []
@@ -92,61 +67,59 @@ def test_resumed_run_ends_with_the_same_weights(tiny_model, tiny_data, tmp_path,
         steps_after_resume.append(self.engine.step)
         return original_step(self, *a)
 
-    monkeypatch.setattr(multitask.MultitaskTrainer, "train_step", counted_step)
+    monkeypatch.setattr(multitask.MultitaskRun, "step", counted_step)
     multitask_classifier.main(interrupted + ["--resume"])
     assert steps_after_resume[0] == 6, "the resumed run starts after the last checkpoint, not from scratch"
 
-    full, resumed = weights(tmp_path / "full/run/last"), weights(tmp_path / "resumed/run/last")
-    assert full.keys() == resumed.keys()
-    for name in full:
-        assert torch.allclose(full[name], resumed[name], atol=1e-6), name
+    assert_same_weights(checkpoint_weights(tmp_path / "resumed/run/last"),
+                        checkpoint_weights(tmp_path / "full/run/last"))
     # The best checkpoint too: the resumed run knows the best score of the evaluations before the kill.
     best = [json.loads((tmp_path / run / "run/best/metrics.json").read_text())["step"] for run in ("full", "resumed")]
     assert best[0] == best[1]
 
 
-def test_resume_refuses_changed_flags(tiny_model, tiny_data, tmp_path):
-    multitask_classifier.main(args(tiny_model, tiny_data, tmp_path, "--epochs", "1"))
+def test_resume_refuses_changed_flags(tiny_model, course_data, tmp_path):
+    multitask_classifier.main(args(tiny_model, course_data, tmp_path, "--epochs", "1"))
     with pytest.raises(Exception, match="flags differ.*batch_size"):
-        multitask_classifier.main(args(tiny_model, tiny_data, tmp_path, "--epochs", "1", "--resume",
+        multitask_classifier.main(args(tiny_model, course_data, tmp_path, "--epochs", "1", "--resume",
                                        "--batch-size", "4"))
 
 
-def test_resume_takes_flags_newer_than_the_run_as_their_defaults(tiny_model, tiny_data, tmp_path):
-    multitask_classifier.main(args(tiny_model, tiny_data, tmp_path, "--epochs", "1"))
+def test_resume_takes_flags_newer_than_the_run_as_their_defaults(tiny_model, course_data, tmp_path):
+    multitask_classifier.main(args(tiny_model, course_data, tmp_path, "--epochs", "1"))
     saved = tmp_path / "run" / "last" / "run_config.json"
     config = json.loads(saved.read_text())
     del config["loss_weights"], config["layer_lr_decay"]  # as written before these flags existed
     saved.write_text(json.dumps(config))
-    multitask_classifier.main(args(tiny_model, tiny_data, tmp_path, "--epochs", "1", "--resume"))
+    multitask_classifier.main(args(tiny_model, course_data, tmp_path, "--epochs", "1", "--resume"))
     with pytest.raises(Exception, match="flags differ.*layer_lr_decay"):
-        multitask_classifier.main(args(tiny_model, tiny_data, tmp_path, "--epochs", "1", "--resume",
+        multitask_classifier.main(args(tiny_model, course_data, tmp_path, "--epochs", "1", "--resume",
                                        "--layer-lr-decay", "0.5"))
 
 
-def test_init_refuses_heads_trained_under_other_head_flags(tiny_model, tiny_data, tmp_path):
-    multitask_classifier.main(args(tiny_model, tiny_data, tmp_path / "plain", "--epochs", "1", "--pair-mlp", "plain"))
+def test_init_refuses_heads_trained_under_other_head_flags(tiny_model, course_data, tmp_path):
+    multitask_classifier.main(args(tiny_model, course_data, tmp_path / "plain", "--epochs", "1", "--pair-mlp", "plain"))
     init = ["--init", str(tmp_path / "plain/run/best"), "--epochs", "1"]
     # Same tensors, other meaning: these would load without the check.
     with pytest.raises(CheckpointError, match="--pair-mlp plain"):
-        multitask_classifier.main(args(tiny_model, tiny_data, tmp_path / "residual", *init))
+        multitask_classifier.main(args(tiny_model, course_data, tmp_path / "residual", *init))
     with pytest.raises(CheckpointError, match="--pooling mean"):
-        multitask_classifier.main(args(tiny_model, tiny_data, tmp_path / "cls", *init, "--pair-mlp", "plain",
+        multitask_classifier.main(args(tiny_model, course_data, tmp_path / "cls", *init, "--pair-mlp", "plain",
                                        "--pooling", "cls"))
     with pytest.raises(CheckpointError, match="--no-common-layer"):
-        multitask_classifier.main(args(tiny_model, tiny_data, tmp_path / "cl", *init, "--pair-mlp", "plain",
+        multitask_classifier.main(args(tiny_model, course_data, tmp_path / "cl", *init, "--pair-mlp", "plain",
                                        "--common-layer"))
     # The same encodings spelled another way are the same flags.
-    multitask_classifier.main(args(tiny_model, tiny_data, tmp_path / "again", *init, "--pair-mlp", "plain",
+    multitask_classifier.main(args(tiny_model, course_data, tmp_path / "again", *init, "--pair-mlp", "plain",
                                    "--pair-encoding", "para=bi"))
 
 
-def test_init_from_an_encoder_alone_still_sets_the_cosine_floor(tiny_model, tiny_data, tmp_path):
+def test_init_from_an_encoder_alone_still_sets_the_cosine_floor(tiny_model, course_data, tmp_path):
     # A contrastive checkpoint has no heads, so M must be measured as for --model, not left at -1.
     def floor(*start):
-        config = cli.parse_config(multitask.MultitaskConfig, "", args(tiny_model, tiny_data, tmp_path, *start,
+        config = cli.parse_config(multitask.MultitaskConfig, "", args(tiny_model, course_data, tmp_path, *start,
                                                                       "--sts-target", "cosine-range"))
-        return multitask.MultitaskTrainer(config).model.heads["sts"].cosine_floor.item()
+        return multitask.MultitaskRun(config, Engine(config)).model.heads["sts"].cosine_floor.item()
 
     from_model = floor()
     assert from_model > -1
@@ -168,8 +141,8 @@ def test_offline_hub_model_is_a_clear_error_not_a_traceback(tmp_path):
     assert "Traceback" not in result.stderr
 
 
-def test_cosine_range_without_low_scored_training_pairs_is_a_clear_error(tiny_model, tiny_data, tmp_path):
-    result = run_cli(*args(tiny_model, tiny_data, tmp_path, "--sts-target", "cosine-range",
+def test_cosine_range_without_low_scored_training_pairs_is_a_clear_error(tiny_model, course_data, tmp_path):
+    result = run_cli(*args(tiny_model, course_data, tmp_path, "--sts-target", "cosine-range",
                            "--max-train-examples", "1"))
     assert result.returncode == 2 and "needs STS training pairs scored <= 0.25 and the 1 used have none" in result.stderr
     assert "Traceback" not in result.stderr
@@ -198,10 +171,10 @@ def test_weighted_losses_weigh_each_task_and_their_mean_is_the_step_loss():
     assert sum(multitask.weighted_losses(losses, {"sst": 3.0})).item() / 2 == (3 * 2 + 4) / 2
 
 
-def test_a_zero_loss_weight_leaves_the_encoder_untouched(tiny_model, tiny_data, tmp_path):
+def test_a_zero_loss_weight_leaves_the_encoder_untouched(tiny_model, course_data, tmp_path):
     # With no weight decay, a task weighted 0 gives zero gradients and AdamW moves nothing.
     def encoder_after(out, *extra):
-        multitask_classifier.main(args(tiny_model, tiny_data, out, "--tasks", "sst", "--epochs", "1",
+        multitask_classifier.main(args(tiny_model, course_data, out, "--tasks", "sst", "--epochs", "1",
                                        "--weight-decay", "0", *extra))
         return from_pretrained(out / "run" / "last").state_dict()
 
@@ -212,18 +185,18 @@ def test_a_zero_loss_weight_leaves_the_encoder_untouched(tiny_model, tiny_data, 
     assert not all(torch.equal(trained[name], start[name]) for name in start)
 
 
-def test_layer_lr_decay_gives_lower_layers_smaller_rates(tiny_model, tiny_data, tmp_path):
-    config = multitask.MultitaskConfig(model=str(tiny_model), data_dir=str(tiny_data), output_dir=str(tmp_path),
+def test_layer_lr_decay_gives_lower_layers_smaller_rates(tiny_model, course_data, tmp_path):
+    config = multitask.MultitaskConfig(model=str(tiny_model), data_dir=str(course_data), output_dir=str(tmp_path),
                                        device="cpu", lr=1e-3, head_lr=1e-2, layer_lr_decay=0.5)
-    trainer = multitask.MultitaskTrainer(config)
-    rate = {id(p): (group["lr"], group["weight_decay"]) for group in trainer.engine.optimizer.param_groups
+    run = multitask.MultitaskRun(config, Engine(config))
+    rate = {id(p): (group["lr"], group.get("weight_decay", config.weight_decay)) for group in run.parameter_groups()
             for p in group["params"]}
     expected = {"encoder.embeddings.word_embeddings.weight": 1e-3 * 0.5 ** 2,  # two layers below the top
                 "encoder.encoder.layer.0.attention.self.query.weight": 1e-3 * 0.5,
                 "encoder.encoder.layer.1.output.dense.weight": 1e-3,
                 "encoder.pooler.dense.weight": 1e-3,
                 "heads.sst.mlp.first.1.weight": 1e-2}
-    parameters = dict(trainer.model.named_parameters())
+    parameters = dict(run.model.named_parameters())
     for name, lr in expected.items():
         assert rate[id(parameters[name])] == pytest.approx((lr, config.weight_decay)), name
     assert rate[id(parameters["encoder.encoder.layer.0.output.LayerNorm.bias"])] == pytest.approx((1e-3 * 0.5, 0.0))
@@ -231,8 +204,8 @@ def test_layer_lr_decay_gives_lower_layers_smaller_rates(tiny_model, tiny_data, 
 
 
 @pytest.mark.parametrize("schedule", ["mtdnn", "rr-epoch"])
-def test_one_task_trains_with_the_default_task_order(tiny_model, tiny_data, tmp_path, schedule):
-    metrics = multitask_classifier.main(args(tiny_model, tiny_data, tmp_path, "--tasks", "sst", "--epochs", "1",
+def test_one_task_trains_with_the_default_task_order(tiny_model, course_data, tmp_path, schedule):
+    metrics = multitask_classifier.main(args(tiny_model, course_data, tmp_path, "--tasks", "sst", "--epochs", "1",
                                              "--schedule", schedule))
     assert "sst" in metrics and "para" not in metrics and "sts" not in metrics
 
@@ -241,3 +214,71 @@ def test_task_order_must_match_the_trained_tasks(tmp_path):
     result = run_cli("--tasks", "sst,sts", "--task-order", "sst,para,sts", "--output-dir", str(tmp_path))
     assert result.returncode == 2 and "must name each task of --tasks 'sst,sts'" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+# ---- every flag that shapes training reaches the run the command builds ----
+
+def built(tiny_model, course_data, tmp_path, *flags) -> multitask.MultitaskRun:
+    """The run multitask_classifier.py builds from these flags, before it trains (40 training rows a task)."""
+    config = cli.parse_config(multitask.MultitaskConfig, "", multitask_argv(tiny_model, course_data, tmp_path, *flags))
+    return multitask.MultitaskRun(config, Engine(config))
+
+
+def batches_per_task(run) -> list[Counter]:
+    return [Counter(task for _, batches in epoch for task, _ in batches) for epoch in run.plan()]
+
+
+@pytest.mark.parametrize("flags, per_epoch", [
+    # mtdnn: every task's 5 batches of 8 (40 rows); --task-weights w: ceil(w x 5) of them (MT-DNN's sampling)
+    (["--schedule", "mtdnn"], {"sst": 5, "para": 5, "sts": 5}),
+    (["--schedule", "mtdnn", "--task-weights", "para=2,sts=0.5"], {"sst": 5, "para": 10, "sts": 3}),
+    # avg: one batch of every task a step, as many steps as the smallest task has batches
+    (["--schedule", "avg", "--tasks", "sst,sts"], {"sst": 5, "sts": 5}),
+    # a step's batch is shared out between the accumulation parts: --grad-accum 2 makes batches of 16
+    (["--schedule", "mtdnn", "--grad-accum", "2"], {"sst": 3, "para": 3, "sts": 3}),
+    (["--schedule", "mtdnn", "--batch-size", "16"], {"sst": 3, "para": 3, "sts": 3}),
+])
+def test_schedule_flags_reach_the_plan(tiny_model, course_data, tmp_path, flags, per_epoch):
+    run = built(tiny_model, course_data, tmp_path, "--batch-size", "8", "--epochs", "2", *flags)
+    assert batches_per_task(run) == [Counter(per_epoch)] * 2
+    # Each task's batches of an epoch are numbered in order: the stream's k-th batch, once each.
+    for epoch in run.plan():
+        numbers = {}
+        for _, batches in epoch:
+            for task, k in batches:
+                numbers.setdefault(task, []).append(k)
+        assert all(ks == list(range(len(ks))) for ks in numbers.values())
+
+
+def test_task_order_and_sequential_epochs_reach_the_plan(tiny_model, course_data, tmp_path):
+    run = built(tiny_model, course_data, tmp_path, "--batch-size", "8", "--schedule", "rr-epoch",
+                "--task-order", "sts,sst,para", "--epochs", "1")
+    assert [batches[0][0] for _, batches in run.plan()[0]] == ["sts"] * 5 + ["sst"] * 5 + ["para"] * 5
+    run = built(tiny_model, course_data, tmp_path, "--batch-size", "8", "--schedule", "sequential",
+                "--task-order", "para,sts,sst", "--epochs", "3")
+    assert [set(batches_per_task_epoch) for batches_per_task_epoch in batches_per_task(run)] == [
+        {"para"}, {"sts"}, {"sst"}]
+
+
+def test_sample_sizes_and_max_length_reach_the_splits(tiny_model, course_data, tmp_path):
+    run = built(tiny_model, course_data, tmp_path, "--max-train-examples", "10", "--max-eval-examples", "4",
+                "--max-length", "9")
+    for splits in run.splits.values():
+        assert [len(splits[name]) for name in ("train", "dev", "test")] == [10, 4, 4]
+        lengths = [length for split in splits.values() for length in split.lengths()]
+        assert max(lengths) == 9  # sentences of up to 9 words, 11 tokens with [CLS] and [SEP]: cut at 9
+
+
+def test_option_pretrain_trains_the_heads_alone(tiny_model, course_data, tmp_path):
+    run = built(tiny_model, course_data, tmp_path, "--option", "pretrain")
+    trained = {id(p) for p in run.parameters()}
+    assert not trained & {id(p) for p in run.model.encoder.parameters()}
+    assert trained == {id(p) for p in run.model.heads.parameters()}
+    everything = built(tiny_model, course_data, tmp_path / "finetune")
+    assert len(everything.parameters()) == len(list(everything.model.parameters()))
+
+
+def test_smart_flags_reach_its_terms(tiny_model, course_data, tmp_path):
+    assert built(tiny_model, course_data, tmp_path).smart is None
+    run = built(tiny_model, course_data, tmp_path, "--smart", "--bregman-weight", "0", "--smart-epsilon", "0.01")
+    assert run.smart.average is None and run.smart.config.smart_epsilon == 0.01

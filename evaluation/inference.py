@@ -1,4 +1,4 @@
-"""The one evaluation loop: a model's soft outputs on a task's split, in the split's order."""
+"""Inference, the one evaluation loop: a model's soft outputs on a task's split, in the split's order."""
 import torch
 from tqdm import tqdm
 
@@ -8,7 +8,7 @@ from tasks import REGISTRY
 
 
 @torch.no_grad()
-def predict(model, split: TaskSplit, pad_id: int, batch_size: int = 128, autocast=None) -> torch.Tensor:
+def soft_outputs(model, split: TaskSplit, pad_id: int, batch_size: int = 128, autocast=None) -> torch.Tensor:
     """Soft outputs (tasks.Task.soft) for every example of `split`, in its order; batches sorted by length."""
     task = REGISTRY[split.task]
     device = next(model.parameters()).device

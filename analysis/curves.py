@@ -1,0 +1,160 @@
+"""curves: training loss per task and dev metrics over optimizer steps, for one or several runs, from their
+metrics.jsonl."""
+import dataclasses
+import json
+import logging
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from analysis.figures import COLORS, legend_outside, new_figure, save
+from analysis.report import distinct, items, short_names, write
+from common.cli import flag
+from common.errors import DataError
+from common.tables import markdown_table
+from tasks import REGISTRY
+
+log = logging.getLogger(__name__)
+METRIC_AXES = {"accuracy": "accuracy (fraction of dev examples)", "pearson": "Pearson r of predicted and gold scores"}
+# metric -> (title, y axis, table header): each task's own, then the course's two scores (tasks.summary)
+DEV_METRICS = {
+    **{name: (f"Dev {task.title} {task.metric_name}", METRIC_AXES[task.metric_name],
+              f"{task.title} {'acc' if task.metric_name == 'accuracy' else 'r'}") for name, task in REGISTRY.items()},
+    "overall": ("Dev overall score (the course leaderboard's)", "mean(SST acc, Quora acc, (STS r + 1) / 2)",
+                "overall"),
+    "mean": ("Dev mean of the three metrics", "mean(SST acc, Quora acc, STS r)", "mean")}
+
+
+@dataclass
+class CurvesConfig:
+    """Training loss per task and dev metrics over optimizer steps, one picture per metric, a line per run.
+
+    Read from each run's metrics.jsonl: the training loss from its "train" lines (every --log-every steps),
+    or, in runs without them, from the evaluation lines' train_loss (the epoch's mean so far); the dev
+    metrics from the evaluation lines.
+
+        python analyze.py curves --runs runs/multitask,runs/mtdnn-minilm
+    """
+    runs: str = flag("runs/multitask", "run folders (or their metrics.jsonl files), comma-separated")
+    out: str = flag("runs/analysis/curves", "folder for curves-*.png, curves.md and curves.json")
+
+    def __post_init__(self):
+        self.run_list = distinct("--runs", items(self.runs))
+
+
+# ---- compute ----
+
+@dataclass
+class RunCurves:
+    """A run's metrics.jsonl as series of (step, value), each sorted by step."""
+    train_loss: dict[str, list[tuple[int, float]]] = field(default_factory=dict)  # task -> series
+    dev: dict[str, list[tuple[int, float]]] = field(default_factory=dict)  # sst, para, sts, overall, mean -> series
+    train_loss_from: str = "train lines"  # or "eval lines" (older runs: the mean loss of the epoch so far)
+    train_lines: int = 0
+    eval_lines: int = 0
+
+
+def read_metrics(path: Path) -> tuple[list[dict], list[dict]]:
+    """(train lines, eval lines) of a metrics.jsonl. "event": "train" lines are written every --log-every
+    steps; evaluation lines carry "event": "eval" or, in older runs, no event. A line that is not a JSON
+    object with a step (a run killed while writing leaves half a line) is skipped and reported."""
+    if not path.is_file():
+        raise DataError(f"{path}: file not found" if not path.exists() else f"{path}: not a file")
+    train, evals, skipped = [], [], []
+    for number, text in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
+        if not text.strip():
+            continue
+        try:
+            line = json.loads(text)
+        except json.JSONDecodeError:
+            line = None
+        if not isinstance(line, dict) or not isinstance(line.get("step"), int):
+            skipped.append(number)
+        elif line.get("event") == "train" and isinstance(line.get("loss"), dict):
+            train.append(line)
+        elif line.get("event", "eval") == "eval" and isinstance(line.get("dev"), dict):
+            evals.append(line)
+        else:
+            skipped.append(number)
+    if skipped:
+        log.warning("%s: skipped %d line(s) that are neither train nor eval lines: %s", path, len(skipped),
+                    ", ".join(map(str, skipped[:5])) + (" ..." if len(skipped) > 5 else ""))
+    if not train and not evals:
+        raise DataError(f"{path}: no train or eval lines (one JSON object a line, with a step)")
+    return train, evals
+
+
+def _series(lines: list[dict], key: str) -> dict[str, list[tuple[int, float]]]:
+    # A resumed run repeats the steps after its last checkpoint: the later line of a step wins.
+    by_metric: dict[str, dict[int, float]] = {}
+    for line in lines:
+        for metric, value in line[key].items():
+            if isinstance(value, (int, float)) and math.isfinite(value):
+                by_metric.setdefault(metric, {})[line["step"]] = float(value)
+    return {metric: sorted(values.items()) for metric, values in by_metric.items()}
+
+
+def run_curves(train: list[dict], evals: list[dict]) -> RunCurves:
+    """Train loss per task from the train lines, or from the eval lines' train_loss when there are none;
+    dev metrics from the eval lines."""
+    from_train = bool(train)
+    return RunCurves(train_loss=_series(train, "loss") if from_train else
+                     _series([e for e in evals if isinstance(e.get("train_loss"), dict)], "train_loss"),
+                     dev=_series(evals, "dev"), train_loss_from="train lines" if from_train else "eval lines",
+                     train_lines=len(train), eval_lines=len(evals))
+
+
+# ---- draw ----
+
+def plot_curve(series: dict[str, list[tuple[int, float]]], path: Path, ylabel: str, title: str) -> Path:
+    """One line per run over optimizer steps; markers where there are few points (evaluations)."""
+    figure = new_figure(8, 5)
+    axes = figure.subplots()
+    for number, (run_name, points) in enumerate(series.items()):
+        steps, values = zip(*points)
+        axes.plot(steps, values, marker="o" if len(points) <= 30 else None, markersize=4,
+                  color=COLORS(number % 10), label=run_name)
+    axes.set(xlabel="optimizer step", ylabel=ylabel, title=title)
+    axes.grid(alpha=0.3)
+    legend_outside(figure, axes, below=True)
+    return save(figure, path)
+
+
+# ---- the subcommand: compute, draw, write ----
+
+def run(config: CurvesConfig) -> list[Path]:
+    paths = [Path(spec) if spec.endswith(".jsonl") else Path(spec) / "metrics.jsonl" for spec in config.run_list]
+    runs = {name: run_curves(*read_metrics(path))
+            for name, path in zip(short_names([str(path.parent) for path in paths]), paths)}
+    Path(config.out).mkdir(parents=True, exist_ok=True)
+    pictures = []
+    for task, spec in REGISTRY.items():
+        series = {f"{name} (epoch mean so far)" if curves.train_loss_from == "eval lines" else name:
+                  curves.train_loss[task] for name, curves in runs.items() if curves.train_loss.get(task)}
+        if series:
+            pictures.append(plot_curve(series, Path(config.out) / f"curves-train-loss-{task}.png",
+                                       ylabel=f"training loss: {spec.loss_description}",
+                                       title=f"{spec.title} training loss"))
+    for metric, (title, ylabel, _) in DEV_METRICS.items():
+        series = {name: curves.dev[metric] for name, curves in runs.items() if curves.dev.get(metric)}
+        if series:
+            pictures.append(plot_curve(series, Path(config.out) / f"curves-dev-{metric}.png", ylabel=ylabel,
+                                       title=title))
+    rows = {}
+    for name, curves in runs.items():
+        overall = curves.dev.get("overall", [])
+        best_step, best = max(overall, key=lambda point: point[1]) if overall else (None, None)
+        rows[name] = {"train lines": curves.train_lines, "eval lines": curves.eval_lines,
+                      "loss from": curves.train_loss_from,
+                      **{metric: series[-1][1] for metric, series in curves.dev.items()},
+                      "best overall": best, "at step": best_step if best_step is not None else "-"}
+    markdown = ("# Training curves\n\nThe dev columns are each run's last evaluation; training loss is read from "
+                "the train lines, or (runs without them) from the evaluation lines' mean loss of the epoch so far.\n\n"
+                + markdown_table(rows, ["train lines", "eval lines", "loss from", *DEV_METRICS, "best overall",
+                                        "at step"], label="run", digits=4,
+                                 headers=["train lines", "eval lines", "loss from",
+                                          *(header for _, _, header in DEV_METRICS.values()), "best overall",
+                                          "at step"]))
+    numbers = {"runs": {name: dataclasses.asdict(curves) for name, curves in runs.items()},
+               "pictures": [path.name for path in pictures]}
+    return [*pictures, *write(config.out, "curves", markdown, numbers, config)]

@@ -1,0 +1,179 @@
+"""errors: a finished multi-task run's dev errors, each task's as its kind describes them (tasks.Task.errors,
+error_report, error_panel: the SST confusion matrix, Quora's false positives and negatives, STS predicted
+against gold), and whether errors fall on the sentences the tasks share."""
+import textwrap
+from dataclasses import dataclass
+from itertools import combinations
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+
+from analysis.figures import new_figure, save
+from analysis.report import short_names, write
+from common.cli import flag
+from common.errors import DataError
+from common.files import DEFAULT_DATA
+from common.tables import markdown_table
+from evaluation.outputs import dev_records, load_member
+from tasks import REGISTRY
+
+FEW_SHARED = 30  # below this many sentences shared by two dev sets, their errors say nothing about each other
+
+
+@dataclass
+class ErrorsConfig:
+    """The dev errors of a finished multi-task run, from the outputs-{sst,para,sts}-dev.pt in its best/.
+
+    SST-5: the confusion matrix (counts and each gold class's row as fractions) and the misclassified
+    sentences; Quora: false positives and false negatives; STS: predicted against gold with Pearson r and
+    the pairs with the largest errors; all lists most confident (or largest) first. Then the sentences two
+    tasks' dev sets share, and whether both tasks get them wrong.
+
+        python analyze.py errors --run runs/multitask
+    """
+    run: str = flag("runs/multitask", "run folder (its best/ is read) or a checkpoint folder with outputs-*-dev.pt")
+    data_dir: str = flag(str(DEFAULT_DATA), "folder with the dev files the run was evaluated on (gold labels)")
+    top: int = flag(20, "rows of each list in the Markdown table (the JSON has them all)")
+    sts_error: float = flag(1.0, "an STS pair counts as wrong, when comparing tasks, if its error exceeds this")
+    out: str = flag("runs/analysis/errors", "folder for errors.png, errors.md and errors.json")
+
+    def __post_init__(self):
+        if self.top < 1:
+            raise ValueError("--top must be at least 1")
+
+
+# ---- compute: do two tasks get the same sentences wrong? ----
+
+def normalise_sentence(text: str) -> str:
+    """The same sentence in two files may differ in case and spacing."""
+    return " ".join(text.lower().split())
+
+
+def sentence_errors(texts: list[tuple[str, ...]], wrong: list[bool]) -> dict[str, bool]:
+    """Normalised sentence -> whether any dev example holding it (either side of a pair) is wrong."""
+    errors = {}
+    for sentences, is_wrong in zip(texts, wrong):
+        for text in sentences:
+            key = normalise_sentence(text)
+            errors[key] = errors.get(key, False) or bool(is_wrong)
+    return errors
+
+
+def cross_task_overlap(errors: dict[str, dict[str, bool]]) -> list[dict]:
+    """For every two tasks: the sentences both dev sets hold, and how many of them each task gets wrong,
+    beside each task's error rate over all its sentences (what coinciding errors would be compared with)."""
+    rows = []
+    for a, b in combinations(errors, 2):
+        shared = errors[a].keys() & errors[b].keys()
+        rows.append({"tasks": f"{a} & {b}", "shared": len(shared),
+                     "both_wrong": sum(errors[a][s] and errors[b][s] for s in shared),
+                     f"only_{a}_wrong": sum(errors[a][s] and not errors[b][s] for s in shared),
+                     f"only_{b}_wrong": sum(errors[b][s] and not errors[a][s] for s in shared),
+                     "neither_wrong": sum(not errors[a][s] and not errors[b][s] for s in shared),
+                     f"{a}_error_rate": sum(errors[a].values()) / len(errors[a]),
+                     f"{b}_error_rate": sum(errors[b].values()) / len(errors[b])})
+    return rows
+
+
+def overlap_section(overlap: list[dict], sts_error: float) -> list[str]:
+    rows = {}
+    for row in overlap:
+        a, b = row["tasks"].split(" & ")
+        rows[f"{REGISTRY[a].title} & {REGISTRY[b].title}"] = {
+            "shared": row["shared"], "both": row["both_wrong"], "only a": row[f"only_{a}_wrong"],
+            "only b": row[f"only_{b}_wrong"], "neither": row["neither_wrong"],
+            "rate a": row[f"{a}_error_rate"], "rate b": row[f"{b}_error_rate"]}
+    most = max((row["shared"] for row in overlap), default=0)
+    if most == 0:
+        verdict = "No two dev sets share a sentence: there is nothing to say about coinciding errors."
+    elif most < FEW_SHARED:
+        verdict = f"No two dev sets share more than {most} sentences: too few to say whether errors coincide."
+    else:
+        verdict = "Where 'both' is well above shared x rate a x rate b, errors coincide more than chance."
+    return ["\n## Sentences in more than one task's dev set\n",
+            (f"Sentences compared lower-cased, spaces collapsed; a sentence is wrong in a pair task if any pair "
+             f"holding it is (Quora: misclassified; STS: error > {sts_error:g}). a and b: the two tasks in the "
+             f"row's order; rate: the share of each task's own sentences that are wrong. {verdict}\n"),
+            markdown_table(rows, ["shared", "both", "only a", "only b", "neither", "rate a", "rate b"],
+                           label="tasks", digits=3,
+                           headers=["shared sentences", "wrong in both", "only a wrong", "only b wrong",
+                                    "neither wrong", "error rate a", "error rate b"])]
+
+
+# ---- draw: the kinds of panel a task's error_panel names ----
+
+def confusion_panel(axes, counts: np.ndarray, fractions: np.ndarray, classes: list[str], accuracy: float,
+                    title: str) -> None:
+    image = axes.imshow(fractions, cmap="Blues", vmin=0, vmax=1)
+    for gold in range(len(classes)):
+        for predicted in range(len(classes)):
+            axes.text(predicted, gold, f"{counts[gold, predicted]}\n{fractions[gold, predicted]:.0%}", ha="center",
+                      va="center", fontsize="small", color="white" if fractions[gold, predicted] > 0.5 else "black")
+    names = [textwrap.fill(name, 9) for name in classes]
+    axes.set_xticks(range(len(classes)), names, fontsize="small")
+    axes.set_yticks(range(len(classes)), names, fontsize="small")
+    axes.set(xlabel="predicted class", ylabel="gold class", title=f"{title} dev: counts and % of the gold class\n"
+                                                                  f"(accuracy {accuracy:.3f})")
+    axes.figure.colorbar(image, ax=axes, shrink=0.8, label="fraction of the gold class")
+
+
+def probabilities_panel(axes, p_paraphrase: np.ndarray, gold: np.ndarray, accuracy: float, title: str) -> None:
+    # The two gold classes' bars side by side in each bin (overlaid, they would hide each other).
+    axes.hist([p_paraphrase[gold == 0], p_paraphrase[gold == 1]], bins=np.linspace(0, 1, 21),
+              label=["gold: not paraphrase (right of 0.5: false positive)",
+                     "gold: paraphrase (left of 0.5: false negative)"])
+    axes.axvline(0.5, color="black", linestyle="--", linewidth=1)
+    axes.set(xlabel="predicted P(paraphrase)", ylabel="dev pairs", xlim=(0, 1),
+             title=f"{title} dev: predicted probability by gold label\n(accuracy {accuracy:.3f})")
+    # Under the axes: wherever the bars are, the legend is not on them.
+    axes.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.16))
+
+
+def scatter_panel(axes, predicted: np.ndarray, gold: np.ndarray, r: float, title: str) -> None:
+    axes.scatter(gold, predicted, s=8, alpha=0.4)
+    axes.plot([0, 5], [0, 5], color="black", linestyle="--", linewidth=1, label="predicted = gold")
+    axes.set(xlabel="gold similarity (0-5)", ylabel="predicted similarity (0-5)", xlim=(-0.2, 5.2), ylim=(-0.2, 5.2),
+             title=f"{title} dev: predicted against gold\n(Pearson r = {r:.3f})")
+    axes.set_aspect("equal")
+    axes.legend(fontsize="small", loc="upper left")
+
+
+PANELS = {"confusion": confusion_panel, "probabilities": probabilities_panel, "scatter": scatter_panel}
+
+
+def plot_errors(path: Path, title: str, panels: list[tuple[str, dict]]) -> Path:
+    """A panel per task the run has: (kind of panel, its arguments)."""
+    panels = [(PANELS[kind], arguments) for kind, arguments in panels]
+    # Larger type than the other pictures: three panels side by side are shrunk the most in a report.
+    with matplotlib.rc_context({"font.size": 12}):
+        figure = new_figure(6 * len(panels), 6.5)
+        for panel, (draw, arguments) in zip(figure.subplots(1, len(panels), squeeze=False)[0], panels):
+            draw(panel, **arguments)
+        figure.suptitle(title)
+        return save(figure, path)
+
+
+# ---- the subcommand: compute, draw, write ----
+
+def run(config: ErrorsConfig) -> list[Path]:
+    folder = Path(config.run)
+    if not folder.is_dir():
+        raise DataError(f"{folder}: run folder not found")
+    member = load_member(folder)
+    results, sentences, panels, sections = {}, {}, [], [f"# Dev errors of {config.run}"]
+    for name in (name for name in REGISTRY if name in member):
+        task, saved = REGISTRY[name], member[name]["dev"]
+        records, soft = dev_records(config.data_dir, name, saved["ids"]), saved["outputs"].float()
+        result = task.errors(records, soft, config.sts_error)
+        panels.append(task.error_panel(result, records, soft))
+        sentences[name] = sentence_errors([task.texts(r) for r in records], result.pop("wrong"))
+        results[name] = result
+        sections += ["", *task.error_report(result, config.top)]
+    Path(config.out).mkdir(parents=True, exist_ok=True)
+    picture = plot_errors(Path(config.out) / "errors.png", f"Dev errors of {short_names([config.run])[0]}", panels)
+    overlap = cross_task_overlap(sentences)
+    if len(sentences) > 1:
+        sections += overlap_section(overlap, config.sts_error)
+    numbers = {"results": results, "cross_task": overlap}
+    return [picture, *write(config.out, "errors", "\n".join(sections), numbers, config)]

@@ -1,0 +1,90 @@
+"""model.py: the multitask model multitask_classifier.py builds from its flags (the config object the command
+builds), its parameter groups and head calibration, and the check that refuses heads trained under other flags."""
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from common import cli
+from common.errors import CheckpointError
+from data.splits import TaskSplit, encode_views
+from heads.paraphrase import CrossEncodedPairHead, ParaphraseHead
+from heads.similarity import CrossEncodedSimilarityHead, SimilarityHead
+from model import ModelConfig, build_model, check_head_flags, encoder_depth
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def built(tiny_model, *argv: str):
+    return build_model(cli.parse_config(ModelConfig, "", list(argv)), tiny_model)
+
+
+def test_the_task_flags_choose_the_heads(tiny_model):
+    model = built(tiny_model, "--tasks", "sts,sst")
+    assert list(model.heads) == ["sts", "sst"] and model.common is None and model.pooling == "mean"
+    assert [task.name for task in model.tasks] == ["sts", "sst"]
+
+
+@pytest.mark.parametrize("argv, check", [
+    (["--pooling", "cls"], lambda m: m.pooling == "cls"),
+    (["--common-layer"], lambda m: isinstance(m.common, nn.Module)),
+    (["--pair-encoding", "para=cross"], lambda m: isinstance(m.heads["para"], CrossEncodedPairHead)
+     and isinstance(m.heads["sts"], SimilarityHead)),
+    (["--pair-encoding", "cross"], lambda m: isinstance(m.heads["sts"], CrossEncodedSimilarityHead)),
+    (["--pair-encoding", "bi"], lambda m: isinstance(m.heads["para"], ParaphraseHead)),
+    # --share: how the two bi-encoded pair heads' MLPs relate
+    (["--share", "all"], lambda m: m.heads["para"].mlp is m.heads["sts"].mlp),
+    (["--share", "first-layer"], lambda m: m.heads["para"].mlp is not m.heads["sts"].mlp
+     and m.heads["para"].mlp.first is m.heads["sts"].mlp.first),
+    (["--share", "none"], lambda m: m.heads["para"].mlp.first is not m.heads["sts"].mlp.first),
+    (["--pair-mlp", "plain"], lambda m: not m.heads["para"].mlp.residual),
+    (["--pair-mlp", "residual"], lambda m: m.heads["para"].mlp.residual),
+    (["--pair-encoding", "cross", "--cross-head", "ph"], lambda m: not m.heads["para"].use_difference),
+    (["--head-dropout", "0.15"], lambda m: {d.p for d in m.heads.modules() if isinstance(d, nn.Dropout)} == {0.15}),
+])
+def test_each_head_flag_reaches_the_model(tiny_model, argv, check):
+    assert check(built(tiny_model, *argv))
+
+
+def test_layer_depths_and_parameter_groups_by_hand(tiny_model):
+    names = ("embeddings.word_embeddings.weight", "encoder.layer.0.output.dense.bias",
+             "encoder.layer.1.output.dense.bias", "pooler.dense.weight")
+    assert [encoder_depth(name, 2) for name in names] == [2, 1, 0, 0]
+    model = built(tiny_model, "--tasks", "sst")
+    groups = model.parameter_groups(lr=1e-3, head_lr=1e-2, layer_lr_decay=0.5)
+    rate = {id(p): (group["lr"], "weight_decay" not in group) for group in groups for p in group["params"]}
+    parameters = dict(model.named_parameters())
+    assert rate[id(parameters["encoder.embeddings.word_embeddings.weight"])] == (pytest.approx(2.5e-4), True)
+    assert rate[id(parameters["encoder.encoder.layer.0.output.LayerNorm.bias"])] == (pytest.approx(5e-4), False)
+    assert rate[id(parameters["heads.sst.mlp.first.1.weight"])] == (pytest.approx(1e-2), True)
+    assert len(rate) == len(parameters)  # each parameter in one group
+
+
+def test_calibration_measures_the_cosine_floor_in_eval_mode(tiny_model, tokenizer):
+    model = built(tiny_model, "--tasks", "sts", "--sts-target", "cosine-range")
+    texts = [("a cat sat", "a dog ran"), ("the red car", "a big tree"), ("a house", "the mat")]
+    split = TaskSplit("sts", ["0", "1", "2"], encode_views(tokenizer, texts, "bi", 32, source=None),
+                      torch.tensor([0.0, 0.2, 4.0]))
+    model.train()
+    model.calibrate({"sts": split}, tokenizer.pad_id)
+    assert model.training  # back in training mode
+    with torch.no_grad():
+        model.eval()
+        embeddings = model.embed(split.batch([0, 1], tokenizer.pad_id)["inputs"])
+    first, second = embeddings.chunk(2)
+    expected = torch.nn.functional.cosine_similarity(model.heads["sts"].mlp(first), model.heads["sts"].mlp(second))
+    assert model.heads["sts"].cosine_floor.item() == pytest.approx(expected.mean().item(), abs=1e-6)
+
+
+def test_heads_of_other_head_flags_are_refused(tmp_path):
+    (tmp_path / "run_config.json").write_text(json.dumps({"pooling": "cls", "pair_encoding": "para=cross,sts=bi"}))
+    # The same flags, spelled another way.
+    check_head_flags(cli.parse_config(ModelConfig, "", ["--pooling", "cls", "--pair-encoding", "para=cross",
+                                                        "--pair-mlp", "plain"]), tmp_path)
+    with pytest.raises(CheckpointError, match="--pooling cls"):
+        check_head_flags(cli.parse_config(ModelConfig, "", ["--pair-encoding", "para=cross", "--pair-mlp", "plain"]),
+                         tmp_path)
+    with pytest.raises(CheckpointError, match="--pair-mlp plain"):  # saved before --pair-mlp: plain
+        check_head_flags(cli.parse_config(ModelConfig, "", ["--pooling", "cls", "--pair-encoding", "para=cross"]),
+                         tmp_path)
