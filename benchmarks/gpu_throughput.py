@@ -249,7 +249,8 @@ def main(argv=None):
     args.device = resolve_device(args.device)
     device_name, peak = describe(args.device, args.peak_tflops)
     tokenizer = Tokenizer.from_pretrained(args.tokenizer)
-    real = real_batches(tokenizer, args.data, args.real_batches, args.batch_size, args.max_length, args.seed)
+    real = real_batches(tokenizer, args.data, args.real_batches, args.batch_size, args.max_length,
+                        args.seed) if args.real_batches else []
     shape = dict(SHAPES[args.shape])
     for key, flag in (("hidden_size", "hidden"), ("num_hidden_layers", "layers"), ("num_attention_heads", "heads"),
                       ("intermediate_size", "intermediate")):
