@@ -16,3 +16,9 @@ class CheckpointError(UserError):
 
 class UsageError(UserError):
     """Flags that cannot work together or on this machine, found after parsing (e.g. fp16 on a CPU)."""
+
+
+class FlagError(UsageError, ValueError):
+    """A flag's value that this machine, this torch or this data cannot serve (unpadded attention, compile, a
+    token budget below the longest input), found below the command: a ValueError too, so a config's own checks
+    (cli.parse_config) report it as a usage error like cli.run does."""

@@ -1,6 +1,7 @@
 """minBERT: our BERT encoder, its loading, tokenizer, pooling and AdamW."""
 from common.errors import CheckpointError
-from models.bert import BertModel, BertOutput
+from models.bert import ATTENTION, BertModel, BertOutput
+from models.compile import compile_encoder
 from models.config import BertConfig
 from models.loading import from_pretrained
 from models.optimizer import AdamW

@@ -1,4 +1,5 @@
 """Our encoder against transformers.BertModel on the same checkpoint and the same padded batch of real sentences."""
+import pytest
 import torch
 import transformers
 
@@ -30,10 +31,13 @@ def assert_same_outputs(ours, theirs, batch):
     assert (mine.pooler_output - reference.pooler_output).abs().max() <= TOLERANCE
 
 
-def test_minilm_matches_transformers(minilm_dir, data_dir):
+@pytest.mark.parametrize("attention", ["padded", "unpadded"])
+def test_minilm_matches_transformers(minilm_dir, data_dir, attention):
     tokenizer = Tokenizer.from_pretrained("all-MiniLM-L6-v2")
     batch = tokenizer(real_sentences(data_dir))
-    assert_same_outputs(from_pretrained("all-MiniLM-L6-v2"), transformers.BertModel.from_pretrained(minilm_dir), batch)
+    ours = from_pretrained("all-MiniLM-L6-v2")
+    ours.attention = attention
+    assert_same_outputs(ours, transformers.BertModel.from_pretrained(minilm_dir), batch)
 
 
 def test_bert_base_shaped_checkpoint_matches_transformers(tmp_path, minilm_dir, data_dir):
