@@ -130,7 +130,9 @@ def parse_args(argv: list[str] | None):
     parser.add_argument("--cfimdb", help="a movie review whose polarity to predict (runs trained with cfimdb)")
     parser.add_argument("--para", nargs=2, metavar=("Q1", "Q2"), help="two questions: are they paraphrases?")
     parser.add_argument("--sts", nargs=2, metavar=("S1", "S2"), help="two sentences: how similar are they, 0-5?")
-    parser.add_argument("--task", choices=REGISTRY, help="the task of --input")
+    parser.add_argument("--task", choices=REGISTRY, help="the task of --input: sst (a sentence: its SST-5 sentiment), "
+                        "para (two questions: paraphrases or not), sts (two sentences: similarity 0-5), cfimdb "
+                        "(a movie review: positive or negative)")
     parser.add_argument("--input", help="a file of examples: the course's CSV format, or one example a line "
                                         "(a pair's two sentences separated by a tab)")
     parser.add_argument("--output", help="write the predictions here (tab-separated) instead of printing them")
