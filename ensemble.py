@@ -41,9 +41,11 @@ METHODS = ("mean", "best", "weighted")
 
 @dataclass
 class EnsembleConfig:
-    members: str = flag("", "checkpoint folders holding outputs-*.pt (a run folder means its best/), comma-separated")
-    method: str = flag("mean", "mean: equal weights; best: per task the member best on dev; "
-                                "weighted: per task weights fitted on dev", choices=METHODS)
+    members: str = flag("", "the finished runs to combine, comma-separated (required): run folders (their best/) "
+                            "or checkpoint folders holding outputs-*.pt")
+    method: str = flag("mean", "mean: equal weights; best: per task all the weight on the member best on dev; "
+                                "weighted: per task weights fitted on dev by greedy selection (--rounds)",
+                       choices=METHODS)
     rounds: int = flag(20, "weighted: rounds of greedy selection; the weights are multiples of 1/rounds",
                        range=AT_LEAST_1)
     data_dir: str = flag(str(DEFAULT_DATA), "folder with the course's dev files (the labels)")

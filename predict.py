@@ -122,7 +122,8 @@ def parse_args(argv: list[str] | None):
     for name, task in REGISTRY.items():  # --sst SENTENCE, --para S1 S2, ...: an example of each task
         parser.add_argument(f"--{name}", nargs=2 if task.pair else None, metavar=("S1", "S2") if task.pair else None,
                             help=f"predict {task.description} of {'two sentences' if task.pair else 'a sentence'}")
-    parser.add_argument("--task", choices=REGISTRY, help="the task of --input")
+    parser.add_argument("--task", choices=REGISTRY, help="the task of --input: " + "; ".join(
+        f"{name}, {task.description}" for name, task in REGISTRY.items()))
     parser.add_argument("--input", help="a file of examples: the course's CSV format, or one example a line "
                                         "(a pair's two sentences separated by a tab)")
     parser.add_argument("--output", help="write the predictions here (tab-separated) instead of printing them")

@@ -15,12 +15,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import pretrain_contrastive  # noqa: E402
+from common.cli import HelpFormatter  # noqa: E402
 from common.files import DEFAULT_DATA  # noqa: E402
 from common.tables import markdown_table  # noqa: E402
 from evaluation.sts_benchmark import EVAL_SETS, sts_benchmark  # noqa: E402
 from models import Tokenizer, from_pretrained  # noqa: E402
 
-# (row name, method, data): the seven runs; mnrl takes NLI's (anchor, entailment, contradiction) triplets.
+# row name -> (method, data): seven runs; mnrl takes NLI's (anchor, entailment, contradiction) triplets.
 RUNS = {
     "simcse-unlabeled": ("simcse", "unlabeled"),
     "simcse-nli": ("simcse", "nli"),
@@ -29,6 +30,15 @@ RUNS = {
     "ct-unlabeled": ("ct", "unlabeled"),
     "sg-opt-unlabeled": ("sg-opt", "unlabeled"),
     "consert-unlabeled": ("consert", "unlabeled"),
+}
+RUN_WORDS = {
+    "simcse-unlabeled": "unsupervised SimCSE (two dropout views of a sentence) on unlabeled sentences",
+    "simcse-nli": "supervised SimCSE on NLI (entailments as positives, contradictions as hard negatives)",
+    "simcse-quora": "SimCSE on Quora (duplicates as positives, non-duplicates as negatives)",
+    "mnrl-nli": "multiple negatives ranking loss on NLI triplets",
+    "ct-unlabeled": "Contrastive Tension (two copies of the encoder) on unlabeled sentences",
+    "sg-opt-unlabeled": "self-guided SG-OPT (the frozen encoder's layers guide the trained one) on unlabeled sentences",
+    "consert-unlabeled": "ConSERT (two augmented views) on unlabeled sentences",
 }
 
 
@@ -43,13 +53,21 @@ def score(model: str | Path, pooling: str, data_dir: str) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="all-MiniLM-L6-v2")
-    parser.add_argument("--pooling", default="cls", choices=("cls", "mean"))
-    parser.add_argument("--max-steps", type=int, default=300)
-    parser.add_argument("--runs", default=",".join(RUNS), help=f"comma-separated, of: {', '.join(RUNS)}")
-    parser.add_argument("--data-dir", default=str(DEFAULT_DATA))
-    parser.add_argument("--output-root", type=Path, default=Path("runs/contrastive"))
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    parser.add_argument("--model", default="all-MiniLM-L6-v2",
+                        help="encoder every run starts from: hub id, checkpoint folder, or all-MiniLM-L6-v2")
+    parser.add_argument("--pooling", default="cls", choices=("cls", "mean"),
+                        help="sentence embedding, in training and scoring: cls = the final [CLS] vector; "
+                             "mean = the mean of the final token vectors")
+    parser.add_argument("--max-steps", type=int, default=300, help="optimizer steps of each run (of each stage)")
+    parser.add_argument("--runs", default=",".join(RUNS),
+                        help="the runs to make, comma-separated: " + "; ".join(f"{name}: {words}"
+                                                                             for name, words in RUN_WORDS.items()))
+    parser.add_argument("--data-dir", default=str(DEFAULT_DATA),
+                        help="folder with the training data, sts-eval/ and sts-dev.csv")
+    parser.add_argument("--output-root", type=Path, default=Path("runs/contrastive"),
+                        help="each run's checkpoint goes to OUTPUT_ROOT/POOLING/RUN, the table to "
+                             "OUTPUT_ROOT/POOLING/results.json")
     args, passthrough = parser.parse_known_args(argv)
     names = args.runs.split(",")
     if unknown := sorted(set(names) - set(RUNS)):

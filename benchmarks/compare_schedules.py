@@ -5,7 +5,8 @@
 Each schedule sees every task's N examples E times (sequential gets 3 x E epochs, E per task, since it
 trains one task per epoch; avg and pcgrad take one batch of every task per step, so they take a third
 of the steps of the others for the same batches). Prints a Markdown table of best dev metrics, steps
-and wall time; each run's files are under --output-root/SCHEDULE.
+and wall time; each run's files are under --output-root/SCHEDULE. Any other multitask_classifier.py flag
+is passed on to every run.
 """
 import argparse
 import json
@@ -15,18 +16,26 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import multitask_classifier  # noqa: E402
+from common.cli import HelpFormatter  # noqa: E402
 from common.tables import markdown_table  # noqa: E402
 from tasks import COURSE_TASKS  # noqa: E402
 from training.schedules import SCHEDULES  # noqa: E402
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="all-MiniLM-L6-v2")
-    parser.add_argument("--max-train-examples", type=int, default=1024)
-    parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--schedules", default=",".join(SCHEDULES))
-    parser.add_argument("--output-root", type=Path, default=Path("runs/schedules"))
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    parser.add_argument("--model", default="all-MiniLM-L6-v2",
+                        help="encoder every run starts from: hub id, checkpoint folder, or all-MiniLM-L6-v2")
+    parser.add_argument("--max-train-examples", type=int, default=1024,
+                        help="the random sample of training examples per task that every schedule sees")
+    parser.add_argument("--epochs", type=int, default=2,
+                        help="passes over the sample (sequential gets 3 x this many epochs, this many per task)")
+    parser.add_argument("--schedules", default=",".join(SCHEDULES),
+                        help=f"the schedules to compare, comma-separated, of: {', '.join(SCHEDULES)} (what each does: "
+                             f"`multitask_classifier.py --help`, --schedule)")
+    parser.add_argument("--output-root", type=Path, default=Path("runs/schedules"),
+                        help="each schedule's run goes to OUTPUT_ROOT/SCHEDULE/run, its leaderboard files to "
+                             "OUTPUT_ROOT/SCHEDULE/predictions")
     args, passthrough = parser.parse_known_args()  # any other multitask_classifier.py flag is passed on
     rows = []
     for schedule in args.schedules.split(","):

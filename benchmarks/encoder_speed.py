@@ -15,6 +15,7 @@ import torch
 import transformers
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from common.cli import HelpFormatter  # noqa: E402
 from models import from_pretrained  # noqa: E402
 from models.loading import resolve_checkpoint  # noqa: E402
 
@@ -35,12 +36,15 @@ def step_seconds(model, batch, train: bool) -> float:
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="all-MiniLM-L6-v2")
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--tokens", type=int, default=32)
-    parser.add_argument("--repeats", type=int, default=10)
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    parser.add_argument("--model", default="all-MiniLM-L6-v2",
+                        help="checkpoint both sides load: hub id, checkpoint folder, or all-MiniLM-L6-v2")
+    parser.add_argument("--batch-size", type=int, default=32, help="sentences per batch")
+    parser.add_argument("--tokens", type=int, default=32,
+                        help="tokens per sentence (random token ids; half the batch padded to half as many)")
+    parser.add_argument("--repeats", type=int, default=10, help="timed steps per side; the median is printed")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                        help="where to run: cpu, cuda, cuda:1, ... (by default cuda when present)")
     args = parser.parse_args()
     folder = resolve_checkpoint(args.model)
     models = {"ours": from_pretrained(folder).to(args.device),

@@ -17,8 +17,8 @@ from tqdm import tqdm
 from transformers import AutoModelForSequenceClassification, get_linear_schedule_with_warmup
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common.cli import resolve_device  # noqa: E402
-from common.files import write_json  # noqa: E402
+from common.cli import HelpFormatter, resolve_device  # noqa: E402
+from common.files import DEFAULT_DATA, write_json  # noqa: E402
 from models import Tokenizer  # noqa: E402
 from models.loading import resolve_checkpoint  # noqa: E402
 from models.tokenizer import collate  # noqa: E402
@@ -82,18 +82,29 @@ def run_task(task, args, folder, tokenizer):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="all-MiniLM-L6-v2", help="hub id, checkpoint folder or packaged name")
-    parser.add_argument("--data", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "data")
-    parser.add_argument("--epochs", default="sst=2,para=1,sts=2", help="task=epochs, comma-separated")
-    parser.add_argument("--tasks", default="sst,para,sts")
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--lr", type=float, default=5e-5)
-    parser.add_argument("--max-length", type=int, default=128)
-    parser.add_argument("--max-train-examples", type=int, default=0, help="0 = all")
-    parser.add_argument("--seed", type=int, default=0)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    parser.add_argument("--model", default="all-MiniLM-L6-v2",
+                        help="starting weights of every task's model: hub id, checkpoint folder, or all-MiniLM-L6-v2")
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder with the course's data files")
+    parser.add_argument("--epochs", default="sst=2,para=1,sts=2",
+                        help="training epochs of each task's model, task=epochs, comma-separated (every task of "
+                             "--tasks needs one)")
+    parser.add_argument("--tasks", default="sst,para,sts",
+                        help="the tasks to train a model for, comma-separated, of: sst (SST-5 sentiment, 5 classes, "
+                             "accuracy), para (Quora paraphrase, accuracy), sts (STS similarity 0-5, a regression, "
+                             "Pearson r), cfimdb (movie-review polarity, accuracy)")
+    parser.add_argument("--batch-size", type=int, default=32, help="training examples per batch")
+    parser.add_argument("--lr", type=float, default=5e-5,
+                        help="peak learning rate (AdamW, weight decay 0.01, 10%% linear warm-up, then linear decay)")
+    parser.add_argument("--max-length", type=int, default=128,
+                        help="tokens per input (a pair's two sentences together); longer ones are truncated")
+    parser.add_argument("--max-train-examples", type=int, default=0,
+                        help="train on the first N examples of each training file (0 = all)")
+    parser.add_argument("--seed", type=int, default=0, help="random seed (head initialisation, batch order)")
     parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (auto: cuda when present)")
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/hf_single_task_baseline.json"))
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/hf_single_task_baseline.json"),
+                        help="JSON file for each task's dev metric, epochs and training seconds (rewritten after "
+                             "each task)")
     args = parser.parse_args()
     args.epochs = {k: int(v) for k, v in (item.split("=") for item in args.epochs.split(","))}
     args.device = resolve_device(args.device)

@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from common.cli import HelpFormatter  # noqa: E402
 from models import AdamW  # noqa: E402
 
 # bert-base: embeddings, 12 layers (attention, its output, the feed-forward pair, two LayerNorms), the pooler.
@@ -41,10 +42,11 @@ def step_seconds(make_optimizer, device: str, repeats: int) -> float:
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                        help="where the parameters live: cpu, cuda, cuda:1, ... (by default cuda when present)")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=5, help="timed steps per optimizer; the median is printed")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)

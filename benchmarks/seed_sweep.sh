@@ -6,7 +6,15 @@
 #
 #   DEVICE=cuda bash benchmarks/seed_sweep.sh "base-s1|--seed 1" "lw2-s1|--seed 1 --loss-weights sst=2"
 #
-# MODEL, DATA, DEVICE, PRECISION, RUNS (run folders) and RESULTS can be set; LIMIT caps each run's seconds.
+# Settings, as environment variables (default in brackets):
+#   MODEL      starting weights: hub id, checkpoint folder, or all-MiniLM-L6-v2 [all-MiniLM-L6-v2]
+#   DATA       folder with the course's data files [../shared/data]
+#   DEVICE     cpu, cuda, cuda:1, ... or auto (cuda when present) [auto]
+#   PRECISION  fp32, bf16 or fp16 (autocast on a GPU), or auto [fp32]
+#   RUNS       each run's folder goes to RUNS/NAME, its log to RUNS/NAME.log [runs/sweep]
+#   RESULTS    the JSON lines file of dev metrics [RUNS/sweep.jsonl]
+#   LIMIT      stop each run after this many seconds; 0: no limit [0]
+#   PYTHON     the Python to run [.venv/bin/python, else python3]
 #
 # usage: bash benchmarks/seed_sweep.sh "NAME|FLAGS" ...
 case "$1" in

@@ -15,6 +15,7 @@ from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from common.cli import HelpFormatter  # noqa: E402
 from common.tables import markdown_table  # noqa: E402
 from tasks import COURSE_TASKS  # noqa: E402
 from training.schedules import parse_task_weights  # noqa: E402
@@ -55,9 +56,11 @@ def summarize(records: list[dict], targets: dict) -> dict[str, dict]:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("results", type=Path, help="JSON lines written by benchmarks/seed_sweep.sh")
-    parser.add_argument("--targets", default="sst=0.48,para=0.84,sts=0.87", help="dev targets, task=value")
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    parser.add_argument("results", type=Path, help="the JSON lines file benchmarks/seed_sweep.sh wrote ($RESULTS)")
+    parser.add_argument("--targets", default="sst=0.48,para=0.84,sts=0.87",
+                        help="the dev scores a run must reach on every task to count as meeting the targets: "
+                             "task=value, comma-separated, for sst (accuracy), para (accuracy), sts (Pearson r)")
     args = parser.parse_args(argv)
     records = [json.loads(line) for line in args.results.read_text(encoding="utf-8").splitlines() if line.strip()]
     rows = summarize(records, parse_task_weights(args.targets, COURSE_TASKS, option="--targets"))

@@ -62,10 +62,11 @@ def check_ranges(config) -> None:
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
     """The command's docstring as written (its example lines stay lines), and each flag's default, except
-    where the default is None: those flags' help already says what they default to, per method."""
+    where the default is None (the help says what it defaults to, per method) or empty (the help says what
+    leaving the flag out does): "(default: )" tells a user nothing."""
 
     def _get_help_string(self, action):
-        return action.help if action.default is None else super()._get_help_string(action)
+        return action.help if action.default in (None, "") else super()._get_help_string(action)
 
 
 def build_parser(config_class: type, description: str) -> argparse.ArgumentParser:

@@ -87,13 +87,15 @@ TABLE_COLUMNS = (*EVAL_SETS, "sts-dev", "mean", "alignment", "uniformity")
 @dataclass
 class StsBenchmarkConfig:
     model: str = flag("all-MiniLM-L6-v2", "encoder to evaluate: hub id, checkpoint folder, or all-MiniLM-L6-v2")
-    pooling: str | None = flag(None, "sentence embedding (default: the pooling a checkpoint of ours was trained "
-                                     "with, from its run_config.json; else cls)", choices=POOLINGS)
+    pooling: str | None = flag(None, "sentence embedding: cls = the final [CLS] vector; mean = the mean of the "
+                                     "final token vectors; pooler = BERT's pooler output, tanh(dense([CLS])) "
+                                     "(default: the pooling a checkpoint of ours was trained with, from its "
+                                     "run_config.json; else cls)", choices=POOLINGS)
     data_dir: str = flag(str(DEFAULT_DATA), "folder with sts-eval/ and sts-dev.csv")
     max_length: int = flag(128, "tokens per sentence")
     batch_size: int = flag(128, "sentences per batch")
     device: str = flag("auto", "cpu, cuda, ... (auto: cuda when present)")
-    out: str = flag("", "also write the results as JSON here")
+    out: str = flag("", "also write the results as JSON to this file (left out: printed only)")
 
 
 def trained_pooling(model: str) -> str:

@@ -4,12 +4,24 @@ save_checkpoint writes config.json, model.safetensors and the tokenizer files; w
     modules.json, sentence_bert_config.json, 1_Pooling/config.json   SentenceTransformer(folder) computes our
                                                                      embeddings, with the run's pooling
     2_Dense/ (pooling "pooler" only)                                  BERT's pooler, tanh(dense([CLS])), as a layer
+    a Normalize module (when the base model has one)                  embeddings of length 1, as the base's
     README.md                                                         the model card
 and names the architecture in config.json. Without these files SentenceTransformer(folder) still loads, but
 silently mean-pools: a [CLS]-trained encoder would give other embeddings than ours.
 The sentence-transformers files use its original layout (module types under sentence_transformers.models,
 pooling_mode_* flags): versions 2 to 6 all read it.
+
+What the folder inherits from the base model, so that users get what they got from the base:
+- Normalize: all-MiniLM-L6-v2 ends in a Normalize module, so its users may compare embeddings by dot product;
+  a fine-tuned copy without it would give them other scores. Read from the base folder's modules.json (the
+  packaged all-MiniLM-L6-v2 ships one; a run started from one of our folders reads ours, so it carries on
+  down a chain of runs); for hub ids, whose folders hold only the weights, from KNOWN_CONVENTIONS.
+- max_seq_length: what the encoder takes, not the run's training crop (a contrastive run trains on 32
+  tokens; sentence-transformers would truncate every input there): the base's own sentence_bert_config.json
+  value if it has one, else the encoder's positions.
 """
+import shlex
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -27,6 +39,21 @@ HUB_IDS = {"all-minilm-l6-v2": "sentence-transformers/all-MiniLM-L6-v2"}
 UNKNOWN_LICENSE = "unknown"
 # The card's snippets load from here; whoever downloads the folder puts its path (or hub id) in its place.
 FOLDER_PLACEHOLDER = "path/to/this/folder"
+NORMALIZE = "sentence_transformers.models.Normalize"
+
+
+@dataclass(frozen=True)
+class Convention:
+    """How a base model's sentence-transformers users embed: length-1 embeddings or not, and up to how many
+    tokens (None: not said; the encoder's positions then)."""
+    normalize: bool = False
+    max_seq_length: int | None = None
+
+
+# Hub ids whose published sentence-transformers folder we know, for runs started from the hub id: the
+# downloaded folder holds only config, weights and tokenizer. all-MiniLM-L6-v2 is published as
+# Transformer (max_seq_length 256) -> Pooling (mean) -> Normalize.
+KNOWN_CONVENTIONS = {"sentence-transformers/all-minilm-l6-v2": Convention(normalize=True, max_seq_length=256)}
 
 POOLING_WORDS = {"cls": "the final [CLS] vector", "mean": "the mean of the final token vectors (padding excluded)",
                  "pooler": "BERT's pooler output, tanh(dense([CLS]))"}
@@ -37,24 +64,44 @@ TRANSFORMERS_POOLING = {
             "embeddings = (output.last_hidden_state * mask).sum(1) / mask.sum(1)",
     "pooler": "embeddings = output.pooler_output",
 }
+# The card's metrics section: what the numbers given to write_shareable_files are.
+METRICS_TITLES = {
+    "dev": "Dev metrics",
+    "sts-benchmark": "STS benchmark: Spearman x 100 of the embeddings' cosine similarities, before and after training",
+    "training": "Training statistics (not scores: the run was not evaluated; --eval adds the STS benchmark)",
+}
+# The multitask trainer's dev metrics in words.
+METRIC_NAMES = {"sst": "SST-5 sentiment accuracy", "para": "Quora paraphrase accuracy", "sts": "STS Pearson r",
+                "cfimdb": "CFIMDB polarity accuracy",
+                "overall": "course overall score: mean(SST acc, Quora acc, (STS r + 1) / 2)",
+                "mean": "plain mean of SST acc, Quora acc and STS r", "epoch": "epoch"}
 
 
 def write_shareable_files(folder: str | Path, *, pooling: str, max_length: int, base_model: str, command: str,
-                          metrics: dict, data_files: list[str]) -> None:
+                          metrics: dict, data_files: list[str], metrics_kind: str = "dev",
+                          eval_sample: int = 0) -> None:
     """Add the sentence-transformers files and a model card to a checkpoint folder written by save_checkpoint.
 
-    pooling and max_length: the run's (SentenceTransformer(folder) then embeds as embed_sentences does);
-    base_model: what the run started from (hub id, folder, or all-MiniLM-L6-v2), for the card's base model
-    and license; command: the exact command line; metrics: the dev metrics to show (nested dicts are fine);
-    data_files: the training data files. Each file is written atomically.
+    pooling: the run's (SentenceTransformer(folder) then pools as embed_sentences does); max_length: the run's
+    training crop, said on the card (the folder's max_seq_length is the encoder's, see the module's doc);
+    base_model: what the run started from (hub id, folder, or all-MiniLM-L6-v2), for the card's base model,
+    the license and the base's Normalize and max_seq_length; command: the exact command line; metrics: the
+    numbers to show (nested dicts are fine), of the kind metrics_kind names (METRICS_TITLES); eval_sample: the
+    --max-eval-examples the dev metrics were scored with (0: the full dev sets); data_files: the training
+    data files. Each file is written atomically.
     """
     folder = Path(folder)
     if pooling not in POOLINGS:
         raise ValueError(f"pooling {pooling!r} is not one of {POOLINGS}")
+    if metrics_kind not in METRICS_TITLES:
+        raise ValueError(f"metrics_kind {metrics_kind!r} is not one of {tuple(METRICS_TITLES)}")
     if not (folder / "config.json").is_file():
         raise CheckpointError(f"{folder}: no config.json; write the checkpoint with save_checkpoint first")
     config = read_json(folder / "config.json") | {"architectures": ["BertModel"], "model_type": "bert"}
-    hidden_size = config["hidden_size"]
+    hidden_size, positions = config["hidden_size"], config["max_position_embeddings"]
+    convention = base_convention(base_model)
+    # Never less than the run trained on, never more than the encoder's positions.
+    max_seq_length = min(max(convention.max_seq_length or positions, max_length), positions)
     modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
                {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
     # sentence-transformers has no pooler pooling; [CLS] pooling followed by a Dense tanh layer holding the
@@ -62,16 +109,21 @@ def write_shareable_files(folder: str | Path, *, pooling: str, max_length: int, 
     if pooling == "pooler":
         write_pooler_as_dense(folder / "2_Dense", folder, hidden_size)
         modules.append({"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"})
+    if convention.normalize:  # Normalize has no weights and no config: modules.json naming it is all it takes
+        index = len(modules)
+        modules.append({"idx": index, "name": str(index), "path": f"{index}_Normalize", "type": NORMALIZE})
     write_json(folder / "1_Pooling" / "config.json", {
         "word_embedding_dimension": hidden_size,
         "pooling_mode_cls_token": pooling in ("cls", "pooler"), "pooling_mode_mean_tokens": pooling == "mean",
         "pooling_mode_max_tokens": False, "pooling_mode_mean_sqrt_len_tokens": False})
     # Lower-casing stays the tokenizer's business (tokenizer_config.json), as in embed_sentences.
-    write_json(folder / "sentence_bert_config.json", {"max_seq_length": max_length, "do_lower_case": False})
+    write_json(folder / "sentence_bert_config.json", {"max_seq_length": max_seq_length, "do_lower_case": False})
     write_json(folder / "config.json", config)
     with atomic_file(folder / "README.md") as temp:
-        temp.write_text(model_card(pooling=pooling, max_length=max_length, hidden_size=hidden_size,
-                                   base_model=base_model, command=command, metrics=metrics, data_files=data_files),
+        temp.write_text(model_card(pooling=pooling, max_length=max_length, max_seq_length=max_seq_length,
+                                   normalize=convention.normalize, hidden_size=hidden_size, base_model=base_model,
+                                   command=command, metrics=metrics, metrics_kind=metrics_kind,
+                                   eval_sample=eval_sample, data_files=data_files),
                         encoding="utf-8")
     write_json(folder / "modules.json", modules)  # last: a folder with modules.json has all the parts it names
 
@@ -89,6 +141,28 @@ def write_pooler_as_dense(dense_folder: Path, checkpoint: Path, hidden_size: int
                                               "activation_function": "torch.nn.modules.activation.Tanh"})
 
 
+def base_folder(base_model: str) -> Path | None:
+    """The local folder of the model a run started from, where there is one to read (not for hub ids)."""
+    key = base_model.lower()
+    if key in PACKAGED:
+        return packaged_folder(PACKAGED[key])
+    folder = Path(base_model).expanduser()
+    return folder if folder.is_dir() else None
+
+
+def base_convention(base_model: str) -> Convention:
+    """The base model's sentence-transformers convention: its folder's modules.json and sentence_bert_config.json
+    where it has them, else what is known of its hub id, else none (no Normalize, the encoder's positions)."""
+    folder = base_folder(base_model)
+    if folder is not None and (folder / "modules.json").is_file():
+        types = [module.get("type", "") for module in read_json(folder / "modules.json")]
+        settings = folder / "sentence_bert_config.json"
+        return Convention(normalize=any(kind.endswith(".Normalize") for kind in types),
+                          max_seq_length=read_json(settings).get("max_seq_length") if settings.is_file() else None)
+    hub_id = HUB_IDS.get(base_model.lower(), base_model)
+    return KNOWN_CONVENTIONS.get(hub_id.lower(), Convention())
+
+
 def describe_base_model(base_model: str) -> tuple[str | None, str]:
     """(hub id for the card's base_model field, license) of the model a run started from.
 
@@ -97,9 +171,9 @@ def describe_base_model(base_model: str) -> tuple[str | None, str]:
     bert-base-uncased's license is known, others are "unknown".
     """
     key = base_model.lower()
-    folder = packaged_folder(PACKAGED[key]) if key in PACKAGED else Path(base_model).expanduser()
+    folder = base_folder(base_model)
     card = front_matter(folder / "README.md") if folder is not None else {}
-    if key not in PACKAGED and folder.is_dir():
+    if key not in PACKAGED and folder is not None:
         hub_id = card.get("base_model")  # a local path means nothing on the hub
     else:
         hub_id = HUB_IDS.get(key, base_model)
@@ -116,30 +190,62 @@ def front_matter(card: Path) -> dict:
     return yaml.safe_load(text.split("---", 2)[1]) or {}
 
 
-def model_card(*, pooling: str, max_length: int, hidden_size: int, base_model: str, command: str, metrics: dict,
+def without_local_paths(command: str) -> str:
+    """The command with each absolute or home-relative path shortened to its last part (a card is published:
+    where the files lay on the machine that trained it means nothing elsewhere, and may say too much)."""
+    def shorten(word: str) -> str:
+        flag, equals, value = word.partition("=") if word.startswith("--") else ("", "", word)
+        if value.startswith(("/", "~")):
+            value = Path(value).name or value
+        return flag + equals + value
+    return shlex.join(shorten(word) for word in shlex.split(command))
+
+
+def format_number(value) -> str:
+    """Scores to 4 decimals; numbers below 0.01 (learning rates, small losses) to 4 significant digits, so that
+    5e-05 stays 5e-05 instead of rounding to 0.0001."""
+    if isinstance(value, bool) or not isinstance(value, float):
+        return str(value)
+    return f"{value:.4g}" if value and abs(value) < 0.01 else f"{value:.4f}"
+
+
+def model_card(*, pooling: str, max_length: int, max_seq_length: int, normalize: bool, hidden_size: int,
+               base_model: str, command: str, metrics: dict, metrics_kind: str, eval_sample: int,
                data_files: list[str]) -> str:
     hub_id, license_id = describe_base_model(base_model)
     meta = {"library_name": "sentence-transformers", "pipeline_tag": "sentence-similarity",
             "tags": ["sentence-transformers", "feature-extraction", "sentence-similarity", "transformers", "minbert"],
             **({"base_model": hub_id} if hub_id else {}), "license": license_id}
     license_text = license_id if license_id != UNKNOWN_LICENSE else "unknown, see the base model"
-    metric_rows = "\n".join(f"| {name} | {value:.4f} |" if isinstance(value, float) else f"| {name} | {value} |"
-                            for name, value in flatten(metrics))
-    data = "\n".join(f"- `{file}`" for file in data_files)
-    pooling_code = TRANSFORMERS_POOLING[pooling]
+    if base_folder(base_model) is not None and base_model.lower() not in PACKAGED:
+        base_text = f"the local checkpoint `{Path(base_model).name}`" + (f", itself from `{hub_id}`" if hub_id else "")
+    else:
+        base_text = f"`{hub_id}`"
+    metric_rows = "\n".join(f"| {METRIC_NAMES[name]} (`{name}`) | {format_number(value)} |" if name in METRIC_NAMES
+                            else f"| {name} | {format_number(value)} |" for name, value in flatten(metrics))
+    sample = (f"Scored on a random sample of at most {eval_sample:,} examples of each dev set "
+              f"(`--max-eval-examples {eval_sample}`), not on the full dev sets.\n\n"
+              if eval_sample and metrics_kind == "dev" else "")
+    data = "\n".join(f"- `{Path(file).name}`" for file in data_files)
+    length_words = (f" scaled to length 1, as the base model's are (so their dot product is their cosine)"
+                    if normalize else "")
+    ours_normalize = "\nembeddings = torch.nn.functional.normalize(embeddings, dim=-1)" if normalize else ""
+    ours_import = "import torch\n" if normalize else ""
+    pooling_code = TRANSFORMERS_POOLING[pooling] + ours_normalize
     return f"""---
 {yaml.safe_dump(meta, sort_keys=False).strip()}
 ---
 
 # BERT sentence encoder trained with minBERT
 
-A BERT encoder trained from `{base_model}` with the minBERT toolkit. A sentence's embedding is
-{POOLING_WORDS[pooling]} ({hidden_size} numbers; inputs are truncated to {max_length} tokens); compare two
-sentences by the cosine similarity of their embeddings.
+A BERT encoder trained from {base_text} with the minBERT toolkit. A sentence's embedding is
+{POOLING_WORDS[pooling]} ({hidden_size} numbers){length_words}; compare two sentences by the cosine similarity
+of their embeddings. Inputs longer than {max_seq_length} tokens are truncated; in training they were cut at
+{max_length} tokens.
 
 ## Base model
 
-`{base_model}`; license: {license_text}.
+{base_text}; license: {license_text}.
 
 ## Training data
 
@@ -147,13 +253,15 @@ sentences by the cosine similarity of their embeddings.
 
 ## Training command
 
+Local paths are shortened to their last part.
+
 ```bash
-{command}
+{without_local_paths(command)}
 ```
 
-## Dev metrics
+## {METRICS_TITLES[metrics_kind]}
 
-| metric | value |
+{sample}| metric | value |
 |---|---|
 {metric_rows}
 
@@ -161,15 +269,15 @@ sentences by the cosine similarity of their embeddings.
 
 Each snippet computes the same embeddings. Put this folder's path (or its hub id) in `folder`.
 
-With minBERT (this project):
+With minBERT (this project, from its repository root):
 
 ```python
-from models import Tokenizer, embed_sentences, from_pretrained
+{ours_import}from models import Tokenizer, embed_sentences, from_pretrained
 
 folder = "{FOLDER_PLACEHOLDER}"
 sentences = ["A man is playing a guitar.", "Someone plays the guitar on a stage tonight."]
 encoder, tokenizer = from_pretrained(folder), Tokenizer.from_pretrained(folder)
-embeddings = embed_sentences(encoder, tokenizer, sentences, pooling="{pooling}", max_length={max_length})
+embeddings = embed_sentences(encoder, tokenizer, sentences, pooling="{pooling}", max_length={max_seq_length}){ours_normalize}
 ```
 
 With transformers:
@@ -181,7 +289,7 @@ from transformers import AutoTokenizer, BertModel
 folder = "{FOLDER_PLACEHOLDER}"
 sentences = ["A man is playing a guitar.", "Someone plays the guitar on a stage tonight."]
 tokenizer, model = AutoTokenizer.from_pretrained(folder), BertModel.from_pretrained(folder).eval()
-batch = tokenizer(sentences, padding=True, truncation=True, max_length={max_length}, return_tensors="pt")
+batch = tokenizer(sentences, padding=True, truncation=True, max_length={max_seq_length}, return_tensors="pt")
 with torch.no_grad():
     output = model(**batch)
 {pooling_code}
@@ -200,7 +308,7 @@ embeddings = SentenceTransformer(folder).encode(sentences, convert_to_tensor=Tru
 
 
 def flatten(metrics: dict, prefix: str = ""):
-    """(dotted name, value) pairs of a nested metrics dict: {"dev": {"sst": 0.5}} -> ("dev.sst", 0.5)."""
+    """(dotted name, value) pairs of a nested metrics dict: {"after": {"sts12": 77.1}} -> ("after.sts12", 77.1)."""
     for key, value in metrics.items():
         if isinstance(value, dict):
             yield from flatten(value, f"{prefix}{key}.")

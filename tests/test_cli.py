@@ -11,6 +11,7 @@ class ExampleConfig:
     batch_size: int = flag(32, "examples per batch")
     lr: float | None = flag(None, "peak learning rate (default per method: simcse 3e-5, ct 1e-5)")
     eval: bool = flag(False, "evaluate after training")
+    out: str = flag("", "also write the results here (left out: printed only)")
 
     def __post_init__(self):
         if self.batch_size < 1:
@@ -20,11 +21,12 @@ class ExampleConfig:
 DESCRIPTION = "Example command.\n\n    python example.py --batch-size 64\n    python example.py --eval\n"
 
 
-def test_help_keeps_the_example_lines_and_shows_defaults_except_none():
+def test_help_keeps_the_example_lines_and_shows_defaults_except_none_and_empty():
     text = build_parser(ExampleConfig, DESCRIPTION).format_help()
     assert "    python example.py --batch-size 64\n    python example.py --eval\n" in text
     assert "(default: 32)" in text
     assert "(default: None)" not in text and "ct 1e-5)\n" in text
+    assert "(default: )" not in text and "(left out: printed only)\n" in text
 
 
 def test_flags_parse_into_the_config():

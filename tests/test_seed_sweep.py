@@ -1,4 +1,5 @@
 """benchmarks/seed_sweep.sh: --help prints its usage, and no option starts a run."""
+import re
 import subprocess
 from pathlib import Path
 
@@ -16,7 +17,10 @@ def test_help_prints_usage_and_starts_no_run(tmp_path, option):
     result = sweep(tmp_path, option)
     assert result.returncode == 0, result.stderr
     assert 'usage: bash benchmarks/seed_sweep.sh "NAME|FLAGS" ...' in result.stdout
-    assert "LIMIT caps each run's seconds" in result.stdout and "#" not in result.stdout
+    # Every setting is explained, with its default.
+    for setting in ("MODEL", "DATA", "DEVICE", "PRECISION", "RUNS", "RESULTS", "LIMIT", "PYTHON"):
+        assert re.search(rf"^  {setting} +\S.*\[.+\]$", result.stdout, re.MULTILINE), setting
+    assert "#" not in result.stdout
     assert not any(tmp_path.iterdir())  # no runs/ folder: nothing was started
 
 
