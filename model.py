@@ -28,11 +28,13 @@ from tasks import COURSE_TASKS, REGISTRY, STS_TARGETS, TASK_NAMES, HeadOptions, 
 class ModelConfig:
     """The flags that decide what the model computes."""
     tasks: str = flag(",".join(COURSE_TASKS), f"tasks to train, comma-separated, from {', '.join(TASK_NAMES)}")
-    pooling: str = flag("mean", "sentence embedding: [CLS] vector, mean of tokens, or pooler output",
+    pooling: str = flag("mean", "sentence embedding: cls, the [CLS] vector; mean, the mean of the tokens; pooler, "
+                                "BERT's pooler output",
                           choices=POOLINGS)
     pair_encoding: str = flag("bi", "bi: sentences embedded apart; cross: pair encoded together in both orders; "
                                     "per task: para=cross,sts=bi")
-    share: str = flag("first-layer", "sharing between the pair tasks' MLPs (bi-encoding)", choices=SHARE_MODES)
+    share: str = flag("first-layer", "the bi-encoded pair tasks' MLPs: none, one each; first-layer, their first layer shared "
+                                    "(Chen's report); all, one MLP for both", choices=SHARE_MODES)
     pair_mlp: str = flag("residual", "pair tasks' MLPs (bi-encoding): residual = x + MLP(x), starting as the "
                                      "identity; plain = Chen's 2-layer MLP", choices=PAIR_MLPS)
     common_layer: bool = flag(False, "a Linear+tanh layer shared by all heads (Mohammed and Sabane's CL)")

@@ -13,13 +13,6 @@ COMMANDS = ["multitask_classifier.py", "pretrain_contrastive.py", "ensemble.py",
             *sorted(f"benchmarks/{path.name}" for path in (ROOT / "benchmarks").glob("*.py"))]
 # Flags of the trainers whose help does not yet name every choice; their help moves with the trainers'
 # refactor. A flag fixed there fails test_known_gaps_are_still_gaps: take it off this list.
-KNOWN_GAPS = {("multitask_classifier.py", "--schedule"), ("multitask_classifier.py", "--surgery"),
-              ("multitask_classifier.py", "--share"), ("multitask_classifier.py", "--pooling"),
-              ("pretrain_contrastive.py", "--method"), ("pretrain_contrastive.py", "--pooling"),
-              ("pretrain_contrastive.py", "--aug1"), ("pretrain_contrastive.py", "--aug2"),
-              ("pretrain_contrastive.py", "--schedule")}
-
-
 def help_entries(command: str) -> dict[str, tuple[str, str]]:
     """flag -> (its invocation, e.g. "--pooling {cls,mean}", its help text), from `command --help`."""
     # A wide terminal: argparse would otherwise wrap long lines, splitting words at hyphens.
@@ -62,11 +55,5 @@ def test_every_flag_is_explained(command):
     name, entries = command
     assert "--help" in entries, f"{name}: no options found in --help"
     unexplained = {flag: problems(*entry) for flag, entry in entries.items()
-                   if flag != "--help" and (name, flag) not in KNOWN_GAPS and problems(*entry)}
+                   if flag != "--help" and problems(*entry)}
     assert not unexplained, f"{name} --help: {unexplained}"
-
-
-def test_known_gaps_are_still_gaps(command):
-    name, entries = command
-    for flag in sorted(flag for gap_command, flag in KNOWN_GAPS if gap_command == name):
-        assert problems(*entries[flag]), f"{name} {flag} is explained now: take it off KNOWN_GAPS"

@@ -66,7 +66,7 @@ class ConsertUnsupervised(Objective):
                  temperature: float = 0.1, projection: bool = False):
         super().__init__()
         if "adversarial" in (aug1, aug2):
-            raise ValueError("the adversarial view needs a supervised loss: use --schedule joint")
+            raise ValueError("the adversarial view needs a supervised loss: use --consert-schedule joint")
         self.encoder, self.pooling, self.augmentations, self.temperature = encoder, pooling, (aug1, aug2), temperature
         self.projection = projection_mlp(encoder.config.hidden_size) if projection else nn.Identity()
 

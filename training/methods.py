@@ -140,11 +140,15 @@ OWN_FLAGS = {name: [m.name for m in METHODS.values() if name in m.flags]
 
 @dataclass
 class ContrastiveConfig(TrainingConfig):
-    method: str = flag("simcse", "contrastive method (see training/methods.py)", choices=tuple(METHODS))
+    method: str = flag("simcse", "contrastive method: simcse, SimCSE (Gao et al.; dropout views, NLI hard negatives); "
+                                 "mnrl, multiple negatives ranking loss; ct, Contrastive Tension (Carlsson et al.); "
+                                 "sg and sg-opt, SG-BERT's two losses (Kim et al.); consert, ConSERT (Yan et al.)",
+                       choices=tuple(METHODS))
     data: str = flag("nli", f"training data: {', '.join(DATA_NAMES)} (all3: quora, sst, sts in each epoch, as "
                             "Chen's report), or a file in one of their formats")
     data_dir: str = flag(str(DEFAULT_DATA), "folder with the data files (and sts-eval/, sts-dev.csv for --eval)")
-    pooling: str | None = flag(None, "sentence embedding (default: cls for simcse, sg; mean otherwise)",
+    pooling: str | None = flag(None, "sentence embedding: cls, the [CLS] vector; mean, the mean of the tokens; "
+                                     "pooler, BERT's pooler output (default: cls for simcse, sg; mean otherwise)",
                                choices=POOLINGS)
     projection: str = flag("auto", "2-layer MLP on the embeddings in training only (SimCLR's projection head); "
                                    "auto: on for simcse, off for mnrl and consert", choices=("auto", "on", "off"))
@@ -156,10 +160,16 @@ class ContrastiveConfig(TrainingConfig):
                                        range=AT_LEAST_1)
     sg_lambda: float = flag(0.1, "sg, sg-opt: weight lambda of the L2 regulariser towards BERT_F (SG-BERT)",
                             range=AT_LEAST_0)
-    aug1: str = flag("shuffle", "consert: augmentation of the first view", choices=AUGMENTATIONS)
-    aug2: str = flag("feature-cutoff", "consert: augmentation of the second view", choices=AUGMENTATIONS)
-    consert_schedule: str = flag("unsup", "consert's stages: unsup, or NLI supervision added jointly / before "
-                                          "(ConSERT section 3.3); the NLI stages read --data when it is NLI, else "
+    aug1: str = flag("shuffle", "consert: augmentation of the first view (ConSERT section 3.2): none; shuffle, "
+                                "the position ids shuffled; token-cutoff, 15%% of the tokens zeroed; feature-cutoff, "
+                                "20%% of the embedding dimensions zeroed; dropout, 20%% dropout on the embeddings; "
+                                "adversarial, an FGV perturbation (--consert-schedule joint only)", choices=AUGMENTATIONS)
+    aug2: str = flag("feature-cutoff", "consert: augmentation of the second view: none, shuffle, token-cutoff, "
+                                       "feature-cutoff, dropout or adversarial, as for --aug1",
+                     choices=AUGMENTATIONS)
+    consert_schedule: str = flag("unsup", "consert's stages (ConSERT section 3.3): unsup, the contrastive loss alone; "
+                                          "joint, NLI classification with it; sup-unsup, NLI first, then unsup; "
+                                          "joint-unsup, joint first, then unsup; the NLI stages read --data when it is NLI, else "
                                           "nli_for_simcse.csv of --data-dir", choices=tuple(SCHEDULES))
     alpha: float = flag(0.15, "consert joint: L_ce + alpha * L_con", range=AT_LEAST_0)
     fgv_epsilon: float = flag(1.0, "consert adversarial view: norm of the FGV perturbation of each token",

@@ -40,12 +40,16 @@ class MultitaskConfig(ModelConfig, SmartConfig, EvaluationConfig, TrainingConfig
                            "overrides --model; its heads are loaded too when it has matching ones")
     option: str = flag("finetune", "finetune: train encoder and heads; pretrain: heads on a frozen encoder",
                          choices=("finetune", "pretrain"))
-    schedule: str = flag("mtdnn", "how task batches are combined (see training/schedules.py)", choices=SCHEDULES)
+    schedule: str = flag("mtdnn", "which task's batch each step takes: mtdnn, all tasks' batches shuffled together (MT-DNN); avg, "
+                                    "one batch of every task a step, losses averaged; pcgrad, the same with gradient "
+                                    "surgery (--surgery); rr-batch, one batch a task in turn; rr-epoch, a pass over "
+                                    "one task, then the next; sequential, all epochs of one task, then the next", choices=SCHEDULES)
     task_order: str = flag("", "task order of the rr-batch, rr-epoch and sequential schedules "
                                  "(empty: the order of --tasks)")
     task_weights: str = flag("", "mtdnn sampling weights, e.g. para=2 (tasks left out weigh 1)")
     loss_weights: str = flag("", "task loss multipliers, e.g. sst=2 (tasks left out weigh 1)")
-    surgery: str = flag("pcgrad", "gradient surgery aggregator of --schedule pcgrad", choices=SURGERY_METHODS)
+    surgery: str = flag("pcgrad", "gradient surgery of --schedule pcgrad (torchjd): pcgrad, projecting conflicting task gradients "
+                                   "(Yu et al.); upgrad, torchjd's UPGrad", choices=SURGERY_METHODS)
     layer_lr_decay: float = flag(1.0, "layer-wise LR decay: each encoder layer below the top one, and the "
                                       "embeddings below them, get this factor times the LR above (1 = off)",
                                  range=Range(0, 1, low_open=True))
