@@ -227,7 +227,7 @@ def model_card(*, pooling: str, max_length: int, max_seq_length: int, normalize:
               f"(`--max-eval-examples {eval_sample}`), not on the full dev sets.\n\n"
               if eval_sample and metrics_kind == "dev" else "")
     data = "\n".join(f"- `{Path(file).name}`" for file in data_files)
-    length_words = (f" scaled to length 1, as the base model's are (so their dot product is their cosine)"
+    length_words = (", scaled to length 1 as the base model's are: their dot product is their cosine"
                     if normalize else "")
     ours_normalize = "\nembeddings = torch.nn.functional.normalize(embeddings, dim=-1)" if normalize else ""
     ours_import = "import torch\n" if normalize else ""
@@ -239,9 +239,9 @@ def model_card(*, pooling: str, max_length: int, max_seq_length: int, normalize:
 # BERT sentence encoder trained with minBERT
 
 A BERT encoder trained from {base_text} with the minBERT toolkit. A sentence's embedding is
-{POOLING_WORDS[pooling]} ({hidden_size} numbers){length_words}; compare two sentences by the cosine similarity
-of their embeddings. Inputs longer than {max_seq_length} tokens are truncated; in training they were cut at
-{max_length} tokens.
+{POOLING_WORDS[pooling]} ({hidden_size} numbers{length_words}); compare two sentences by the cosine
+similarity of their embeddings. Inputs longer than {max_seq_length} tokens are truncated; in training they
+were cut at {max_length} tokens.
 
 ## Base model
 
@@ -277,7 +277,8 @@ With minBERT (this project, from its repository root):
 folder = "{FOLDER_PLACEHOLDER}"
 sentences = ["A man is playing a guitar.", "Someone plays the guitar on a stage tonight."]
 encoder, tokenizer = from_pretrained(folder), Tokenizer.from_pretrained(folder)
-embeddings = embed_sentences(encoder, tokenizer, sentences, pooling="{pooling}", max_length={max_seq_length}){ours_normalize}
+embeddings = embed_sentences(encoder, tokenizer, sentences, pooling="{pooling}",
+                             max_length={max_seq_length}){ours_normalize}
 ```
 
 With transformers:

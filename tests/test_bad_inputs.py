@@ -1,5 +1,5 @@
 """What a user gets for each bad input we know of: one line naming the problem (file and line, or flag) and exit code 2,
-never a traceback. The README's table "Bad input and what you get" is this catalogue (test_readme_table_is_the_catalogue);
+never a traceback. The table "Bad input and what you get" of docs/bad-input.md is this catalogue (test_docs_table_is_the_catalogue);
 print it with `.venv/bin/python tests/test_bad_inputs.py`.
 
 Each case: (kind, what is wrong, command, arguments, the exact message's start, exit code). In the arguments and the
@@ -150,9 +150,9 @@ def catalogue_table() -> str:
     return "\n".join(lines)
 
 
-def test_readme_table_is_the_catalogue():
-    assert catalogue_table() in (ROOT / "README.md").read_text(), \
-        "README's bad-input table differs: paste `.venv/bin/python tests/test_bad_inputs.py` into it"
+def test_docs_table_is_the_catalogue():
+    assert catalogue_table() in (ROOT / "docs" / "bad-input.md").read_text(), \
+        "docs/bad-input.md's table differs: paste `.venv/bin/python tests/test_bad_inputs.py` into it"
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """The project's layers import downwards only, and no module imports itself back through others.
 
-The floors (README, "Layout"), lowest first; a module may import its own floor and the floors below it.
+The floors (docs/design.md, "Layout"), lowest first; a module may import its own floor and the floors below it.
 """
 import ast
 from pathlib import Path
@@ -50,7 +50,7 @@ def imports_of(path: Path, known: set[str]) -> set[str]:
 def test_every_module_has_a_floor_and_imports_only_its_floor_or_below():
     modules = our_modules()
     unplaced = [name for name in modules if floor_of(name) is None]
-    assert not unplaced, f"add these to FLOORS (and the README's layout): {unplaced}"
+    assert not unplaced, f"add these to FLOORS (and the layout in docs/design.md): {unplaced}"
     upward = [(name, imported) for name, path in modules.items() for imported in imports_of(path, set(modules))
               if floor_of(imported) > floor_of(name)]
     assert not upward, f"imports from a higher floor: {upward}"

@@ -1,0 +1,83 @@
+"""Every fenced command of README.md runs in a fresh copy of the repository, in the order shown, at tiny sizes
+(tests/readme_commands.py); and that runner reads pages as described in its docstring."""
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("readme_commands", ROOT / "tests" / "readme_commands.py")
+runner = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(runner)
+
+PAGE = '''
+Text, and a block that is not a command:
+
+```
+task: sst  class: 1
+```
+
+```bash
+bash setup.sh    # creates .venv [network]
+models=a,b
+.venv/bin/python tool.py --models $models \\
+    --out "runs/#1"   # a comment, not a tag
+.venv/bin/torchrun --nproc_per_node 4 tool.py  # [gpu]
+.venv/bin/python tool.py --first &
+.venv/bin/python -m pytest
+wait
+```
+
+```python
+print("from the repository root")
+```
+'''
+
+
+def test_a_page_is_read_as_commands_with_their_tags_in_order():
+    commands = runner.commands(PAGE)
+    assert [(c.kind, c.text.split("#")[0].strip()) for c in commands] == [
+        ("bash", "bash setup.sh"),
+        ("bash", '.venv/bin/python tool.py --models $models --out "runs/'),
+        ("bash", ".venv/bin/torchrun --nproc_per_node 4 tool.py"),
+        ("bash", ".venv/bin/python tool.py --first &"),
+        ("bash", ".venv/bin/python -m pytest"),
+        ("bash", "wait"),
+        ("python", 'print("from the repository root")')]
+    assert commands[1].setup == "models=a,b"
+    assert [runner.tags(c) for c in commands[:3]] == [{"network"}, set(), {"gpu"}]
+    reasons = [runner.skip_reason(c, cuda=False) for c in commands]
+    assert [reason is not None for reason in reasons] == [True, False, True, False, True, True, False]
+    assert "network" in reasons[0] and "no CUDA" in reasons[2] and "test suite" in reasons[4]
+    assert runner.skip_reason(commands[2], cuda=True) is None  # with a GPU it runs
+
+
+def test_commands_run_in_the_copy_and_a_failure_is_seen(tmp_path):
+    (tmp_path / ".venv").symlink_to(Path(sys.prefix), target_is_directory=True)
+    ok, background, failing, python = runner.commands(
+        "```bash\nname=x\necho $name > made.txt\nfalse &\nls missing-file\n```\n"
+        "```python\nimport pathlib; assert pathlib.Path('made.txt').read_text() == 'x\\n'\n```\n")
+    assert runner.run(ok, tmp_path, timeout=60).status == "ok" and (tmp_path / "made.txt").read_text() == "x\n"
+    assert runner.run(background, tmp_path, timeout=60).status == "FAILED"  # run in the foreground: its exit is seen
+    result = runner.run(failing, tmp_path, timeout=60)
+    assert result.status == "FAILED" and "missing-file" in result.detail
+    assert runner.run(python, tmp_path, timeout=60).status == "ok"
+
+
+def test_the_tiny_data_keeps_headers_and_samples_every_file(data_dir, tmp_path):
+    runner.make_tiny_data(data_dir, tmp_path, rows=5)
+    for name in ("ids-sst-train.csv", "sts-eval/sts12.tsv", "unlabeled-sentences.txt"):
+        source, tiny = (data_dir / name).read_text().splitlines(), (tmp_path / name).read_text().splitlines()
+        assert len(tiny) == (6 if name.endswith(("csv", "tsv")) else 5)
+        assert set(tiny) <= set(source)
+        assert tiny[0] == source[0] or name.endswith("txt")
+
+
+@pytest.mark.usefixtures("data_dir", "minilm_dir")
+def test_every_readme_command_runs_in_a_fresh_copy():
+    result = subprocess.run([sys.executable, str(ROOT / "tests" / "readme_commands.py")], cwd=ROOT,
+                            capture_output=True, text=True, timeout=1800)
+    print(result.stdout)  # every command's status, and why a skipped one was skipped
+    assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-2000:]
