@@ -198,7 +198,8 @@ def parse_args(argv=None):
                         help="a checkpoint to measure besides the random model: folder, hub id or all-MiniLM-L6-v2 "
                              "('none': only the random model) (default: %(default)s)")
     parser.add_argument("--shape", choices=sorted(SHAPES), default="bert-base",
-                        help="the shape of the random model, measured first (default: %(default)s)")
+                        help="the shape of the random model, measured first: bert-base (12 layers, hidden 768), or tiny "
+                             "(a few-second check on a CPU) (default: %(default)s)")
     parser.add_argument("--hidden", type=int, help="hidden size of the random model, instead of the shape's")
     parser.add_argument("--layers", type=int, help="number of layers of the random model, instead of the shape's")
     parser.add_argument("--heads", type=int, help="attention heads of the random model, instead of the shape's")
