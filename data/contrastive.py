@@ -200,7 +200,7 @@ def detect_format(path: Path) -> str:
         raise DataError(f"{path}: file not found" if not path.exists() else f"{path}: not a file")
     if path.suffix == ".txt":
         return "unlabeled"
-    with open(path, encoding="utf-8", errors="replace") as f:
+    with open(path, encoding="utf-8-sig", errors="replace") as f:  # -sig: without a byte-order mark
         header = f.readline().strip()
     columns = {c.strip() for c in header.replace(",", "\t").split("\t")}
     for mode, needed in (("nli", {"sent0", "sent1", "hard_neg"}), ("quora", {"sentence1", "sentence2", "is_duplicate"}),
