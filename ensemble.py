@@ -150,7 +150,7 @@ def ensemble(config: EnsembleConfig) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    config = cli.parse_config(EnsembleConfig, __doc__, argv)
+    config = cli.parse_config(EnsembleConfig, __doc__, argv, program="ensemble.py")
     report = ensemble(config)
     print(markdown_table({**report["members"], f"ensemble ({config.method})": report["ensemble"]},
                          [*report["weights"], "overall", "mean"], digits=4))

@@ -15,7 +15,6 @@ In Python:
     model.paraphrase([("How do I ...?", "What is ...?")])  # [{"paraphrase": 1, "probability": 0.93}]
     model.similarity([("A man plays.", "Someone plays.")])  # [{"similarity": 4.1}]
 """
-import argparse
 import csv
 import dataclasses
 import sys
@@ -123,7 +122,7 @@ def read_examples(path: Path, task: Task) -> tuple[list[str], list]:
 
 
 def parse_args(argv: list[str] | None):
-    parser = argparse.ArgumentParser(prog="predict.py", description=__doc__, formatter_class=cli.HelpFormatter)
+    parser = cli.Parser(prog="predict.py", description=__doc__, formatter_class=cli.HelpFormatter)
     parser.add_argument("run", help="the run folder (its best/ checkpoint is used) or a checkpoint folder of "
                                     "multitask_classifier.py")
     parser.add_argument("--sst", help="a sentence whose SST-5 sentiment to predict")

@@ -35,7 +35,8 @@ from tasks import REGISTRY, STS_TARGETS, TASK_NAMES, HeadOptions, selection_scor
 from training.engine import Engine, TrainingConfig, linear_warmup_decay, load_training_state
 from training.gradient_surgery import METHODS as SURGERY_METHODS
 from training.gradient_surgery import surgery_backward
-from training.schedules import SCHEDULES, count_batches, parse_task_order, parse_task_weights, plan_epoch
+from training.schedules import (SCHEDULES, check_plan, count_batches, parse_task_order, parse_task_weights,
+                                plan_epoch)
 from training.smart import MovingAverage, smoothness_regularizer
 
 log = logging.getLogger(__name__)
@@ -100,7 +101,7 @@ class MultitaskConfig(TrainingConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        self.task_list = parse_task_order(self.tasks, TASK_NAMES)
+        self.task_list = parse_task_order(self.tasks, TASK_NAMES, option="--tasks")
         if len(set(self.task_list)) < len(self.task_list):
             raise ValueError(f"--tasks {self.tasks!r}: a task is named twice")
         self.order = parse_task_order(self.task_order, TASK_NAMES) if self.task_order else self.task_list
@@ -114,13 +115,14 @@ class MultitaskConfig(TrainingConfig):
                              f"scored and predicted; leave it out of --tasks instead")
         self.loss_scale = self._task_values(self.loss_weights, "--loss-weights")
         self.head_options = HeadOptions(parse_pair_encoding(self.pair_encoding), self.share, self.pair_mlp,
+        check_plan(self.schedule, self.task_list, self.epochs, self.order, self.weights)
                                         self.cross_head, self.head_dropout, self.sts_target)
         for name in self.task_list:
             REGISTRY[name].check(self.head_options)
 
     def _task_values(self, text: str, option: str) -> dict[str, float]:
         """'para=2,sst=0.5' of --task-weights or --loss-weights, for trained tasks only."""
-        values = parse_task_weights(text, TASK_NAMES, option=option) if text else {}
+        values = parse_task_weights(text, TASK_NAMES, option=option, trained=self.task_list) if text else {}
         untrained = [task for task in values if task not in self.task_list]
         if untrained:
             raise ValueError(f"{option} {text!r}: {', '.join(untrained)} is not trained (--tasks {self.tasks})")

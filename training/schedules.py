@@ -124,17 +124,19 @@ def _split_option(text: str, option: str) -> list[str]:
     return items
 
 
-def parse_task_order(text: str, tasks: Sequence[str]) -> tuple[str, ...]:
-    """'--task-order sst,para,sts' -> ('sst', 'para', 'sts'); repeats are allowed (see module doc)."""
-    order = tuple(_split_option(text, "--task-order"))
+def parse_task_order(text: str, tasks: Sequence[str], option: str = "--task-order") -> tuple[str, ...]:
+    """'sst,para,sts' of the flag `option` -> ('sst', 'para', 'sts'); repeats are allowed (see module doc)."""
+    order = tuple(_split_option(text, option))
     unknown = [task for task in order if task not in tasks]
     if unknown:
-        raise ValueError(f"--task-order {text!r}: unknown task {unknown[0]!r}; known tasks: {', '.join(tasks)}")
+        raise ValueError(f"{option} {text!r}: unknown task {unknown[0]!r}; known tasks: {', '.join(tasks)}")
     return order
 
 
-def parse_task_weights(text: str, tasks: Sequence[str], option: str = "--task-weights") -> dict[str, float]:
-    """'para=2,sst=0.5' -> {'para': 2.0, 'sst': 0.5}, for the flag `option`. Tasks left out weigh 1."""
+def parse_task_weights(text: str, tasks: Sequence[str], option: str = "--task-weights",
+                       trained: Sequence[str] | None = None) -> dict[str, float]:
+    """'para=2,sst=0.5' -> {'para': 2.0, 'sst': 0.5}, for the flag `option`. Tasks left out weigh 1. trained: the
+    tasks a run trains (default: all of `tasks`), of which at least one must weigh more than 0."""
     weights: dict[str, float] = {}
     for item in _split_option(text, option):
         task, equals, value = (part.strip() for part in item.partition("="))
@@ -151,6 +153,19 @@ def parse_task_weights(text: str, tasks: Sequence[str], option: str = "--task-we
         if not math.isfinite(weight) or weight < 0:
             raise ValueError(f"{option} {text!r}: weight of {task!r} must be a finite number >= 0, got {value}")
         weights[task] = weight
-    if set(weights) == set(tasks) and not any(weights.values()):
-        raise ValueError(f"{option} {text!r}: at least one task needs a positive weight")
+    if not any(weights.get(task, 1.0) for task in (tasks if trained is None else trained)):
+        raise ValueError(f"{option} {text!r}: every trained task weighs 0, so nothing would be trained; at least one "
+                         f"task needs a positive weight")
     return weights
+
+
+def check_plan(schedule: str, tasks: Sequence[str], num_epochs: int, task_order: Sequence[str] | None = None,
+               task_weights: Mapping[str, float] | None = None) -> None:
+    """Raise ValueError now, before any data is read, for the flags plan_epoch would refuse after it (task weights
+    of a schedule other than mtdnn, fewer epochs than a sequential order's tasks, ...): it plans one epoch of a
+    batch a task."""
+    try:
+        plan_epoch(schedule, dict.fromkeys(tasks, 1), epoch=0, num_epochs=num_epochs, task_order=task_order,
+                   task_weights=task_weights, generator=torch.Generator().manual_seed(0))
+    except ValueError as error:
+        raise ValueError(f"--schedule {schedule}: {error}") from None
