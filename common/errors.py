@@ -16,3 +16,7 @@ class CheckpointError(UserError):
 
 class UsageError(UserError):
     """Flags that cannot work together or on this machine, found after parsing (e.g. fp16 on a CPU)."""
+
+
+class DiskFullError(UserError):
+    """A write that found no space left on its device (the message names the file or folder and the space needed)."""

@@ -7,7 +7,6 @@ A run is one stage, except ConSERT's two-stage schedules (supervised NLI, then u
 """
 import itertools
 import logging
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,14 +15,14 @@ import torch
 from common import distributed
 from common.cli import AT_LEAST_0, AT_LEAST_1, FRACTION, POSITIVE, flag
 from common.errors import DataError
-from common.files import DEFAULT_DATA, atomic_directory, recover_directory, write_json
+from common.files import DEFAULT_DATA, atomic_files, recover_files, remove_entry, write_json
 from common.tables import markdown_table
 from data.batching import split_rows
 from data.contrastive import (DATA_MODES, Dataset, PairSet, SentenceBatch, SentenceSet, TripletSet, as_sentences,
                               data_files, detect_format, load_data)
 from evaluation.sts_benchmark import TABLE_COLUMNS, sts_benchmark
 from models import POOLINGS, Tokenizer, from_pretrained
-from models.checkpoint import write_encoder_folder
+from models.checkpoint import tensor_bytes, write_encoder_folder
 from models.shareable import write_shareable_files
 from training.consert import AUGMENTATIONS, SCHEDULES, ConsertSupervised, ConsertUnsupervised
 from training.engine import MIN_LENGTH, Engine, TrainingConfig, load_training_state
@@ -118,6 +117,8 @@ class ContrastiveConfig(TrainingConfig):
 
     RUNTIME_FIELDS = TrainingConfig.RUNTIME_FIELDS + ("eval", "eval_batch_size")
     PATH_FIELDS = TrainingConfig.PATH_FIELDS + ("data_dir",)
+    # Beside the encoder's files at the top of --output-dir, which the final save replaces as one set.
+    OUTPUTS = TrainingConfig.OUTPUTS + ("model1", "model2", "sts_benchmark.json")
 
     def __post_init__(self):
         defaults = METHOD_DEFAULTS[self.method]
@@ -206,7 +207,7 @@ class ContrastiveTrainer:
     def __init__(self, config: ContrastiveConfig):
         self.config = config
         if distributed.is_main():
-            recover_directory(config.output_dir)  # a final save that died between its two renames
+            recover_files(config.output_dir)  # a final save that died half-way: its files all in, or none
         self.engine = Engine(config)
         self.output_dir = Path(config.output_dir)
         self.resume_from = self.engine.check_resumable(config.RUNTIME_FIELDS) if config.resume else None
@@ -272,8 +273,10 @@ class ContrastiveTrainer:
         return metrics
 
     def _save_final(self, encoders: dict, metrics: dict) -> None:
-        """The encoder folder(s), in one atomic swap of the output folder; last/ goes: the run is complete."""
-        with atomic_directory(self.output_dir) as temp:
+        """The encoder folder(s), written into the output folder as one set (its other files stay); last/ goes: the
+        run is complete."""
+        size = tensor_bytes(tensor for encoder in encoders.values() for tensor in encoder.state_dict().values())
+        with atomic_files(self.output_dir, expected=size) as temp:
             config = self.config
             for name, encoder in encoders.items():
                 (temp / name).mkdir(exist_ok=True)
@@ -282,11 +285,10 @@ class ContrastiveTrainer:
                                       base_model=config.model, command=getattr(config, "command", ""),
                                       metrics=metrics.get("sts_benchmark", metrics["stages"]),
                                       data_files=[str(path) for path in self.data_files])
-            if (self.output_dir / "metrics.jsonl").exists():
-                shutil.copy2(self.output_dir / "metrics.jsonl", temp / "metrics.jsonl")
             if self.config.eval:
                 write_json(temp / "sts_benchmark.json", {"model": self.config.model, "method": self.config.method,
                                                          "pooling": self.config.pooling, "results": self.results})
+        remove_entry(self.output_dir / "last")
         log.info("saved %s", ", ".join(str(self.output_dir / name) for name in encoders))
 
     def _run_stage(self, stage: Stage, resume_state: dict | None) -> dict:

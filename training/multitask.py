@@ -29,7 +29,7 @@ from heads import PAIR_MLPS, SHARE_MODES
 from heads.multitask import MultitaskModel
 from heads.paraphrase import CrossEncodedPairHead
 from models import POOLINGS, Tokenizer, from_pretrained
-from models.checkpoint import load_heads, write_encoder_folder
+from models.checkpoint import load_heads, tensor_bytes, write_encoder_folder
 from models.shareable import write_shareable_files
 from tasks import REGISTRY, STS_TARGETS, TASK_NAMES, HeadOptions, selection_score, summary
 from training.engine import Engine, TrainingConfig, linear_warmup_decay, load_training_state
@@ -94,6 +94,7 @@ class MultitaskConfig(TrainingConfig):
     predictions_dir: str = flag("predictions", "leaderboard CSVs of the best checkpoint go here")
 
     RUNTIME_FIELDS = TrainingConfig.RUNTIME_FIELDS + ("predictions_dir", "eval_batch_size")
+    OUTPUTS = TrainingConfig.OUTPUTS + ("best",)
     PATH_FIELDS = TrainingConfig.PATH_FIELDS + ("init", "data_dir", "predictions_dir")
     # What the heads' tensors mean: --init with heads needs the same values.
     HEAD_FIELDS = ("tasks", "pooling", "pair_encoding", "share", "pair_mlp", "common_layer", "cross_head",
@@ -114,8 +115,8 @@ class MultitaskConfig(TrainingConfig):
             raise ValueError(f"--task-weights {self.task_weights!r}: {', '.join(never)} would never be trained, yet "
                              f"scored and predicted; leave it out of --tasks instead")
         self.loss_scale = self._task_values(self.loss_weights, "--loss-weights")
-        self.head_options = HeadOptions(parse_pair_encoding(self.pair_encoding), self.share, self.pair_mlp,
         check_plan(self.schedule, self.task_list, self.epochs, self.order, self.weights)
+        self.head_options = HeadOptions(parse_pair_encoding(self.pair_encoding), self.share, self.pair_mlp,
                                         self.cross_head, self.head_dropout, self.sts_target)
         for name in self.task_list:
             REGISTRY[name].check(self.head_options)
@@ -451,7 +452,8 @@ class MultitaskTrainer:
 
     def _save_best(self, record: dict) -> None:
         """best/: the encoder folder (with what sentence-transformers reads and a model card) and the heads."""
-        with atomic_directory(self.output_dir / "best") as temp:
+        size = tensor_bytes(self.model.state_dict().values())
+        with atomic_directory(self.output_dir / "best", expected=size) as temp:
             write_encoder_folder(temp, self.model.encoder, self.tokenizer, self.run_config, record,
                                  extra_modules=self.model)
             self._write_shareable_files(temp, record["dev"])
