@@ -29,7 +29,7 @@ import torch
 from common import cli
 from common.cli import AT_LEAST_1, check_ranges, flag
 from common.errors import CheckpointError
-from common.files import DEFAULT_DATA, write_json
+from common.files import DEFAULT_DATA, check_writable, check_writable_file, write_json
 from common.tables import markdown_table
 from evaluation.outputs import dev_labels, load_member
 from evaluation.predictions import write_predictions
@@ -124,6 +124,8 @@ def fit_weights(method: str, task: str, outputs: list[torch.Tensor], labels: tor
 
 def ensemble(config: EnsembleConfig) -> dict:
     """Fit the weights, write the ensemble's predictions and the JSON report, and return the report."""
+    check_writable(config.predictions_dir, "--predictions-dir")
+    check_writable_file(config.out, "--out")
     members = {name: load_member(name) for name in config.member_list}
     member_metrics = {name: {} for name in members}
     ensemble_metrics, weights = {}, {}
@@ -152,7 +154,7 @@ def ensemble(config: EnsembleConfig) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    config = cli.parse_config(EnsembleConfig, __doc__, argv)
+    config = cli.parse_config(EnsembleConfig, __doc__, argv, program="ensemble.py")
     report = ensemble(config)
     print(markdown_table({**report["members"], f"ensemble ({config.method})": report["ensemble"]},
                          [*report["weights"], "overall", "mean"], digits=4))

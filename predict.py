@@ -15,7 +15,6 @@ In Python:
     model.paraphrase([("How do I ...?", "What is ...?")])  # [{"paraphrase": 1, "probability": 0.93}]
     model.similarity([("A man plays.", "Someone plays.")])  # [{"similarity": 4.1}]
 """
-import argparse
 import csv
 import dataclasses
 import sys
@@ -24,8 +23,9 @@ from pathlib import Path
 import torch
 
 from common import cli
-from common.errors import CheckpointError, DataError
-from common.files import atomic_file, read_json
+from common.errors import CheckpointError, DataError, UsageError
+from common.files import atomic_file, check_writable_file, read_json
+from data.readers import read_text, text_lines
 from data.splits import TaskSplit, encode_views
 from evaluation.inference import soft_outputs
 from model import ModelConfig, build_model
@@ -49,6 +49,10 @@ class MultitaskPredictor:
         if not (folder / "run_config.json").is_file():
             raise CheckpointError(f"{run}: not a run of multitask_classifier.py (no best/run_config.json or "
                                   f"run_config.json)")
+        if not (folder / "heads.safetensors").is_file():
+            raise CheckpointError(f"{folder}: an encoder-only checkpoint (no heads.safetensors; "
+                                  f"pretrain_contrastive.py writes these): it has no task heads to predict with; "
+                                  f"fine-tune it first with multitask_classifier.py --init {folder}")
         run_config = read_json(folder / "run_config.json")
         fields = {f.name for f in dataclasses.fields(ModelConfig)}
         try:
@@ -96,27 +100,29 @@ class MultitaskPredictor:
 
 def read_examples(path: Path, task: Task) -> tuple[list[str], list]:
     """(ids, examples) of a course CSV file (it has an id column) or a plain text file (ids are line numbers)."""
-    if not path.is_file():
-        raise DataError(f"{path}: file not found")
-    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    lines = text_lines(read_text(path))
     header = [name.strip() for name in lines[0].split("\t")] if lines else []
     if "id" in header:
         records = task.read(path, labeled=False)
-        return [r.id for r in records], [(r.sentence1, r.sentence2) if task.pair else r.sentence for r in records]
-    ids, examples = [], []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        parts = line.split("\t")
-        if task.pair and len(parts) != 2:
-            raise DataError(f"{path}: line {number}: a {task.name} example is two sentences separated by a tab")
-        ids.append(str(number))
-        examples.append(tuple(part.strip() for part in parts) if task.pair else line.strip())
+        ids, examples = [r.id for r in records], [(r.sentence1, r.sentence2) if task.pair else r.sentence
+                                                  for r in records]
+    else:
+        ids, examples = [], []
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            parts = line.split("\t")
+            if task.pair and len(parts) != 2:
+                raise DataError(f"{path}: line {number}: a {task.name} example is two sentences separated by a tab")
+            ids.append(str(number))
+            examples.append(tuple(part.strip() for part in parts) if task.pair else line.strip())
+    if not examples:
+        raise DataError(f"{path}: no examples to predict")
     return ids, examples
 
 
 def parse_args(argv: list[str] | None):
-    parser = argparse.ArgumentParser(prog="predict.py", description=__doc__, formatter_class=cli.HelpFormatter)
+    parser = cli.Parser(prog="predict.py", description=__doc__, formatter_class=cli.HelpFormatter)
     parser.add_argument("run", help="the run folder (its best/ checkpoint is used) or a checkpoint folder of "
                                     "multitask_classifier.py")
     for name, task in REGISTRY.items():  # --sst SENTENCE, --para S1 S2, ...: an example of each task
@@ -142,9 +148,17 @@ def parse_args(argv: list[str] | None):
 
 def main(argv: list[str] | None = None) -> list[dict]:
     args = parse_args(argv)
-    model = MultitaskPredictor.from_run(args.run, args.device, args.batch_size)
+    # What can fail on the inputs fails before anything is predicted (the tasks once the run says which it has).
+    if args.output:
+        check_writable_file(args.output, "--output")
     if args.input:
         ids, examples = read_examples(Path(args.input), REGISTRY[args.task])
+    model = MultitaskPredictor.from_run(args.run, args.device, args.batch_size)
+    for task in [args.task] if args.input else [task for task in REGISTRY if getattr(args, task, None)]:
+        if task not in model.tasks:
+            flag = f"--task {task}" if args.input else f"--{task}"
+            raise UsageError(f"{flag}: {args.run} was trained on {', '.join(model.tasks)}, not {task}")
+    if args.input:
         results = [{"id": i, **r} for i, r in zip(ids, model.predictions(args.task, examples))]
     else:
         results = [{"task": task, "input": " | ".join(example) if isinstance(example, list) else example,

@@ -495,8 +495,10 @@ def parse_task_order(text: str, tasks: Sequence[str], option: str = "--task-orde
     return order
 
 
-def parse_task_weights(text: str, tasks: Sequence[str], option: str = "--task-weights") -> dict[str, float]:
-    """'para=2,sst=0.5' -> {'para': 2.0, 'sst': 0.5}, for the flag `option`. Tasks left out weigh 1."""
+def parse_task_weights(text: str, tasks: Sequence[str], option: str = "--task-weights",
+                       trained: Sequence[str] | None = None) -> dict[str, float]:
+    """'para=2,sst=0.5' -> {'para': 2.0, 'sst': 0.5}, for the flag `option`. Tasks left out weigh 1. trained: the
+    tasks a run trains (default: all of `tasks`), of which at least one must weigh more than 0."""
     weights: dict[str, float] = {}
     for item in _split_option(text, option):
         task, equals, value = (part.strip() for part in item.partition("="))
@@ -513,6 +515,7 @@ def parse_task_weights(text: str, tasks: Sequence[str], option: str = "--task-we
         if not math.isfinite(weight) or weight < 0:
             raise ValueError(f"{option} {text!r}: weight of {task!r} must be a finite number >= 0, got {value}")
         weights[task] = weight
-    if set(weights) == set(tasks) and not any(weights.values()):
-        raise ValueError(f"{option} {text!r}: at least one task needs a positive weight")
+    if not any(weights.get(task, 1.0) for task in (tasks if trained is None else trained)):
+        raise ValueError(f"{option} {text!r}: every trained task weighs 0, so nothing would be trained; at least one "
+                         f"task needs a positive weight")
     return weights

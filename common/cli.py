@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import torch
 
-from common.errors import CheckpointError, UserError
+from common.errors import UsageError, UserError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +60,14 @@ def check_ranges(config) -> None:
             raise ValueError(f"--{field.name.replace('_', '-')} must be {allowed}, got {value:g}")
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line and a pointer to --help, not the whole usage (some 40 lines, which
+    bury the one that says what is wrong); --help still prints everything."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
     """The command's docstring as written (its example lines stay lines), and each flag's default, except
     where the default is None (the help says what it defaults to, per method) or empty (the help says what
@@ -70,7 +78,7 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
 
 
 def build_parser(config_class: type, description: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=description, formatter_class=HelpFormatter)
+    parser = Parser(description=description, formatter_class=HelpFormatter)
     add_flags(parser, config_class)
     return parser
 
@@ -113,7 +121,7 @@ def parse_subcommand(commands: dict[str, type], description: str, argv: list[str
     Each config class's docstring is its subcommand's help: the first line in the list of subcommands,
     all of it (example lines kept) in `command SUBCOMMAND --help`.
     """
-    parser = argparse.ArgumentParser(description=description, formatter_class=HelpFormatter)
+    parser = Parser(description=description, formatter_class=HelpFormatter)
     subcommands = parser.add_subparsers(dest="subcommand", required=True, metavar="SUBCOMMAND")
     for name, config_class in commands.items():
         text = inspect.cleandoc(config_class.__doc__ or "")
@@ -128,11 +136,21 @@ def parse_subcommand(commands: dict[str, type], description: str, argv: list[str
 
 
 def resolve_device(name: str) -> torch.device:
+    """--device as a torch device this machine has: found before any work, not at the first tensor moved there."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise CheckpointError(f"--device {name}: CUDA is not available on this machine; use --device cpu")
-    return torch.device(name)
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        device = None
+    if device is None or device.type not in ("cpu", "cuda"):
+        raise UsageError(f"--device {name}: not a device; use auto, cpu, cuda or cuda:N")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"--device {name}: CUDA is not available on this machine; use --device cpu")
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        raise UsageError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s), "
+                         f"cuda:0 to cuda:{torch.cuda.device_count() - 1}")
+    return device
 
 
 def run(main: Callable[[], Any]) -> None:

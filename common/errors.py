@@ -22,3 +22,7 @@ class FlagError(UsageError, ValueError):
     """A flag's value that this machine, this torch or this data cannot serve (unpadded attention, compile, a
     token budget below the longest input), found below the command: a ValueError too, so a config's own checks
     (cli.parse_config) report it as a usage error like cli.run does."""
+
+
+class DiskFullError(UserError):
+    """A write that found no space left on its device (the message names the file or folder and the space needed)."""

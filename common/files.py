@@ -1,15 +1,70 @@
-"""Files written so that a run that dies half-way leaves the old file or folder, never half of a new one."""
+"""Files written so that a run that dies half-way leaves the old file or folder, never half of a new one, and a
+full disk is one line naming what could not be written; a command's output folder claimed without wiping it."""
+import errno
 import json
+import logging
 import os
 import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
-from common.errors import CheckpointError, UsageError
+from common.errors import CheckpointError, DiskFullError, UsageError
+
+log = logging.getLogger(__name__)
 
 # The course's data, beside the project (../shared/data); every command takes --data-dir to point elsewhere.
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+# Less than this left on a device when a write fails means the disk is full, whatever the writer said: torch.save
+# reports a full disk as "unexpected pos 576 vs 534", safetensors and tokenizers as "os error 28" in a message.
+NEARLY_FULL = 1 << 20
+
+
+def _size(path: Path | None) -> int:
+    """Bytes of a file, or of the files under a folder; 0 when there is nothing."""
+    if path is None or not path.exists():
+        return 0
+    if path.is_file():
+        return path.stat().st_size
+    return sum(file.stat().st_size for file in path.rglob("*") if file.is_file())
+
+
+def _shown_size(size: int) -> str:
+    return f"{size / 1e6:.1f} MB" if size >= 100_000 else f"{size / 1e3:.1f} kB"
+
+
+def _is_disk_full(error: BaseException, folder: Path) -> bool:
+    cause = error
+    while cause is not None:
+        if isinstance(cause, DiskFullError) or (isinstance(cause, OSError) and cause.errno in (errno.ENOSPC,
+                                                                                              errno.EDQUOT)):
+            return True
+        if "No space left on device" in str(cause) or "os error 28" in str(cause):
+            return True
+        cause = cause.__cause__ or cause.__context__
+    try:  # torch.save's errors say nothing of the cause; an OSError that is not ENOSPC is another failure
+        return isinstance(error, RuntimeError) and shutil.disk_usage(folder).free < NEARLY_FULL
+    except OSError:
+        return False
+
+
+def _disk_full_error(error: BaseException, target: Path, written: Path | None, expected: int,
+                     kept: str = "") -> DiskFullError | None:
+    """The one line for a write of `target` that found the disk full, or None for any other failure. written: the
+    half-written temporary copy (removed here, so that the free space said is what the user has); expected: the
+    best guess of the bytes the whole write needs (0: none); kept: what is intact."""
+    if not _is_disk_full(error, target.parent):
+        return None
+    size = _size(written)
+    if written is not None:
+        shutil.rmtree(written, ignore_errors=True) if written.is_dir() else written.unlink(missing_ok=True)
+    free = shutil.disk_usage(target.parent).free
+    needed = (f"it needs about {_shown_size(max(size, expected))}, " if expected else
+              f"it needs more than {_shown_size(size)}, " if size else "")
+    kept = kept or (f"the previous {target.name} is intact" if target.exists() else "nothing of it was written")
+    return DiskFullError(f"{target}: no space left on the device; {kept} ({needed}{_shown_size(free)} free)")
 
 
 @contextmanager
@@ -23,13 +78,19 @@ def atomic_file(path: str | Path):
         yield Path(temp)
         os.chmod(temp, 0o644)  # mkstemp makes 0600 files; outputs are meant to be shared
         os.replace(temp, path)
+    except Exception as error:
+        full = _disk_full_error(error, path, Path(temp), _size(path))
+        if full is None:
+            raise
+        raise full from None
     finally:
         Path(temp).unlink(missing_ok=True)
 
 
 @contextmanager
-def atomic_directory(path: str | Path):
-    """Yield a temporary folder; on success it takes the place of `path` (the old one is removed).
+def atomic_directory(path: str | Path, expected: int = 0):
+    """Yield a temporary folder; on success it takes the place of `path` (the old one is removed). expected: about
+    how many bytes the folder takes (a disk that fills up says so), if the old one is no guide.
 
     The swap is two renames: path -> .path.old, then temp -> path, then .path.old is removed. A process that
     dies at any point leaves one complete folder, path or .path.old, which recover_directory puts back.
@@ -45,6 +106,11 @@ def atomic_directory(path: str | Path):
             path.rename(old)
         temp.rename(path)
         shutil.rmtree(old, ignore_errors=True)
+    except Exception as error:
+        full = _disk_full_error(error, path, temp, max(expected, _size(path)))
+        if full is None:
+            raise
+        raise full from None
     finally:
         shutil.rmtree(temp, ignore_errors=True)
 
@@ -64,15 +130,110 @@ def recover_directory(path: str | Path) -> None:
         shutil.rmtree(temp, ignore_errors=True) if temp.is_dir() else temp.unlink(missing_ok=True)
 
 
-def check_writable(folder: str | Path, flag: str) -> None:
-    """Fail before any training if `folder` cannot be created or written, not at the first save."""
+# atomic_files: the complete set of new files waits here, inside the folder, until each is in place.
+READY = ".files.ready"
+
+
+@contextmanager
+def atomic_files(folder: str | Path, expected: int = 0):
+    """Yield a temporary folder; on success its files (subfolders too) take their places in `folder` as one set,
+    and the folder's other files stay as they are: an output folder may hold the user's files, a TensorBoard
+    folder, other runs. expected: about how many bytes the files take (a disk that fills up says so).
+
+    Once the set is complete the temporary folder is renamed to folder/.files.ready, then each file is moved into
+    place. A process that dies before that rename leaves the old files; one that dies after it leaves
+    .files.ready, whose files recover_files moves into place: the folder ends with one whole set, never parts of two.
+    """
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    temp = Path(tempfile.mkdtemp(dir=folder, prefix=".files.", suffix=".tmp"))
+    try:
+        yield temp
+        temp.rename(folder / READY)
+        _move_into(folder / READY, folder)
+    except Exception as error:
+        full = _disk_full_error(error, folder, temp, expected, kept=f"the files in {folder} are as they were")
+        if full is None:
+            raise
+        raise full from None
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def _move_into(ready: Path, folder: Path) -> None:
+    """Each file under `ready` to its place in `folder` (one rename each), then `ready` goes."""
+    for file in sorted(path for path in ready.rglob("*") if not path.is_dir()):
+        target = folder / file.relative_to(ready)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(file, target)
+    shutil.rmtree(ready)
+
+
+def recover_files(folder: str | Path) -> None:
+    """After a crash in atomic_files: a complete set moved the rest of the way in, an incomplete one removed."""
+    folder = Path(folder)
+    if (folder / READY).is_dir():
+        _move_into(folder / READY, folder)
+    for temp in folder.glob(".files.*.tmp"):
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def remove_entry(path: str | Path) -> None:
+    """Remove a file or folder of ours. A folder is renamed to a temporary name first (.name.removed.tmp, which
+    recover_directory removes), so that a process that dies meanwhile leaves it whole or gone, never half."""
+    path = Path(path)
+    if not path.is_dir():
+        path.unlink(missing_ok=True)
+        return
+    doomed = path.with_name(f".{path.name}.removed.tmp")
+    shutil.rmtree(doomed, ignore_errors=True)
+    path.rename(doomed)
+    shutil.rmtree(doomed)
+
+
+def claim_output_dir(folder: str | Path, owned: tuple[str, ...], resume: bool, overwrite: bool,
+                     remove: bool = True) -> None:
+    """Refuse to start a run in a folder that holds another (the transformers Trainer's rule: no run is mixed with
+    another, or silently replaced), unless it is continued (--resume) or replaced (--overwrite: the entries
+    `owned`, what the command writes, are removed; nothing else in the folder is touched). remove=False: check
+    only (the processes of a torchrun but one)."""
+    folder = Path(folder)
+    if resume and overwrite:
+        raise UsageError("--resume continues the run in --output-dir and --overwrite replaces it: give one of them")
+    if resume or not folder.is_dir():
+        return
+    # Folders without a file in them do not count: a start refused after check_writable leaves such folders.
+    held = [entry.name for entry in sorted(folder.iterdir())
+            if not entry.is_dir() or any(path.is_file() for path in entry.rglob("*"))]
+    if held and not overwrite:
+        shown = ", ".join(held[:5]) + (f" and {len(held) - 5} more" if len(held) > 5 else "")
+        raise UsageError(f"--output-dir {folder} already holds files ({shown}): continue its run with --resume, "
+                         f"start again over it with --overwrite, or choose another --output-dir")
+    replaced = [name for name in owned if (folder / name).exists()]
+    if replaced and remove:
+        for name in replaced:
+            remove_entry(folder / name)
+        log.info("--overwrite: removed %s from %s", ", ".join(replaced), folder)
+
+
+def check_writable(folder: str | Path, flag: str, shown: Path | None = None) -> None:
+    """Fail before any training if `folder` cannot be created or written, not at the first save. shown: what the
+    message names as the flag's value (default: the folder)."""
     folder = Path(folder)
     try:
         folder.mkdir(parents=True, exist_ok=True)
         probe = tempfile.NamedTemporaryFile(dir=folder, prefix=".write-test-", delete=True)
         probe.close()
     except OSError as error:
-        raise UsageError(f"{flag} {folder}: cannot write there ({error.strerror or error})") from None
+        raise UsageError(f"{flag} {shown or folder}: cannot write there ({error.strerror or error})") from None
+
+
+def check_writable_file(path: str | Path, flag: str) -> None:
+    """Fail before the work if the file `path` cannot be written (its folder cannot be, or it is a folder)."""
+    path = Path(path)
+    if path.is_dir():
+        raise UsageError(f"{flag} {path}: a folder; give the name of a file to write")
+    check_writable(path.parent, flag, shown=path)
 
 
 def load_or_fail(path: str | Path, load, what: str):
@@ -106,6 +267,14 @@ def read_json(path: str | Path) -> dict:
 
 
 def append_jsonl(path: str | Path, record: dict) -> None:
-    """One JSON object a line (metrics logs): appended, so earlier lines are never rewritten."""
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(record) + "\n")
+    """One JSON object a line (metrics logs): appended, so earlier lines are never rewritten (a line cut short by a
+    full disk is dropped when the run is resumed)."""
+    path, line = Path(path), json.dumps(record) + "\n"
+    try:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(line)
+    except OSError as error:
+        full = _disk_full_error(error, path, None, len(line.encode()), kept="its earlier lines are intact")
+        if full is None:
+            raise
+        raise full from None

@@ -1,9 +1,14 @@
 """What a run needs to be reproduced, saved in its run_config.json: the command, the code, the libraries, the data."""
 import hashlib
+import logging
 import platform
 import subprocess
 from importlib import metadata
 from pathlib import Path
+
+from common.errors import CheckpointError
+
+log = logging.getLogger(__name__)
 
 LIBRARIES = ("torch", "transformers", "tokenizers", "safetensors", "torchjd", "numpy", "scipy", "scikit-learn")
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,3 +43,20 @@ def provenance(command: str, data_files: list[Path]) -> dict:
             continue
     return {"command": command, "git_commit": git_commit(), "versions": versions,
             "data_sha256": {str(path): file_sha256(path) for path in data_files if Path(path).is_file()}}
+
+
+def check_data_unchanged(saved: dict, allow_changed: bool) -> None:
+    """--resume: each data file the run started with (provenance `saved`, from its run_config.json) still holds what
+    it held, or the run would go on training on other data than it began with; allow_changed: go on, saying so."""
+    changed = []
+    for name, digest in saved.get("data_sha256", {}).items():
+        if not Path(name).is_file():
+            changed.append(f"{name} (now missing)")
+        elif file_sha256(Path(name)) != digest:
+            changed.append(name)
+    if not changed:
+        return
+    what = f"{', '.join(changed)} changed since the run started (SHA-256 in its run_config.json)"
+    if not allow_changed:
+        raise CheckpointError(f"--resume: {what}; resume with the data it started with, or add --allow-changed-data")
+    log.warning("--resume --allow-changed-data: %s; going on with the files as they are now", what)

@@ -240,7 +240,7 @@ class ContrastiveData:
             raise DataError(f"{path}: file not found" if not path.exists() else f"{path}: not a file")
         if path.suffix == ".txt":
             return "unlabeled"
-        with open(path, encoding="utf-8", errors="replace") as f:
+        with open(path, encoding="utf-8-sig", errors="replace") as f:  # -sig: without a byte-order mark
             header = f.readline().strip()
         columns = {c.strip() for c in header.replace(",", "\t").split("\t")}
         for name, source in self.sources.items():

@@ -5,9 +5,12 @@ column (SST, CFIMDB, Quora, STS; `*-test-student.csv` without labels), SimCSE's 
 triplets, one sentence a line, and the tab-separated STS evaluation sets.
 
 Each reader returns (records, report). A row that cannot be used (empty sentence, missing/NaN/
-out-of-range label, wrong number of fields) is skipped and counted in the report, which is logged
-with the file name and line numbers. A missing file or a wrong column set raises DataError.
-Bytes that are not UTF-8 are replaced with U+FFFD and the lines are reported.
+out-of-range label, wrong number of fields, an id a prediction file cannot hold) is skipped and counted
+in the report, which is logged with the file name and line numbers; in a file without labels, whose
+every row needs a prediction, it raises DataError instead. A missing file or a wrong column set raises
+DataError, and so does a line that is not one row (a double quote that opens a field running on over
+the next lines): every line is one row, which a count of the lines independent of csv checks.
+Bytes that are not UTF-8 are replaced with U+FFFD and the lines are reported; a byte-order mark is dropped.
 """
 import csv
 import io
@@ -80,43 +83,105 @@ def _lines(numbers: list[int], shown: int = 5) -> str:
     return f"{word} {text}" + (f" and {len(numbers) - shown} more" if len(numbers) > shown else "")
 
 
-def _read_text(path: Path, report: ReadReport) -> str:
+def read_text(path: Path, report: ReadReport | None = None) -> str:
+    """A text file as UTF-8, without the byte-order mark some editors put first; bytes that are not UTF-8 are
+    replaced, and their lines recorded in the report."""
     if not path.is_file():
         raise DataError(f"{path}: file not found" if not path.exists() else f"{path}: not a file")
     raw = path.read_bytes()
     try:
-        return raw.decode("utf-8")
+        return raw.decode("utf-8-sig")
     except UnicodeDecodeError:
         for number, line in enumerate(raw.split(b"\n"), start=1):
             try:
                 line.decode("utf-8")
             except UnicodeDecodeError:
-                report.replaced_bytes_lines.append(number)
-        return raw.decode("utf-8", errors="replace")
+                if report is not None:
+                    report.replaced_bytes_lines.append(number)
+        return raw.decode("utf-8-sig", errors="replace")
+
+
+def text_lines(text: str) -> list[str]:
+    """The lines of a file's text as csv sees them (ended by \\n, \\r\\n or \\r), without their endings.
+    Not str.splitlines, which also ends a line at characters a sentence may hold (U+2028, U+0085, form feed)."""
+    return [line.rstrip("\r\n") for line in io.StringIO(text, newline="")]
+
+
+def id_problem(text: str) -> str | None:
+    """Why `text` cannot be the id of a row of a prediction file (whose fields are not quoted), or None."""
+    if not text.strip():
+        return "empty id"
+    if any(c in text for c in ",\t\n\r"):
+        return "id holds a comma, tab or line break"
+    return None
 
 
 def _rows(path: Path, delimiter: str, required: list[str], report: ReadReport, keep_every_row: bool = False):
     """Yield (line number, {column: value}) for each data row; the header must hold `required`.
     keep_every_row: a row that cannot be read stops the reading (a test file's every id needs a prediction)."""
-    # csv (not pandas) because it knows each row's line number, which every message names;
-    # its quoting rules are those of the course's own csv.DictReader.
-    reader = csv.reader(io.StringIO(_read_text(path, report), newline=""), delimiter=delimiter)
-    header = [name.strip() for name in next(reader, [])]
+    # csv (not pandas) because it knows each row's line number, which every message names. Quoting stays on: the
+    # course's files quote fields as csv writes them ("" is a double quote inside a quoted field), and their own
+    # csv.DictReader reads them so; QUOTE_NONE would keep those quotes as text. strict: a quote that closes before
+    # something other than a delimiter is an error, not a guess.
+    text = read_text(path, report)
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, strict=True)
+    header = [name.strip() for name in _next_row(reader, path, 1) or []]
     missing = [name for name in required if name not in header]
     if missing:
         raise DataError(f"{path}: line 1: missing column(s) {', '.join(missing)}; "
                         f"expected {', '.join(required)}, found {', '.join(repr(h) for h in header) or 'no header'}")
-    for fields in reader:
+    while True:
+        line = reader.line_num + 1
+        fields = _next_row(reader, path, line)
+        if fields is None:
+            break
         if not fields:  # blank line
             continue
         report.rows += 1
         if len(fields) != len(header):
             if keep_every_row:
-                raise DataError(f"{path}: line {reader.line_num}: {len(fields)} fields, the header has {len(header)}; "
+                raise DataError(f"{path}: line {line}: {len(fields)} fields, the header has {len(header)}; "
                                 f"every row of a file without labels needs a prediction, so none is skipped")
-            report.skip(reader.line_num, f"{len(fields)} fields, header has {len(header)}")
+            report.skip(line, f"{len(fields)} fields, header has {len(header)}")
             continue
-        yield reader.line_num, dict(zip(header, fields))
+        yield line, dict(zip(header, fields))
+    # Counted apart from csv: each line after the header that is not empty is one row, read or reported.
+    lines = sum(1 for line in text_lines(text)[1:] if line)
+    if lines != report.rows:
+        raise DataError(f"{path}: {lines:,} data lines but {report.rows:,} rows read; every line must be one row")
+
+
+def _next_row(reader, path: Path, line: int) -> list[str] | None:
+    """The fields of the row that starts at `line` (None at the end of the file), which must end on that line."""
+    try:
+        fields = next(reader, None)
+    except csv.Error as error:
+        # strict csv: "unexpected end of data" is a quoted field still open at the end of the file.
+        if reader.line_num > line or "unexpected end of data" in str(error):
+            raise DataError(_runs_on(path, line, reader.line_num)) from None
+        raise DataError(f"{path}: line {line}: not a row ({error}); inside a quoted field a double quote is "
+                        f"written \"\"") from None
+    if fields is not None and reader.line_num > line:
+        raise DataError(_runs_on(path, line, reader.line_num))
+    return fields
+
+
+def _runs_on(path: Path, line: int, last: int) -> str:
+    where = f"runs on to line {last}" if last > line else "does not close on its line"
+    return (f"{path}: line {line}: a double quote opens a field that {where}; every line must be one row "
+            f"(inside a quoted field a double quote is written \"\")")
+
+
+def _id_ok(text: str, line: int, report: ReadReport, labeled: bool) -> bool:
+    """Whether the row's id can name its prediction; a file without labels cannot do without one of its rows."""
+    problem = id_problem(text)
+    if problem is None:
+        return True
+    if not labeled:
+        raise DataError(f"{report.path}: line {line}: {problem}; every row of a file without labels needs an id "
+                        f"for its prediction")
+    report.skip(line, problem)
+    return False
 
 
 def _label(text: str, line: int, report: ReadReport, low: float, high: float, integral: bool) -> float | None:
@@ -158,7 +223,7 @@ def read_sentiment(path: str | Path, num_classes: int, labeled: bool = True, lab
     for line, row in _rows(path, "\t", ["id", "sentence"] + ([label_column] if labeled else []), report,
                            keep_every_row=not labeled):
         sentence = row["sentence"].strip()
-        if not _sentences_ok([sentence], line, report, labeled):
+        if not _id_ok(row["id"].strip(), line, report, labeled) or not _sentences_ok([sentence], line, report, labeled):
             continue
         label = None
         if labeled:
@@ -175,7 +240,7 @@ def _read_pairs(path, labeled, label_column, low, high, integral):
     for line, row in _rows(path, "\t", ["id", "sentence1", "sentence2"] + ([label_column] if labeled else []),
                            report, keep_every_row=not labeled):
         s1, s2 = row["sentence1"].strip(), row["sentence2"].strip()
-        if not _sentences_ok([s1, s2], line, report, labeled):
+        if not _id_ok(row["id"].strip(), line, report, labeled) or not _sentences_ok([s1, s2], line, report, labeled):
             continue
         label = None
         if labeled:
@@ -211,7 +276,7 @@ def read_lines(path: str | Path):
     """One sentence a line (unsupervised data); blank lines are skipped and reported."""
     path, report = Path(path), ReadReport(Path(path))
     records = []
-    for line, text in enumerate(_read_text(path, report).splitlines(), start=1):
+    for line, text in enumerate(text_lines(read_text(path, report)), start=1):
         report.rows += 1
         if text.strip():
             records.append(text.strip())

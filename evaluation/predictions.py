@@ -8,14 +8,16 @@ Readers must therefore strip whitespace around fields, e.g. csv.reader plus str.
 with sep=r"\\s*,\\s*". 
 Predictions: SST an integer class 0-4, paraphrase 0 or 1 (the starter wrote "1.0"; the same number),
 STS a float (tasks.Task.format; each task's column is in the registry). One row per id, in the order given.
-Each file is written to a temporary file in the same folder and moved into place with os.replace,
-which is atomic: a run that dies mid-write leaves the previous file (or none), never half of one.
+Each file is written to a temporary file in the same folder and moved into place with os.replace
+(common.files.atomic_file), which is atomic: a run that dies mid-write leaves the previous file (or
+none), never half of one.
 """
 import os
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
+from common.files import atomic_file
+from data.readers import id_problem
 from tasks import REGISTRY
 
 SPLITS = ("dev", "test")
@@ -31,29 +33,23 @@ def prediction_path(out_dir: str | Path, task: str, split: str) -> Path:
 
 def _format_id(sentence_id) -> str:
     sentence_id = str(sentence_id)
-    # The format has no quoting, so an id must not contain its separators.
-    if not sentence_id.strip() or any(c in sentence_id for c in ",\t\n\r"):
-        raise ValueError(f"id {sentence_id!r} is empty or contains a comma, tab or line break")
+    # The format has no quoting, so an id must not contain its separators (the readers refuse such ids before any
+    # training: this is the last guard, for ids from elsewhere).
+    problem = id_problem(sentence_id)
+    if problem:
+        raise ValueError(f"{problem}: {sentence_id!r}")
     return sentence_id
 
 
 def write_predictions(out_dir: str | Path, task: str, split: str, ids: Iterable, predictions: Iterable) -> Path:
     """Write one prediction file atomically and return its path. Tensors and arrays are accepted."""
     path = prediction_path(out_dir, task, split)
-    path.parent.mkdir(parents=True, exist_ok=True)
     ids = ids.tolist() if hasattr(ids, "tolist") else ids
     predictions = predictions.tolist() if hasattr(predictions, "tolist") else predictions
-    handle, temp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.chmod(temp_name, 0o644)  # mkstemp creates 0600; a prediction file is meant to be shared
-        with os.fdopen(handle, "w", encoding="utf-8", newline="") as f:
-            f.write(f"id \t {REGISTRY[task].column} \n")
-            for sentence_id, value in zip(ids, predictions, strict=True):
-                f.write(f"{_format_id(sentence_id)} , {REGISTRY[task].format(float(value))} \n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temp_name, path)
-    except BaseException:
-        Path(temp_name).unlink(missing_ok=True)
-        raise
+    with atomic_file(path) as temp, open(temp, "w", encoding="utf-8", newline="") as f:
+        f.write(f"id \t {REGISTRY[task].column} \n")
+        for sentence_id, value in zip(ids, predictions, strict=True):
+            f.write(f"{_format_id(sentence_id)} , {REGISTRY[task].format(float(value))} \n")
+        f.flush()
+        os.fsync(f.fileno())
     return path

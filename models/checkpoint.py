@@ -23,6 +23,11 @@ from models.tokenizer import Tokenizer
 ENCODER_PREFIX = "encoder."
 
 
+def tensor_bytes(tensors) -> int:
+    """The bytes of these tensors, as a checkpoint holds them: about the disk space a save of them needs."""
+    return sum(tensor.numel() * tensor.element_size() for tensor in tensors)
+
+
 def _without_aliases(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     # Heads may share a layer (one tensor under two names); safetensors stores each tensor once,
     # and loading into either name fills both.

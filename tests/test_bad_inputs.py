@@ -4,7 +4,9 @@ print it with `.venv/bin/python tests/test_bad_inputs.py`.
 
 Each case: (kind, what is wrong, command, arguments, the exact message's start, exit code). In the arguments and the
 message, MODEL, DATA, OUT stand for a tiny model, tiny course files and a fresh output folder; FILE for a file that
-is not a folder; the lower-case names for the broken files and folders the fixture `places` makes.
+is not a folder; the lower-case names for the broken files and folders the fixture `places` makes (finished-run: a
+finished run trained on edited-data, whose ids-sst-train.csv changed since). A case that cannot be made of files,
+a full disk, has a fault in FAULTS that the test injects.
 """
 import json
 import random
@@ -19,11 +21,16 @@ sys.path.insert(0, str(ROOT))
 
 import ensemble  # noqa: E402
 import multitask_classifier  # noqa: E402
+import predict  # noqa: E402
 import pretrain_contrastive  # noqa: E402
 from common import cli  # noqa: E402
+from training.contrastive import ContrastiveConfig  # noqa: E402
 from training.multitask import MultitaskConfig  # noqa: E402
 
-COMMANDS = {"multitask": multitask_classifier, "pretrain": pretrain_contrastive, "ensemble": ensemble}
+COMMANDS = {"multitask": multitask_classifier, "pretrain": pretrain_contrastive, "ensemble": ensemble,
+            "predict": predict}
+SCRIPTS = {"multitask": "multitask_classifier.py", "pretrain": "pretrain_contrastive.py", "ensemble": "ensemble.py",
+           "predict": "predict.py"}
 TRAIN = ["--model", "MODEL", "--data-dir", "DATA", "--output-dir", "OUT/run", "--predictions-dir", "OUT/predictions",
          "--epochs", "1", "--batch-size", "8", "--device", "cpu"]
 CASES = [
@@ -47,6 +54,21 @@ CASES = [
      "--task-weights 'para=0': para would never be trained, yet scored and predicted", 2),
     ("flag", "contrastive --grad-accum", "pretrain", ["--model", "MODEL", "--grad-accum", "2"],
      "--grad-accum: a contrastive loss compares the examples of one batch", 2),
+    ("flag", "an unknown flag", "multitask", [*TRAIN, "--bogus"],
+     "multitask_classifier.py: error: unrecognized arguments: --bogus (see multitask_classifier.py --help)", 2),
+    ("flag", "--tasks naming no task", "multitask", [*TRAIN, "--tasks", "nonsense"],
+     "--tasks 'nonsense': unknown task 'nonsense'", 2),
+    ("flag", "every trained task's loss weighted 0", "multitask", [*TRAIN, "--loss-weights", "sst=0,para=0,sts=0"],
+     "--loss-weights 'sst=0,para=0,sts=0': every trained task weighs 0, so nothing would be trained", 2),
+    ("flag", "task weights of a schedule that samples none", "multitask",
+     [*TRAIN, "--schedule", "avg", "--task-weights", "para=2"],
+     "--schedule avg: task weights are sampling weights of the mtdnn schedule, not of 'avg'", 2),
+    ("flag", "fewer epochs than a sequential schedule's tasks", "multitask", [*TRAIN, "--schedule", "sequential"],
+     "--schedule sequential: sequential training of 3 tasks needs at least 3 epochs, got 1", 2),
+    ("flag", "a device that does not exist", "multitask", [*TRAIN, "--device", "gpu"],
+     "error: --device gpu: not a device; use auto, cpu, cuda or cuda:N", 2),
+    ("flag", "--resume and --overwrite together", "multitask", [*TRAIN, "--resume", "--overwrite"],
+     "error: --resume continues the run in --output-dir and --overwrite replaces it: give one of them", 2),
     # weights and checkpoints
     ("checkpoint", "config.json is not JSON", "multitask", [*TRAIN, "--model", "broken-config"],
      "error: broken-config/config.json: line 1: not valid JSON", 2),
@@ -63,6 +85,13 @@ CASES = [
      "error: truncated-outputs/outputs-sst-dev.pt: cannot read saved outputs", 2),
     ("checkpoint", "no such model folder", "multitask", [*TRAIN, "--model", "OUT/nowhere/"],
      "error: checkpoint folder not found: OUT/nowhere", 2),
+    ("checkpoint", "a task the run did not train, to predict", "predict", ["finished-run", "--cfimdb", "a film"],
+     "error: --cfimdb: finished-run was trained on sst, para, sts, not cfimdb", 2),
+    ("checkpoint", "an encoder-only checkpoint (pretrain_contrastive.py's), to predict", "predict",
+     ["pretrained-encoder", "--sst", "a film"],
+     "error: pretrained-encoder: an encoder-only checkpoint (no heads.safetensors; pretrain_contrastive.py writes "
+     "these): it has no task heads to predict with; fine-tune it first with multitask_classifier.py --init "
+     "pretrained-encoder", 2),
     # data files
     ("data", "empty file to pretrain on", "pretrain", ["--model", "MODEL", "--data", "empty.txt", "--output-dir", "OUT"],
      "error: empty.txt: no usable rows", 2),
@@ -70,6 +99,18 @@ CASES = [
      "error: OUT/ids-sst-train.csv: file not found", 2),
     ("data", "a test-student row that cannot be read", "multitask", [*TRAIN, "--data-dir", "bad-test-row"],
      "error: bad-test-row/ids-sst-test-student.csv: line 3: 2 fields, the header has 3", 2),
+    ("data", "a test-student sentence opening a double quote it does not close", "multitask",
+     [*TRAIN, "--data-dir", "open-quote"],
+     "error: open-quote/ids-sst-test-student.csv: line 4: a double quote opens a field that runs on to line 8; "
+     "every line must be one row", 2),
+    ("data", "an empty id in a test-student file", "multitask", [*TRAIN, "--data-dir", "empty-id"],
+     "error: empty-id/ids-sst-test-student.csv: line 3: empty id; every row of a file without labels needs an id", 2),
+    ("data", "a data file changed since the run started, on --resume", "multitask",
+     [*TRAIN, "--data-dir", "edited-data", "--output-dir", "finished-run", "--resume"],
+     "error: --resume: edited-data/ids-sst-train.csv changed since the run started (SHA-256 in its "
+     "run_config.json); resume with the data it started with, or add --allow-changed-data", 2),
+    ("data", "an empty file to predict", "predict", ["finished-run", "--task", "sst", "--input", "empty.txt"],
+     "error: empty.txt: no examples to predict", 2),
     # file system
     ("file system", "output folder that cannot be written", "multitask", [*TRAIN, "--output-dir", "FILE/run"],
      "error: --output-dir FILE/run: cannot write there", 2),
@@ -77,7 +118,34 @@ CASES = [
      [*TRAIN, "--predictions-dir", "FILE/predictions"], "error: --predictions-dir FILE/predictions: cannot write there", 2),
     ("file system", "--resume with no interrupted run", "multitask", [*TRAIN, "--resume"],
      "error: --resume: no interrupted run in OUT/run (no last/training_state.pt)", 2),
+    ("file system", "an output folder that holds another run", "multitask", [*TRAIN, "--output-dir", "finished-run"],
+     "error: --output-dir finished-run already holds files (best, last, metrics.jsonl, run_config.json): continue "
+     "its run with --resume, start again over it with --overwrite, or choose another --output-dir", 2),
+    ("file system", "a pretraining output folder that holds other files", "pretrain",
+     ["--model", "MODEL", "--output-dir", "user-folder"],
+     "error: --output-dir user-folder already holds files (notes.txt)", 2),
+    ("file system", "the disk fills up while a checkpoint is saved", "multitask", TRAIN,
+     "error: OUT/run/best: no space left on the device; nothing of it was written (it needs about", 2),
+    ("file system", "a predictions file that cannot be written", "predict",
+     ["finished-run", "--sst", "a film", "--output", "FILE/out.tsv"],
+     "error: --output FILE/out.tsv: cannot write there", 2),
+    ("file system", "an ensemble report that cannot be written", "ensemble",
+     ["--members", "finished-run", "--data-dir", "DATA", "--out", "FILE/e.json", "--predictions-dir", "OUT/p"],
+     "error: --out FILE/e.json: cannot write there", 2),
 ]
+
+
+def disk_full(monkeypatch):
+    """Every weights file a checkpoint writes finds no space left: the error safetensors raises on a full disk."""
+    from safetensors import SafetensorError
+
+    def no_space(*args, **kwargs):
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    monkeypatch.setattr("models.checkpoint.save_file", no_space)
+
+
+FAULTS = {"the disk fills up while a checkpoint is saved": disk_full}
 
 
 @pytest.fixture(scope="module")
@@ -106,17 +174,41 @@ def places(tiny_model, tmp_path_factory) -> dict[str, Path]:
     for split in ("dev", "test"):
         (outputs / f"outputs-sst-{split}.pt").write_bytes(b"\x80\x02 cut")
     (root / "empty.txt").write_text("")
-    bad_rows = Path(shutil.copytree(data, root / "bad-test-row"))
-    lines = (bad_rows / "ids-sst-test-student.csv").read_text().splitlines()
-    lines[2] = "1\tonly-an-id"
-    (bad_rows / "ids-sst-test-student.csv").write_text("\n".join(lines) + "\n")
+
+    def test_file_copy(name: str, line: int, text: str) -> Path:
+        """The data with line `line` (1-based) of ids-sst-test-student.csv replaced by `text`."""
+        folder = Path(shutil.copytree(data, root / name))
+        lines = (folder / "ids-sst-test-student.csv").read_text().splitlines()
+        lines[line - 1] = text
+        (folder / "ids-sst-test-student.csv").write_text("\n".join(lines) + "\n")
+        return folder
+
+    test_file_copy("bad-test-row", 3, "1\tonly-an-id")
+    test_file_copy("empty-id", 3, "1\t\ta sentence")
+    # A sentence that opens a double quote, and one four lines below that closes it: csv alone reads lines 4 to 8 as
+    # one row, and 10 ids would get 6 predictions.
+    quoted = test_file_copy("open-quote", 4, '2\tids-sst-test-student-2\t"a sentence opening a quote')
+    lines = (quoted / "ids-sst-test-student.csv").read_text().splitlines()
+    lines[7] += ' and " another'
+    (quoted / "ids-sst-test-student.csv").write_text("\n".join(lines) + "\n")
     (root / "FILE").write_text("a file, not a folder")
+    (root / "user-folder").mkdir()
+    (root / "user-folder" / "notes.txt").write_text("the user's, not a run's")
+    encoder_only = model_copy("pretrained-encoder")
+    (encoder_only / "run_config.json").write_text(json.dumps(ContrastiveConfig(model=str(tiny_model)).to_dict()))
     for name in ("broken-config", "gpt2-config", "truncated-weights", "truncated-heads", "truncated-state",
-                 "truncated-outputs", "empty.txt", "bad-test-row", "FILE"):
+                 "truncated-outputs", "empty.txt", "bad-test-row", "empty-id", "open-quote", "FILE", "user-folder"):
         places[name] = root / name
     # The interrupted run's flags, so that --resume gets as far as reading its training state.
     resumed = [substitute(arg, places, root) for arg in (*TRAIN, "--output-dir", "truncated-state")]
     (state / "run_config.json").write_text(json.dumps(cli.parse_config(MultitaskConfig, "", resumed).to_dict()))
+    # A finished run, and then a change to a file it trained on.
+    places |= {"edited-data": Path(shutil.copytree(data, root / "edited-data")), "pretrained-encoder": encoder_only,
+               "finished-run": root / "finished-run"}
+    multitask_classifier.main([substitute(arg, places, root / "finished")
+                               for arg in (*TRAIN, "--data-dir", "edited-data", "--output-dir", "finished-run")])
+    with open(places["edited-data"] / "ids-sst-train.csv", "a") as f:
+        f.write("99\tadded-later\ta sentence added after the run\t2\n")
     return places
 
 
@@ -127,9 +219,11 @@ def substitute(text: str, places: dict[str, Path], out: Path) -> str:
 
 
 @pytest.mark.parametrize("kind, wrong, command, args, message, code", CASES, ids=[case[1] for case in CASES])
-def test_bad_input_gets_one_line_and_its_exit_code(places, tmp_path, capsys, kind, wrong, command, args, message,
-                                                   code):
+def test_bad_input_gets_one_line_and_its_exit_code(places, tmp_path, capsys, monkeypatch, kind, wrong, command, args,
+                                                   message, code):
     argv = [substitute(arg, places, tmp_path) for arg in args]
+    if wrong in FAULTS:
+        FAULTS[wrong](monkeypatch)
     with pytest.raises(SystemExit) as exit_:
         cli.run(lambda: COMMANDS[command].main(argv))
     assert exit_.value.code == code
@@ -143,10 +237,9 @@ def test_bad_input_gets_one_line_and_its_exit_code(places, tmp_path, capsys, kin
 
 def catalogue_table() -> str:
     lines = ["| kind | what is wrong | command | what you get (exit code 2) |", "|---|---|---|---|"]
-    script = {"multitask": "multitask_classifier.py", "pretrain": "pretrain_contrastive.py", "ensemble": "ensemble.py"}
     for kind, wrong, command, _, message, code in CASES:
         assert code == 2
-        lines.append(f"| {kind} | {wrong} | `{script[command]}` | `{message}` |")
+        lines.append(f"| {kind} | {wrong} | `{SCRIPTS[command]}` | `{message}` |")
     return "\n".join(lines)
 
 

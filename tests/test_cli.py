@@ -39,3 +39,36 @@ def test_a_value_the_config_rejects_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as exit_info:
         parse_config(ExampleConfig, DESCRIPTION, ["--batch-size", "0"])
     assert exit_info.value.code == 2 and "--batch-size must be at least 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("script, argv", [("multitask_classifier.py", ["--no-such-flag"]),
+                                          ("pretrain_contrastive.py", ["--method", "nonsense"]),
+                                          ("ensemble.py", ["--rounds", "two"]),
+                                          ("predict.py", []),
+                                          ("predict.py", ["run", "--input", "file.txt"])])
+def test_a_usage_error_is_one_line_and_help_still_has_the_whole_usage(capsys, script, argv):
+    import importlib
+
+    command = importlib.import_module(script.removesuffix(".py"))
+    with pytest.raises(SystemExit) as exit_:
+        command.main(argv)
+    output = capsys.readouterr()
+    assert exit_.value.code == 2 and output.out == ""
+    assert len(output.err.splitlines()) == 1, output.err
+    assert output.err.startswith(f"{script}: error: ") and output.err.endswith(f" (see {script} --help)\n")
+    with pytest.raises(SystemExit) as exit_:
+        command.main(["--help"])
+    output = capsys.readouterr()
+    assert exit_.value.code == 0 and output.out.startswith("usage: ") and len(output.out.splitlines()) > 20
+
+
+@pytest.mark.parametrize("name, message", [("gpu", "--device gpu: not a device; use auto, cpu, cuda or cuda:N"),
+                                           ("mps", "--device mps: not a device; use auto, cpu, cuda or cuda:N"),
+                                           ("cuda:99", "--device cuda:99: ")])
+def test_a_device_this_machine_does_not_have_is_a_usage_error(name, message):
+    from common.cli import resolve_device
+    from common.errors import UsageError
+
+    with pytest.raises(UsageError, match=message.replace("(", r"\(")):
+        resolve_device(name)
+    assert resolve_device("cpu").type == "cpu"

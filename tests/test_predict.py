@@ -54,6 +54,24 @@ def test_predict_command_on_the_dev_file_gives_the_runs_saved_dev_outputs(run, d
     torch.testing.assert_close(written, saved["outputs"], atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("separator", ["\u2028", "\u0085"])
+def test_predict_input_in_csv_with_a_byte_order_mark_or_a_line_separator_keeps_its_ids_and_rows(run, tmp_path,
+                                                                                                 separator):
+    # An editor's byte-order mark before "id" must not turn the CSV into plain text (its header a sentence to
+    # predict), nor a sentence holding a Unicode line separator into two examples.
+    source = tmp_path / "input.csv"
+    source.write_bytes(f"\ufeffid\tsentence\na\tone{separator}sentence\nb\ta red car\n".encode("utf-8"))
+    out = tmp_path / "predictions.tsv"
+    predict.main([str(run), "--task", "sst", "--input", str(source), "--output", str(out), "--device", "cpu"])
+    with open(out, newline="") as f:
+        assert [row["id"] for row in csv.DictReader(f, delimiter="\t")] == ["a", "b"]
+    plain = tmp_path / "input.txt"
+    plain.write_text(f"one{separator}sentence\na red car\n", encoding="utf-8")
+    predict.main([str(run), "--task", "sst", "--input", str(plain), "--output", str(out), "--device", "cpu"])
+    with open(out, newline="") as f:
+        assert [row["id"] for row in csv.DictReader(f, delimiter="\t")] == ["1", "2"]
+
+
 def test_the_python_api_on_a_list_equals_the_command(run, capsys):
     model = predict.MultitaskPredictor.from_run(run, device="cpu")
     pair = ("a cat sat on the mat", "the dog ran fast")

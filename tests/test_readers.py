@@ -155,3 +155,96 @@ def test_a_sample_is_random_repeatable_in_file_order_and_follows_the_labels(data
     for label in range(5):
         assert abs(share(sample, label) - share(sst, label)) < 0.04, label
     assert sample_records(sst, 0) is sst and sample_records(sst, len(sst) + 1) is sst
+
+
+# ---- every line one row: a double quote never merges lines, and a count of lines apart from csv agrees ----
+
+UNLABELED = "\tid\tsentence\n"
+# Ten test-student rows; line 4 opens a double quote that a sentence on line 8 closes (csv alone: one row of 5 lines).
+OPEN_QUOTE = UNLABELED + "".join(
+    f"{i}\tid-{i}\t" + ('"opens a quote' if i == 2 else 'and " closes it' if i == 6 else f"sentence {i}") + "\n"
+    for i in range(10))
+
+
+@pytest.mark.parametrize("labeled", [False, True])
+def test_a_quote_that_runs_over_lines_is_refused_naming_its_line(tmp_path, labeled):
+    text = OPEN_QUOTE if not labeled else "".join(
+        line + ("\tsentiment" if number == 0 else "\t1") + "\n" for number, line in enumerate(OPEN_QUOTE.splitlines()))
+    assert text.count("\n") == 11  # a header and ten rows
+    with pytest.raises(DataError, match=r"bad\.csv: line 4: a double quote opens a field that runs on to line 8"):
+        SST(write(tmp_path, text), labeled=labeled)
+
+
+def test_a_quote_that_does_not_close_before_the_end_is_refused(tmp_path):
+    with pytest.raises(DataError, match=r"bad\.csv: line 3: a double quote opens a field that does not close"):
+        SST(write(tmp_path, UNLABELED + '0\ta\tfine\n1\tb\t"never closed\n'), labeled=False)
+
+
+def test_a_quote_closed_inside_a_field_is_refused_not_guessed(tmp_path):
+    # csv's default would read "ab"c" as abc", a guess at what was meant; the row is refused instead.
+    with pytest.raises(DataError, match=r"bad\.csv: line 2: not a row"):
+        SST(write(tmp_path, UNLABELED + '0\ta\t"ab"c"\n'), labeled=False)
+
+
+def test_quotes_as_the_course_writes_them_are_read_as_text(tmp_path):
+    records, report = SST(write(tmp_path, UNLABELED + '0\ta\t"He said ""hi"" twice"\n1\tb\tit\'s "fine" here\n'),
+                          labeled=False)
+    assert [r.sentence for r in records] == ['He said "hi" twice', 'it\'s "fine" here'] and report.rows == 2
+
+
+def test_rows_read_are_checked_against_a_count_of_lines_made_apart_from_csv(tmp_path, monkeypatch):
+    import csv
+
+    reader = csv.reader
+
+    class LosingReader:
+        """A csv reader that loses the row of line 3 and counts lines as rows: nothing in its rows shows the loss."""
+
+        def __init__(self, lines, **kwargs):
+            self.rows, self.line_num = reader(lines, **kwargs), 0
+
+        def __iter__(self):
+            return self
+
+        def __next__(self):
+            row = next(self.rows)
+            if self.line_num == 2:
+                row = next(self.rows)
+            self.line_num += 1
+            return row
+
+    monkeypatch.setattr(csv, "reader", LosingReader)
+    with pytest.raises(DataError, match=r"bad\.csv: 3 data lines but 2 rows read; every line must be one row"):
+        SST(write(tmp_path, UNLABELED + "0\ta\tx\n1\tb\ty\n2\tc\tz\n"), labeled=False)
+
+
+@pytest.mark.parametrize("separator", ["\u2028", "\u0085", "\x0c"])
+def test_a_sentence_holding_a_unicode_line_separator_is_one_line(tmp_path, separator):
+    lines, report = read_lines(write(tmp_path, f"one{separator}sentence\ntwo\n", name="lines.txt"))
+    assert lines == [f"one{separator}sentence", "two"] and report.rows == 2
+
+
+def test_an_id_a_prediction_file_cannot_hold_stops_a_file_without_labels(tmp_path):
+    with pytest.raises(DataError, match=r"bad\.csv: line 3: empty id; every row of a file without labels needs an id"):
+        SST(write(tmp_path, UNLABELED + "0\ta\tx\n1\t \ty\n"), labeled=False)
+    with pytest.raises(DataError, match=r"bad\.csv: line 2: id holds a comma"):
+        read_sts(write(tmp_path, "\tid\tsentence1\tsentence2\n0\ta,b\tx\ty\n"), labeled=False)
+
+
+def test_an_id_a_prediction_file_cannot_hold_is_a_skipped_row_of_a_labeled_file(tmp_path):
+    records, report = SST(write(tmp_path, HEADER + "0\ta\tx\t1\n1\t\ty\t2\n2\tc,d\tz\t3\n"))
+    assert [r.id for r in records] == ["a"]
+    assert dict(report.skipped) == {"empty id": [3], "id holds a comma, tab or line break": [4]}
+
+
+def test_a_byte_order_mark_before_the_header_is_not_part_of_it(tmp_path):
+    records, _ = SST(write(tmp_path, b"\xef\xbb\xbfid\tsentence\tsentiment\n1\ta cat\t1\n"))
+    assert [(r.id, r.sentence, r.label) for r in records] == [("1", "a cat", 1)]
+    nli, _ = read_nli(write(tmp_path, b"\xef\xbb\xbfsent0,sent1,hard_neg\na,b,c\n"))
+    assert [(t.anchor, t.positive, t.hard_negative) for t in nli] == [("a", "b", "c")]
+
+
+def test_contrastive_data_with_a_byte_order_mark_is_recognised(tmp_path):
+    from data.contrastive import detect_format
+
+    assert detect_format(write(tmp_path, b"\xef\xbb\xbfsent0,sent1,hard_neg\na,b,c\n")) == "nli"

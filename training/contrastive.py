@@ -14,13 +14,13 @@ import torch
 
 from common import distributed
 from common.errors import DataError
-from common.files import atomic_directory, write_json
+from common.files import atomic_files, remove_entry, write_json
 from common.tables import markdown_table
 from data.batching import split_rows
 from data.contrastive import Dataset, SentenceBatch, SentenceSet, as_sentences
 from evaluation.sts_benchmark import TABLE_COLUMNS, sts_benchmark
 from models import Tokenizer, from_pretrained
-from models.checkpoint import write_encoder_folder
+from models.checkpoint import tensor_bytes, write_encoder_folder
 from models.shareable import write_shareable_files
 from tasks import CONTRASTIVE_DATA
 from training.engine import Engine, Run, Share
@@ -120,21 +120,23 @@ class Pretraining:
         return metrics
 
     def _save_final(self, encoders: dict, metrics: dict) -> None:
-        """The encoder folder(s), in one atomic swap of the output folder; last/ goes: the run is complete."""
+        """The encoder folder(s), written into the output folder as one set (its other files stay); last/ goes: the
+        run is complete."""
         config, output_dir = self.config, Path(self.config.output_dir)
-        with atomic_directory(output_dir) as temp:
+        size = tensor_bytes(tensor for encoder in encoders.values() for tensor in encoder.state_dict().values())
+        with atomic_files(output_dir, expected=size) as temp:
             for name, encoder in encoders.items():
                 (temp / name).mkdir(exist_ok=True)
                 write_encoder_folder(temp / name, encoder, self.tokenizer, self.engine.run_config, metrics)
                 write_shareable_files(temp / name, pooling=config.pooling, max_length=config.max_length,
                                       base_model=config.model, command=getattr(config, "command", ""),
-                                      metrics=metrics.get("sts_benchmark", metrics["stages"]),
+                                      metrics=metrics["sts_benchmark"] if config.eval else metrics["stages"],
+                                      metrics_kind="sts-benchmark" if config.eval else "training",
                                       data_files=[str(path) for path in self.data_files])
-            if (output_dir / "metrics.jsonl").exists():
-                (temp / "metrics.jsonl").write_bytes((output_dir / "metrics.jsonl").read_bytes())
             if config.eval:
                 write_json(temp / "sts_benchmark.json", {"model": config.model, "method": config.method,
                                                          "pooling": config.pooling, "results": self.results})
+        remove_entry(output_dir / "last")
         log.info("saved %s", ", ".join(str(output_dir / name) for name in encoders))
 
     def _benchmark(self, encoder) -> dict:

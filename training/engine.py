@@ -41,12 +41,13 @@ from tqdm import tqdm
 from common import distributed
 from common.cli import AT_LEAST_0, AT_LEAST_1, FRACTION, POSITIVE, Range, check_ranges, flag, resolve_device
 from common.errors import CheckpointError, UsageError, UserError
-from common.files import (append_jsonl, atomic_directory, atomic_file, check_writable, load_or_fail, read_json,
-                          recover_directory, write_json)
-from common.provenance import provenance
+from common.files import (append_jsonl, atomic_directory, atomic_file, check_writable, claim_output_dir, load_or_fail,
+                          read_json, recover_directory, recover_files, write_json)
+from common.provenance import check_data_unchanged, provenance
 from common.seeding import rng_state, seed_everything, set_rng_state
 from data.batching import split_evenly
 from models import AdamW
+from models.checkpoint import tensor_bytes
 from training.precision import PRECISIONS, Precision
 
 log = logging.getLogger(__name__)
@@ -71,6 +72,9 @@ class TrainingConfig:
     seed: int = flag(11711, "random seed; the same seed gives the same run")
     output_dir: str = flag("runs/multitask", "checkpoints and metrics.jsonl go here")
     resume: bool = flag(False, "continue the interrupted run in --output-dir from its last checkpoint")
+    overwrite: bool = flag(False, "start a new run in an --output-dir that holds one, replacing the files this "
+                                  "command writes there (nothing else in it is touched)")
+    allow_changed_data: bool = flag(False, "--resume although a data file changed since the run started")
     save_every: int = flag(0, "also save the resumable checkpoint OUTPUT_DIR/last/ every N steps (0 = only when "
                               "the command saves anyway)", range=AT_LEAST_0)
     log_every: int = flag(50, "write each task's mean training loss and the learning rate to metrics.jsonl "
@@ -83,7 +87,10 @@ class TrainingConfig:
     precision: str = flag("auto", "auto: bf16 (or fp16) autocast on GPUs, fp32 on CPU", choices=PRECISIONS)
 
     # What --resume may change without changing the run.
-    RUNTIME_FIELDS = ("resume", "device", "save_every", "log_every", "tensorboard", "quiet")
+    RUNTIME_FIELDS = ("resume", "overwrite", "allow_changed_data", "device", "save_every", "log_every", "tensorboard",
+                      "quiet")
+    # What a run writes in --output-dir (a command adds its own): --overwrite removes these, and nothing else.
+    OUTPUTS = ("last", "metrics.jsonl")
     # Flags that name files or folders: --resume compares where they point, not how they are spelled.
     PATH_FIELDS = ("model", "output_dir", "tensorboard")
 
@@ -216,8 +223,11 @@ class Engine:
         self.precision = Precision(config.precision, self.device)
         self.output_dir = Path(config.output_dir)
         self.is_main = distributed.is_main()
-        if self.is_main:  # a save that died half-way: the newest complete folder back (the run's folder first)
-            for folder in (self.output_dir, self.output_dir / "last", self.output_dir / "best"):
+        claim_output_dir(self.output_dir, config.OUTPUTS, config.resume, config.overwrite, remove=self.is_main)
+        distributed.barrier()  # every process has looked at --output-dir before any writes to it
+        if self.is_main:  # a save that died half-way: the newest complete files back
+            recover_files(self.output_dir)
+            for folder in (self.output_dir / "last", self.output_dir / "best"):
                 recover_directory(folder)
         for folder, name in ((config.output_dir, "--output-dir"), (config.tensorboard, "--tensorboard")):
             if folder:
@@ -252,6 +262,7 @@ class Engine:
         # A flag added since the run started is absent from its run_config.json: it ran with the default.
         defaults = {f.name: f.default for f in dataclasses.fields(self.config)}
         saved = defaults | read_json(last / "run_config.json")
+        check_data_unchanged(saved.get("provenance", {}), self.config.allow_changed_data)
 
         def same(name, value):  # runs/x, ./runs/x and /home/me/runs/x are one folder
             if name in self.config.PATH_FIELDS and value and saved.get(name):
@@ -358,7 +369,8 @@ class Engine:
         score = run.score(metrics)
         if score > self.best:
             self.best = score
-            with atomic_directory(self.output_dir / "best") as temp:
+            # About the size of best/: the weights.
+            with atomic_directory(self.output_dir / "best", expected=tensor_bytes(self.parameters)) as temp:
                 run.save(temp, record, best=True)
                 write_json(temp / "run_config.json", self.run_config)
 
@@ -407,7 +419,8 @@ class Engine:
         rng = distributed.all_gather_objects(rng_state())  # every process's own random state
         folder = self.output_dir / "last"
         if self.is_main:
-            with atomic_directory(folder) as temp:
+            # About the size of last/: the weights, and AdamW's two moments of each in the training state.
+            with atomic_directory(folder, expected=3 * tensor_bytes(self.parameters)) as temp:
                 run.save(temp, self.last_record, best=False)
                 write_json(temp / "run_config.json", self.run_config)
                 torch.save({"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),

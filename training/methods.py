@@ -200,6 +200,7 @@ class ContrastiveConfig(TrainingConfig):
     output_dir: str = flag("", "checkpoint folder (default runs/pretrain-METHOD); ct writes OUT/model1, OUT/model2")
 
     RUNTIME_FIELDS = TrainingConfig.RUNTIME_FIELDS + ("eval", "eval_batch_size")
+    OUTPUTS = TrainingConfig.OUTPUTS + ("model1", "model2", "sts_benchmark.json")
     PATH_FIELDS = TrainingConfig.PATH_FIELDS + ("data_dir",)
 
     def __post_init__(self):

@@ -28,7 +28,7 @@ from tasks import REGISTRY, TASK_NAMES, parse_task_order, parse_task_weights, se
 from training.engine import Engine, EvaluationConfig, Run, Share, TrainingConfig
 from training.gradient_surgery import METHODS as SURGERY_METHODS
 from training.gradient_surgery import surgery_backward
-from training.schedules import SCHEDULES, count_batches, numbered, plan_epoch
+from training.schedules import SCHEDULES, check_plan, count_batches, numbered, plan_epoch
 from training.smart import Smart, SmartConfig
 
 log = logging.getLogger(__name__)
@@ -63,6 +63,7 @@ class MultitaskConfig(ModelConfig, SmartConfig, EvaluationConfig, TrainingConfig
     predictions_dir: str = flag("predictions", "leaderboard CSVs of the best checkpoint go here")
 
     RUNTIME_FIELDS = TrainingConfig.RUNTIME_FIELDS + ("predictions_dir", "eval_batch_size")
+    OUTPUTS = TrainingConfig.OUTPUTS + ("best",)
     PATH_FIELDS = TrainingConfig.PATH_FIELDS + ("init", "data_dir", "predictions_dir")
 
     def __post_init__(self):
@@ -77,10 +78,11 @@ class MultitaskConfig(ModelConfig, SmartConfig, EvaluationConfig, TrainingConfig
             raise ValueError(f"--task-weights {self.task_weights!r}: {', '.join(never)} would never be trained, yet "
                              f"scored and predicted; leave it out of --tasks instead")
         self.loss_scale = self._task_values(self.loss_weights, "--loss-weights")
+        check_plan(self.schedule, self.task_list, self.epochs, self.order, self.weights)
 
     def _task_values(self, text: str, option: str) -> dict[str, float]:
         """'para=2,sst=0.5' of --task-weights or --loss-weights, for trained tasks only."""
-        values = parse_task_weights(text, TASK_NAMES, option=option) if text else {}
+        values = parse_task_weights(text, TASK_NAMES, option=option, trained=self.task_list) if text else {}
         untrained = [task for task in values if task not in self.task_list]
         if untrained:
             raise ValueError(f"{option} {text!r}: {', '.join(untrained)} is not trained (--tasks {self.tasks})")
@@ -214,7 +216,7 @@ class MultitaskRun(Run):
         write_encoder_folder(folder, self.model.encoder, self.tokenizer, None, record, extra_modules=self.model)
         write_shareable_files(folder, pooling=config.pooling, max_length=config.max_length,
                               base_model=config.init or config.model, command=getattr(config, "command", ""),
-                              metrics=record.get("dev", {}),
+                              eval_sample=config.max_eval_examples, metrics=record.get("dev", {}),
                               data_files=[str(Path(config.data_dir) / REGISTRY[name].files[0])
                                           for name in config.task_list])
         if best:

@@ -126,3 +126,15 @@ def _merged_and_shuffled(num_batches: Mapping[str, int], task_weights: Mapping[s
         raise ValueError("all task weights are zero; nothing to train")
     permutation = torch.randperm(len(merged), generator=generator).tolist()
     return [merged[i] for i in permutation]
+
+
+def check_plan(schedule: str, tasks: Sequence[str], num_epochs: int, task_order: Sequence[str] | None = None,
+               task_weights: Mapping[str, float] | None = None) -> None:
+    """Raise ValueError now, before any data is read, for the flags plan_epoch would refuse after it (task weights
+    of a schedule other than mtdnn, fewer epochs than a sequential order's tasks, ...): it plans one epoch of a
+    batch a task."""
+    try:
+        plan_epoch(schedule, dict.fromkeys(tasks, 1), epoch=0, num_epochs=num_epochs, task_order=task_order,
+                   task_weights=task_weights, generator=torch.Generator().manual_seed(0))
+    except ValueError as error:
+        raise ValueError(f"--schedule {schedule}: {error}") from None

@@ -1,0 +1,158 @@
+"""Output folders are never wiped and runs never mixed: a command writes only what it owns, refuses to start in a
+folder that holds files unless it continues the run there (--resume) or starts a new one over it (--overwrite),
+and --resume refuses data that changed since the run started (--allow-changed-data goes on, saying so)."""
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+import multitask_classifier
+import pretrain_contrastive
+from common.errors import UsageError
+from common import files
+from tests.conftest import write_course_files
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return write_course_files(tmp_path_factory.mktemp("data"), random.Random(0), train_rows=16)
+
+
+def multitask_args(model, data, out: Path, *extra) -> list[str]:
+    return ["--model", str(model), "--data-dir", str(data), "--output-dir", str(out / "run"), "--predictions-dir",
+            str(out / "predictions"), "--epochs", "1", "--batch-size", "8", "--device", "cpu", *extra]
+
+
+def contents(folder: Path) -> dict[str, bytes]:
+    return {str(path.relative_to(folder)): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+def test_starting_again_in_a_run_folder_is_refused_and_changes_nothing(tiny_model, data, tmp_path, one_thread):
+    multitask_classifier.main(multitask_args(tiny_model, data, tmp_path))
+    before = contents(tmp_path / "run")
+    with pytest.raises(UsageError, match=f"--output-dir {tmp_path / 'run'} already holds files"):
+        multitask_classifier.main(multitask_args(tiny_model, data, tmp_path, "--seed", "2"))
+    assert contents(tmp_path / "run") == before  # best/, last/ and metrics.jsonl are the first run's
+
+
+def test_overwrite_starts_a_new_run_over_the_old_one_and_keeps_other_files(tiny_model, data, tmp_path, one_thread):
+    multitask_classifier.main(multitask_args(tiny_model, data, tmp_path, "--log-every", "1"))
+    (tmp_path / "run" / "notes.txt").write_text("the user's")
+    multitask_classifier.main(multitask_args(tiny_model, data, tmp_path, "--seed", "2", "--overwrite"))
+    log = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [line["event"] for line in log] == ["eval"], "the new run's lines only: no train lines of the first"
+    assert json.loads((tmp_path / "run" / "best" / "run_config.json").read_text())["seed"] == 2
+    assert json.loads((tmp_path / "run" / "last" / "run_config.json").read_text())["seed"] == 2
+    assert (tmp_path / "run" / "notes.txt").read_text() == "the user's"
+
+
+def pretrain_args(model, out: Path, sentences: Path, *extra) -> list[str]:
+    return ["--model", str(model), "--data", str(sentences), "--output-dir", str(out), "--max-steps", "2",
+            "--batch-size", "4", "--device", "cpu", *extra]
+
+
+@pytest.fixture
+def sentences(tmp_path):
+    path = tmp_path / "sentences.txt"
+    path.write_text("".join(f"sentence number {i} is here\n" for i in range(12)))
+    return path
+
+
+def test_pretraining_keeps_a_tensorboard_folder_inside_its_output_folder(tiny_model, sentences, tmp_path,
+                                                                         one_thread):
+    out = tmp_path / "simcse"
+    pretrain_contrastive.main(pretrain_args(tiny_model, out, sentences, "--tensorboard", str(out / "tensorboard"),
+                                            "--save-every", "1", "--log-every", "1"))
+    assert list((out / "tensorboard").glob("events.out.tfevents.*")), "the final save removed the TensorBoard folder"
+    assert (out / "model.safetensors").is_file() and (out / "metrics.jsonl").is_file()
+    assert not (out / "last").exists(), "a finished run leaves no resumable checkpoint"
+    assert not [path.name for path in out.iterdir() if path.name.startswith(".")]
+
+
+def test_pretraining_over_a_folder_of_runs_replaces_only_its_own_files(tiny_model, sentences, tmp_path, one_thread):
+    runs = tmp_path / "runs"
+    for name in ("first", "second"):
+        (runs / name / "best").mkdir(parents=True)
+        (runs / name / "best" / "model.safetensors").write_text(f"the {name} run's weights")
+    before = contents(runs)
+    pretrain_contrastive.main(pretrain_args(tiny_model, runs, sentences, "--overwrite"))
+    after = contents(runs)
+    assert {name: after[name] for name in before} == before
+    assert "model.safetensors" in after and "config.json" in after
+
+
+def test_resume_refuses_a_changed_data_file_unless_allowed_and_then_says_so(tiny_model, data, tmp_path, one_thread,
+                                                                          caplog):
+    import shutil
+
+    copy = Path(shutil.copytree(data, tmp_path / "data"))
+    argv = multitask_args(tiny_model, copy, tmp_path)
+    multitask_classifier.main(argv)
+    with open(copy / "sts-train.csv", "a") as f:
+        f.write("99\tlater\ta b\tc d\t2.5\n")
+    from common.errors import CheckpointError
+
+    with pytest.raises(CheckpointError, match=f"--resume: {copy / 'sts-train.csv'} changed since the run started"):
+        multitask_classifier.main(argv + ["--resume"])
+    with caplog.at_level("WARNING"):
+        multitask_classifier.main(argv + ["--resume", "--allow-changed-data"])
+    assert f"--resume --allow-changed-data: {copy / 'sts-train.csv'} changed since the run started" in caplog.text
+
+
+# ---- the functions underneath ----
+
+def test_a_folder_holding_only_empty_folders_holds_no_run(tmp_path):
+    (tmp_path / "run" / "predictions").mkdir(parents=True)  # what a start refused after check_writable leaves
+    files.claim_output_dir(tmp_path / "run", ("last",), resume=False, overwrite=False)
+    (tmp_path / "run" / "predictions" / ".hidden").write_text("")
+    with pytest.raises(UsageError, match=r"already holds files \(predictions\)"):
+        files.claim_output_dir(tmp_path / "run", ("last",), resume=False, overwrite=False)
+
+
+def test_overwrite_removes_only_the_entries_the_command_owns(tmp_path):
+    (tmp_path / "last").mkdir()
+    (tmp_path / "last" / "model.safetensors").write_text("old")
+    (tmp_path / "metrics.jsonl").write_text("{}\n")
+    (tmp_path / "notes.txt").write_text("the user's")
+    files.claim_output_dir(tmp_path, ("last", "metrics.jsonl", "best"), resume=False, overwrite=True)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["notes.txt"]
+
+
+class Killed(BaseException):
+    """A kill: no except clause of ours runs (os._exit would end the test too)."""
+
+
+def test_a_set_of_files_killed_while_moving_in_is_finished_by_recovery(tmp_path, monkeypatch):
+    import os
+
+    (tmp_path / "config.json").write_text("old")
+    (tmp_path / "notes.txt").write_text("the user's")
+    replace, moved = os.replace, []
+
+    def dies_after_one(source, target):
+        if moved:
+            raise Killed
+        moved.append(target)
+        replace(source, target)
+
+    monkeypatch.setattr(os, "replace", dies_after_one)
+    with pytest.raises(Killed):
+        with files.atomic_files(tmp_path) as temp:
+            for name in ("config.json", "model.safetensors", "1_Pooling/config.json"):
+                (temp / name).parent.mkdir(exist_ok=True)
+                (temp / name).write_text("new")
+    monkeypatch.setattr(os, "replace", replace)
+    assert (tmp_path / files.READY).is_dir()
+    files.recover_files(tmp_path)
+    assert contents(tmp_path) == {"1_Pooling/config.json": b"new", "config.json": b"new",
+                                  "model.safetensors": b"new", "notes.txt": b"the user's"}
+
+
+def test_a_set_of_files_killed_before_it_was_complete_leaves_the_old_files(tmp_path):
+    (tmp_path / "config.json").write_text("old")
+    half = tmp_path / ".files.abc.tmp"  # what a kill while writing the set leaves
+    half.mkdir()
+    (half / "config.json").write_text("new")
+    files.recover_files(tmp_path)
+    assert contents(tmp_path) == {"config.json": b"old"}
