@@ -16,8 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common.tables import markdown_table  # noqa: E402
-from tasks import COURSE_TASKS  # noqa: E402
-from training.schedules import parse_task_weights  # noqa: E402
+from tasks import COURSE_TASKS, parse_task_weights  # noqa: E402
 
 METRICS = (*COURSE_TASKS, "overall")
 
