@@ -115,9 +115,11 @@ def course_data(tmp_path_factory) -> Path:
 
 
 def multitask_argv(model: Path, data: Path, out: Path, *extra: str) -> list[str]:
-    """multitask_classifier.py's flags for a tiny run on CPU writing into out/run and out/predictions."""
+    """multitask_classifier.py's flags for a tiny run on CPU (2 epochs of batches of 8 at lr 1e-3) writing into
+    out/run and out/predictions; a flag in `extra` overrides them (the command keeps a flag's last value)."""
     return ["--model", str(model), "--data-dir", str(data), "--output-dir", str(out / "run"),
-            "--predictions-dir", str(out / "predictions"), "--device", "cpu", *extra]
+            "--predictions-dir", str(out / "predictions"), "--device", "cpu", "--batch-size", "8", "--epochs", "2",
+            "--lr", "1e-3", *extra]
 
 
 def checkpoint_weights(folder: Path) -> dict[str, torch.Tensor]:

@@ -55,8 +55,7 @@ def data(tmp_path_factory):
 
 
 def args(model, data, out: Path) -> list[str]:
-    return multitask_argv(model, data, out, "--batch-size", "8", "--epochs", "1", "--save-every", "2", "--log-every",
-                          "1", "--lr", "1e-3")
+    return multitask_argv(model, data, out, "--epochs", "1", "--save-every", "2", "--log-every", "1")
 
 
 def run(*command):

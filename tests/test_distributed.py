@@ -82,7 +82,7 @@ def data_48(tmp_path_factory):
 
 def multitask_args(model, data, out: Path, batch_size: int, *extra) -> list[str]:
     return multitask_argv(model, data, out, "--batch-size", str(batch_size), "--epochs", "1", "--schedule", "avg",
-                          "--head-dropout", "0", "--lr", "1e-3", *extra)
+                          "--head-dropout", "0", *extra)
 
 
 def run(*command, env=None):

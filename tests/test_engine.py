@@ -20,7 +20,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def multitask_args(model, data, out: Path, *extra) -> list[str]:
-    return multitask_argv(model, data, out, "--epochs", "1", "--head-dropout", "0", "--lr", "1e-3", *extra)
+    return multitask_argv(model, data, out, "--epochs", "1", "--head-dropout", "0", *extra)
 
 
 @pytest.mark.parametrize("schedule", ["mtdnn", "avg"])

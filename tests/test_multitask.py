@@ -22,14 +22,10 @@ from training.engine import Engine
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def args(tiny_model, course_data, out: Path, *extra):
-    return multitask_argv(tiny_model, course_data, out, "--batch-size", "8", "--epochs", "2", "--lr", "1e-3", *extra)
-
-
 @pytest.mark.parametrize("pair_encoding", ["bi", "para=cross,sts=bi"])
 def test_run_writes_checkpoints_metrics_and_leaderboard_files(tiny_model, course_data, tmp_path, pair_encoding):
-    metrics = multitask_classifier.main(args(tiny_model, course_data, tmp_path, "--schedule", "mtdnn",
-                                             "--pair-encoding", pair_encoding))
+    metrics = multitask_classifier.main(multitask_argv(tiny_model, course_data, tmp_path, "--schedule", "mtdnn",
+                                                       "--pair-encoding", pair_encoding))
     assert set(metrics) >= {"sst", "para", "sts", "overall", "mean"}
     run = tmp_path / "run"
     assert (run / "best" / "model.safetensors").exists() and (run / "last" / "training_state.pt").exists()
@@ -48,8 +44,8 @@ def test_run_writes_checkpoints_metrics_and_leaderboard_files(tiny_model, course
 @pytest.mark.parametrize("schedule", ["avg", "pcgrad"])
 def test_resumed_run_ends_with_the_same_weights(tiny_model, course_data, tmp_path, monkeypatch, schedule):
     # Uninterrupted run.
-    multitask_classifier.main(args(tiny_model, course_data, tmp_path / "full", "--schedule", schedule,
-                                   "--eval-every", "2"))
+    multitask_classifier.main(multitask_argv(tiny_model, course_data, tmp_path / "full", "--schedule", schedule,
+                                             "--eval-every", "2"))
     # The same run, killed in its second epoch after the checkpoint of step 6, then resumed.
     original_step = multitask.MultitaskRun.step
 
@@ -59,7 +55,8 @@ def test_resumed_run_ends_with_the_same_weights(tiny_model, course_data, tmp_pat
         return original_step(self, *a)
 
     monkeypatch.setattr(multitask.MultitaskRun, "step", dies_at_step_7)
-    interrupted = args(tiny_model, course_data, tmp_path / "resumed", "--schedule", schedule, "--eval-every", "2")
+    interrupted = multitask_argv(tiny_model, course_data, tmp_path / "resumed", "--schedule", schedule,
+                                 "--eval-every", "2")
     with pytest.raises(KeyboardInterrupt):
         multitask_classifier.main(interrupted)
     steps_after_resume = []
@@ -80,46 +77,47 @@ def test_resumed_run_ends_with_the_same_weights(tiny_model, course_data, tmp_pat
 
 
 def test_resume_refuses_changed_flags(tiny_model, course_data, tmp_path):
-    multitask_classifier.main(args(tiny_model, course_data, tmp_path, "--epochs", "1"))
+    multitask_classifier.main(multitask_argv(tiny_model, course_data, tmp_path, "--epochs", "1"))
     with pytest.raises(Exception, match="flags differ.*batch_size"):
-        multitask_classifier.main(args(tiny_model, course_data, tmp_path, "--epochs", "1", "--resume",
-                                       "--batch-size", "4"))
+        multitask_classifier.main(multitask_argv(tiny_model, course_data, tmp_path, "--epochs", "1", "--resume",
+                                                 "--batch-size", "4"))
 
 
 def test_resume_takes_flags_newer_than_the_run_as_their_defaults(tiny_model, course_data, tmp_path):
-    multitask_classifier.main(args(tiny_model, course_data, tmp_path, "--epochs", "1"))
+    multitask_classifier.main(multitask_argv(tiny_model, course_data, tmp_path, "--epochs", "1"))
     saved = tmp_path / "run" / "last" / "run_config.json"
     config = json.loads(saved.read_text())
     del config["loss_weights"], config["layer_lr_decay"]  # as written before these flags existed
     saved.write_text(json.dumps(config))
-    multitask_classifier.main(args(tiny_model, course_data, tmp_path, "--epochs", "1", "--resume"))
+    multitask_classifier.main(multitask_argv(tiny_model, course_data, tmp_path, "--epochs", "1", "--resume"))
     with pytest.raises(Exception, match="flags differ.*layer_lr_decay"):
-        multitask_classifier.main(args(tiny_model, course_data, tmp_path, "--epochs", "1", "--resume",
-                                       "--layer-lr-decay", "0.5"))
+        multitask_classifier.main(multitask_argv(tiny_model, course_data, tmp_path, "--epochs", "1", "--resume",
+                                                 "--layer-lr-decay", "0.5"))
 
 
 def test_init_refuses_heads_trained_under_other_head_flags(tiny_model, course_data, tmp_path):
-    multitask_classifier.main(args(tiny_model, course_data, tmp_path / "plain", "--epochs", "1", "--pair-mlp", "plain"))
+    multitask_classifier.main(multitask_argv(tiny_model, course_data, tmp_path / "plain", "--epochs", "1",
+                                             "--pair-mlp", "plain"))
     init = ["--init", str(tmp_path / "plain/run/best"), "--epochs", "1"]
     # Same tensors, other meaning: these would load without the check.
     with pytest.raises(CheckpointError, match="--pair-mlp plain"):
-        multitask_classifier.main(args(tiny_model, course_data, tmp_path / "residual", *init))
+        multitask_classifier.main(multitask_argv(tiny_model, course_data, tmp_path / "residual", *init))
     with pytest.raises(CheckpointError, match="--pooling mean"):
-        multitask_classifier.main(args(tiny_model, course_data, tmp_path / "cls", *init, "--pair-mlp", "plain",
-                                       "--pooling", "cls"))
+        multitask_classifier.main(multitask_argv(tiny_model, course_data, tmp_path / "cls", *init,
+                                                 "--pair-mlp", "plain", "--pooling", "cls"))
     with pytest.raises(CheckpointError, match="--no-common-layer"):
-        multitask_classifier.main(args(tiny_model, course_data, tmp_path / "cl", *init, "--pair-mlp", "plain",
-                                       "--common-layer"))
+        multitask_classifier.main(multitask_argv(tiny_model, course_data, tmp_path / "cl", *init, "--pair-mlp", "plain",
+                                                 "--common-layer"))
     # The same encodings spelled another way are the same flags.
-    multitask_classifier.main(args(tiny_model, course_data, tmp_path / "again", *init, "--pair-mlp", "plain",
-                                   "--pair-encoding", "para=bi"))
+    multitask_classifier.main(multitask_argv(tiny_model, course_data, tmp_path / "again", *init, "--pair-mlp", "plain",
+                                             "--pair-encoding", "para=bi"))
 
 
 def test_init_from_an_encoder_alone_still_sets_the_cosine_floor(tiny_model, course_data, tmp_path):
     # A contrastive checkpoint has no heads, so M must be measured as for --model, not left at -1.
     def floor(*start):
-        config = cli.parse_config(multitask.MultitaskConfig, "", args(tiny_model, course_data, tmp_path, *start,
-                                                                      "--sts-target", "cosine-range"))
+        argv = multitask_argv(tiny_model, course_data, tmp_path, *start, "--sts-target", "cosine-range")
+        config = cli.parse_config(multitask.MultitaskConfig, "", argv)
         return multitask.MultitaskRun(config, Engine(config)).model.heads["sts"].cosine_floor.item()
 
     from_model = floor()
@@ -143,8 +141,8 @@ def test_offline_hub_model_is_a_clear_error_not_a_traceback(tmp_path):
 
 
 def test_cosine_range_without_low_scored_training_pairs_is_a_clear_error(tiny_model, course_data, tmp_path):
-    result = run_cli(*args(tiny_model, course_data, tmp_path, "--sts-target", "cosine-range",
-                           "--max-train-examples", "1"))
+    result = run_cli(*multitask_argv(tiny_model, course_data, tmp_path, "--sts-target", "cosine-range",
+                                     "--max-train-examples", "1"))
     assert result.returncode == 2 and "needs STS training pairs scored <= 0.25 and the 1 used have none" in result.stderr
     assert "Traceback" not in result.stderr
 
@@ -178,8 +176,9 @@ def test_a_zero_loss_weight_leaves_its_head_untouched(tiny_model, course_data, t
     # weighted 0 train nothing: refused, see tests/test_bad_inputs.py.)
     def heads_after(epochs):
         out = tmp_path / f"epochs-{epochs}"
-        multitask_classifier.main(args(tiny_model, course_data, out, "--tasks", "sst,sts", "--epochs", str(epochs),
-                                       "--weight-decay", "0", "--loss-weights", "sts=0"))
+        multitask_classifier.main(multitask_argv(tiny_model, course_data, out, "--tasks", "sst,sts",
+                                                 "--epochs", str(epochs), "--weight-decay", "0",
+                                                 "--loss-weights", "sts=0"))
         return load_file(out / "run" / "last" / "heads.safetensors")
 
     one, two = heads_after(1), heads_after(2)
@@ -207,8 +206,8 @@ def test_layer_lr_decay_gives_lower_layers_smaller_rates(tiny_model, course_data
 
 @pytest.mark.parametrize("schedule", ["mtdnn", "rr-epoch"])
 def test_one_task_trains_with_the_default_task_order(tiny_model, course_data, tmp_path, schedule):
-    metrics = multitask_classifier.main(args(tiny_model, course_data, tmp_path, "--tasks", "sst", "--epochs", "1",
-                                             "--schedule", schedule))
+    metrics = multitask_classifier.main(multitask_argv(tiny_model, course_data, tmp_path, "--tasks", "sst",
+                                                       "--epochs", "1", "--schedule", schedule))
     assert "sst" in metrics and "para" not in metrics and "sts" not in metrics
 
 

@@ -24,7 +24,7 @@ from models import Tokenizer, from_pretrained
 from tests.test_ensemble import LABELS as ENSEMBLE_DEV_LABELS
 from tests.test_ensemble import TEST_IDS, dev_dir, hard, make_member, random_outputs, read_predictions  # noqa: F401
 from tests.test_ensemble import run as run_ensemble
-from tests.test_multitask_training import args, tiny_data  # noqa: F401 (fixtures)
+from tests.conftest import multitask_argv
 from tasks import REGISTRY
 
 TASKS = ("sst", "para", "sts")
@@ -57,11 +57,11 @@ def saved(run_dir, task: str, split: str) -> tuple[list[str], np.ndarray]:
 # ---- 1, 2: predict, soft outputs, hard predictions ----
 
 @pytest.mark.parametrize("task", TASKS)
-def test_predict_gives_each_id_the_output_of_that_example_alone(tiny_model, tiny_data, task):
+def test_predict_gives_each_id_the_output_of_that_example_alone(tiny_model, course_data, task):
     torch.manual_seed(0)
     model = MultitaskModel(from_pretrained(tiny_model), pooling="mean").eval()
     tokenizer = Tokenizer.from_pretrained(tiny_model)
-    split = REGISTRY[task].load_split(tiny_data / REGISTRY[task].files[1], tokenizer, max_length=64, encoding="bi")
+    split = REGISTRY[task].load_split(course_data / REGISTRY[task].files[1], tokenizer, max_length=64, encoding="bi")
     lengths = split.lengths()
     assert sorted(range(len(split)), key=lengths.__getitem__) != list(range(len(split))), "lengths must be mixed"
     batched = soft_outputs(model, split, tokenizer.pad_id, batch_size=4).double().numpy()
@@ -90,18 +90,18 @@ def test_soft_outputs_and_hard_predictions_on_hand_picked_values():
 # ---- 3, 4: a run's dev metrics, saved outputs and leaderboard files ----
 
 @pytest.fixture(scope="module")
-def trained(tiny_model, tiny_data, tmp_path_factory):
+def trained(tiny_model, course_data, tmp_path_factory):
     out = tmp_path_factory.mktemp("chain")
-    metrics = multitask_classifier.main(args(tiny_model, tiny_data, out))
+    metrics = multitask_classifier.main(multitask_argv(tiny_model, course_data, out))
     return out, metrics
 
 
-def test_dev_metrics_are_recomputed_from_the_saved_outputs_and_the_dev_labels(trained, tiny_data):
+def test_dev_metrics_are_recomputed_from_the_saved_outputs_and_the_dev_labels(trained, course_data):
     out, metrics = trained
     recomputed = {}
     for task in TASKS:
         ids, outputs = saved(out / "run", task, "dev")
-        gold = dev_labels(tiny_data, task)
+        gold = dev_labels(course_data, task)
         assert sorted(ids) == sorted(gold)  # every dev example scored once
         labels = [gold[i] for i in ids]
         recomputed[task] = (float(pearsonr(hard(task, outputs), labels).statistic) if task == "sts"
@@ -120,13 +120,13 @@ def test_saved_outputs_are_probabilities_and_scores(trained):
 
 
 @pytest.mark.parametrize("split", ["dev", "test"])
-def test_leaderboard_files_hold_the_saved_outputs_predictions_id_by_id(trained, tiny_data, split):
+def test_leaderboard_files_hold_the_saved_outputs_predictions_id_by_id(trained, course_data, split):
     out, _ = trained
     for task in TASKS:
         ids, outputs = saved(out / "run", task, split)
         file_ids, values = read_predictions(out / "predictions", task, split)
         source = REGISTRY[task].files[1 if split == "dev" else 2]
-        assert file_ids == pd.read_csv(tiny_data / source, sep="\t", index_col=0)["id"].tolist()
+        assert file_ids == pd.read_csv(course_data / source, sep="\t", index_col=0)["id"].tolist()
         written = dict(zip(file_ids, values))
         expected = dict(zip(ids, hard(task, outputs)))
         assert written.keys() == expected.keys()

@@ -22,7 +22,7 @@ from safetensors.torch import load_file
 import multitask_classifier
 import pretrain_contrastive
 from models.optimizer import AdamW
-from tests.test_multitask_training import args, tiny_data  # noqa: F401 (fixtures)
+from tests.conftest import multitask_argv
 from training.precision import Precision
 
 
@@ -40,12 +40,12 @@ def record_steps(monkeypatch) -> list[dict]:
     return steps
 
 
-def run_trainer(trainer: str, tiny_model, tiny_data, out, *extra):
+def run_trainer(trainer: str, tiny_model, course_data, out, *extra):
     """A tiny run of multitask_classifier.py or pretrain_contrastive.py, both at peak learning rate 1e-3."""
     if trainer == "multitask":  # the heads at the encoder's rate, so every parameter group has the same schedule
-        multitask_classifier.main(args(tiny_model, tiny_data, out, "--head-lr", "1e-3", *extra))
+        multitask_classifier.main(multitask_argv(tiny_model, course_data, out, "--head-lr", "1e-3", *extra))
     else:  # MNRL on the Quora pairs: 40 pairs in batches of 8, two epochs
-        pretrain_contrastive.main(["--model", str(tiny_model), "--data-dir", str(tiny_data), "--method", "mnrl",
+        pretrain_contrastive.main(["--model", str(tiny_model), "--data-dir", str(course_data), "--method", "mnrl",
                                    "--data", "quora", "--batch-size", "8", "--epochs", "2", "--lr", "1e-3",
                                    "--output-dir", str(out / "contrastive"), "--device", "cpu", *extra])
 
@@ -58,10 +58,10 @@ def expected_multiplier(step: int, total: int, warmup: float) -> float:
 
 
 @pytest.mark.parametrize("trainer", ["multitask", "contrastive"])
-def test_learning_rate_warms_up_then_decays_linearly_at_every_step(tiny_model, tiny_data, tmp_path, monkeypatch,
+def test_learning_rate_warms_up_then_decays_linearly_at_every_step(tiny_model, course_data, tmp_path, monkeypatch,
                                                                     trainer):
     steps = record_steps(monkeypatch)
-    run_trainer(trainer, tiny_model, tiny_data, tmp_path, "--warmup", "0.3")
+    run_trainer(trainer, tiny_model, course_data, tmp_path, "--warmup", "0.3")
     total = len(steps)
     assert total >= 10 and int(0.3 * total) >= 3  # long enough for both phases to show
     for step, recorded in enumerate(steps):
@@ -70,11 +70,11 @@ def test_learning_rate_warms_up_then_decays_linearly_at_every_step(tiny_model, t
 
 
 @pytest.mark.parametrize("trainer", ["multitask", "contrastive"])
-def test_each_optimizer_step_applies_gradients_clipped_to_max_grad_norm(tiny_model, tiny_data, tmp_path, monkeypatch,
+def test_each_optimizer_step_applies_gradients_clipped_to_max_grad_norm(tiny_model, course_data, tmp_path, monkeypatch,
                                                                          trainer):
     # Gradients of a fresh model are far above 1e-4, so every step is clipped to norm 1e-4 (not below: still nonzero).
     steps = record_steps(monkeypatch)
-    run_trainer(trainer, tiny_model, tiny_data, tmp_path, "--max-grad-norm", "1e-4")
+    run_trainer(trainer, tiny_model, course_data, tmp_path, "--max-grad-norm", "1e-4")
     assert [s["grad_norm"] for s in steps] == pytest.approx([1e-4] * len(steps), rel=1e-3)
 
 
@@ -90,7 +90,7 @@ def pair_cosines(model_dir, first, second) -> np.ndarray:
     return np.array([F.cosine_similarity(embed(a), embed(b), dim=0).item() for a, b in zip(first, second)])
 
 
-def test_sts_loss_is_the_squared_error_of_the_score_against_the_gold_score(tiny_model, tiny_data, tmp_path):
+def test_sts_loss_is_the_squared_error_of_the_score_against_the_gold_score(tiny_model, course_data, tmp_path):
     # Dropout off and one step over all 40 training pairs: the logged loss is that of the starting model, which
     # transformers reproduces. With M = -1 and the residual pair MLP at its identity start, score = 5 (cos + 1) / 2.
     model = tmp_path / "no-dropout"
@@ -98,21 +98,21 @@ def test_sts_loss_is_the_squared_error_of_the_score_against_the_gold_score(tiny_
     config = json.loads((model / "config.json").read_text())
     (model / "config.json").write_text(json.dumps({**config, "hidden_dropout_prob": 0.0,
                                                    "attention_probs_dropout_prob": 0.0}))
-    multitask_classifier.main(args(model, tiny_data, tmp_path, "--tasks", "sts", "--epochs", "1",
-                                   "--batch-size", "64", "--head-dropout", "0"))
+    multitask_classifier.main(multitask_argv(model, course_data, tmp_path, "--tasks", "sts", "--epochs", "1",
+                                             "--batch-size", "64", "--head-dropout", "0"))
     logged = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])["train_loss"]["sts"]
-    train = pd.read_csv(tiny_data / "sts-train.csv", sep="\t", index_col=0)
+    train = pd.read_csv(course_data / "sts-train.csv", sep="\t", index_col=0)
     cosines = pair_cosines(model, train["sentence1"], train["sentence2"])
     expected = np.mean((5 * (cosines + 1) / 2 - train["similarity"].to_numpy()) ** 2)
     assert logged == pytest.approx(expected, rel=1e-4)
 
 
-def test_cosine_floor_is_the_eval_mode_mean_cosine_of_the_low_scored_training_pairs(tiny_model, tiny_data, tmp_path):
-    multitask_classifier.main(args(tiny_model, tiny_data, tmp_path, "--tasks", "sts", "--epochs", "1",
-                                   "--sts-target", "cosine-range"))
+def test_cosine_floor_is_the_eval_mode_mean_cosine_of_the_low_scored_training_pairs(tiny_model, course_data, tmp_path):
+    multitask_classifier.main(multitask_argv(tiny_model, course_data, tmp_path, "--tasks", "sts", "--epochs", "1",
+                                             "--sts-target", "cosine-range"))
     heads = load_file(tmp_path / "run" / "best" / "heads.safetensors")
     (floor,) = [tensor.item() for name, tensor in heads.items() if "cosine_floor" in name]
-    train = pd.read_csv(tiny_data / "sts-train.csv", sep="\t", index_col=0)
+    train = pd.read_csv(course_data / "sts-train.csv", sep="\t", index_col=0)
     low = train[train["similarity"] <= 0.25]
     assert len(low) >= 1
     assert floor == pytest.approx(pair_cosines(tiny_model, low["sentence1"], low["sentence2"]).mean(), abs=1e-5)
@@ -138,7 +138,7 @@ def test_precision_step_clips_the_gradient_norm_and_updates_with_the_clipped_gra
         torch.testing.assert_close(p.detach(), b - 0.1 * scale * g, rtol=1e-5, atol=1e-6)
 
 
-def test_bf16_training_step_on_cpu_computes_in_bf16_and_stays_close_to_fp32(tiny_model, tiny_data, tmp_path):
+def test_bf16_training_step_on_cpu_computes_in_bf16_and_stays_close_to_fp32(tiny_model, course_data, tmp_path):
     # One step of all three tasks (8 examples each, --schedule avg), no weight decay.
     def one_step(precision):
         out = tmp_path / precision
@@ -146,8 +146,9 @@ def test_bf16_training_step_on_cpu_computes_in_bf16_and_stays_close_to_fp32(tiny
         hook = torch.nn.modules.module.register_module_forward_hook(
             lambda module, inputs, output: dtypes.append(output.dtype) if isinstance(module, torch.nn.Linear) else None)
         try:
-            multitask_classifier.main(args(tiny_model, tiny_data, out, "--precision", precision, "--epochs", "1",
-                                           "--schedule", "avg", "--max-train-examples", "8", "--weight-decay", "0"))
+            multitask_classifier.main(multitask_argv(tiny_model, course_data, out, "--precision", precision,
+                                                     "--epochs", "1", "--schedule", "avg", "--max-train-examples", "8",
+                                                     "--weight-decay", "0"))
         finally:
             hook.remove()
         loss = json.loads((out / "run" / "metrics.jsonl").read_text().splitlines()[0])["train_loss"]

@@ -149,8 +149,6 @@ class LossTracker:
         self.period = {name: list(total) for name, total in state["period"].items()}
 
 
-
-
 @dataclass(frozen=True)
 class Share:
     """One process's part of a step's batch in one accumulation step: part `index` of `parts` (process r takes
@@ -169,6 +167,7 @@ class Share:
 
 class Run:
     """What a run tells the engine (see the module's docstring). parameters, plan and step are required."""
+    name = "train"  # what the progress bar calls it
     lr: float  # the peak learning rate (parameter groups may scale it)
     adam_betas = (0.9, 0.999)
     # dev metrics of the model as it is (rank 0 only); None: the run is not scored while it trains
@@ -205,10 +204,11 @@ class Run:
         it best). What --resume needs beyond them goes in state_dict."""
 
     def state_dict(self) -> dict:
+        """What --resume needs beyond the checkpoint's files and the optimizer."""
         return {}
 
     def load_state_dict(self, state: dict) -> None:
-        pass
+        """Restore what state_dict gave."""
 
     def finish(self):
         """After the last step, on every process: the run's result (what Engine.fit returns)."""
