@@ -106,7 +106,8 @@ for part in $parts; do
   rm -f "$RESULTS/parts/$part.timings.jsonl"
   case $part in
     throughput|compiled)
-      flags=$([ $part = throughput ] && echo "--compile eager $THROUGHPUT_FLAGS" || echo "--compile compiled $COMPILED_FLAGS")
+      if [ $part = throughput ]; then flags="--compile eager $THROUGHPUT_FLAGS"
+      else flags="--compile compiled $COMPILED_FLAGS"; fi
       timed $part $part "$PYTHON" benchmarks/gpu_throughput.py --shape $SHAPE --model "$MODEL" --data "$DATA" \
         --device $DEVICE $flags --out "$RESULTS/parts/$part.json"
       sed -n '/^| model/,$p' "$RESULTS/logs/$part.log" ;;
@@ -126,7 +127,10 @@ for part in $parts; do
     eval)
       for spec in $(checkpoints); do
         name=${spec%%|*}
-        [ -d "$RESULTS/runs/$name/best" ] || { echo "  no run $RESULTS/runs/$name: run --part recipe first" >&2; continue; }
+        if [ ! -d "$RESULTS/runs/$name/best" ]; then
+          echo "  no run $RESULTS/runs/$name: run --part recipe first" >&2
+          continue
+        fi
         for task_file in sst:ids-sst para:quora sts:sts; do
           task=${task_file%%:*} file=${task_file#*:}
           for split in dev test-student; do

@@ -206,7 +206,8 @@ def parse_args(argv=None):
     parser.add_argument("--intermediate", type=int,
                         help="feed-forward width of the random model, instead of the shape's (default: 4 x hidden)")
     parser.add_argument("--tokenizer", default="all-MiniLM-L6-v2",
-                        help="whose tokenizer cuts the real sentences (BERT's uncased vocabulary) (default: %(default)s)")
+                        help="whose tokenizer cuts the real sentences into tokens (BERT's uncased vocabulary) "
+                             "(default: %(default)s)")
     parser.add_argument("--data", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "data",
                         help="the folder of the course's data files (default: ../shared/data)")
     parser.add_argument("--fixed", type=comma_list(), default=["32x128"],

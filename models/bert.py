@@ -72,8 +72,8 @@ class Unpadded:
         self.indices = attention_mask.flatten().nonzero().squeeze(1)
         lengths = attention_mask.sum(1)
         self.offsets = F.pad(lengths.cumsum(0), (1, 0))
-        # Known here, so the attention kernels need not read it back from the device every layer.
-        self.max_length = int(lengths.max())
+        # Read back once here, or torch would read them from the device for every nested tensor of every layer.
+        self.min_length, self.max_length = torch.stack([lengths.min(), lengths.max()]).tolist()
 
     def pack(self, x):  # [batch, tokens, ...] -> [real tokens, ...]
         return x.flatten(0, 1).index_select(0, self.indices)
@@ -83,7 +83,8 @@ class Unpadded:
         return padded.index_copy(0, self.indices, x).unflatten(0, self.shape)
 
     def sequences(self, x):  # [real tokens, ...] -> nested [batch, (length), ...]
-        return torch.nested.nested_tensor_from_jagged(x, self.offsets, max_seqlen=self.max_length)
+        return torch.nested.nested_tensor_from_jagged(x, self.offsets, min_seqlen=self.min_length,
+                                                      max_seqlen=self.max_length)
 
     def rows(self, x):  # nested [batch, (length), ...] -> [real tokens, ...]
         return x.values()

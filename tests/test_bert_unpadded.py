@@ -102,7 +102,7 @@ def test_a_padded_batch_really_runs_unpadded_and_an_unpadded_one_passes_no_mask(
     encoder.attention = "unpadded"
     layout = encoder.layout(mixed_lengths()["attention_mask"])
     assert isinstance(layout, Unpadded)
-    assert layout.offsets.tolist() == [0, 7, 8, 12, 24, 26] and layout.max_length == 12
+    assert layout.offsets.tolist() == [0, 7, 8, 12, 24, 26] and (layout.min_length, layout.max_length) == (1, 12)
     assert encoder.layout(no_padding()["attention_mask"]).mask is None
     encoder.attention = "padded"
     assert encoder.layout(no_padding()["attention_mask"]).mask is None
