@@ -19,8 +19,10 @@ import models.checkpoint
 import models.shareable
 from common import cli
 from tests.conftest import write_course_files
-from training.contrastive import ContrastiveConfig, ContrastiveTrainer
-from training.multitask import MultitaskConfig, MultitaskTrainer
+from training.contrastive import Pretraining
+from training.engine import Engine
+from training.methods import ContrastiveConfig
+from training.multitask import MultitaskConfig, MultitaskRun
 
 
 class FullDisk:
@@ -97,16 +99,20 @@ def data(tmp_path_factory):
 def multitask_trainer(tiny_model, data, tmp_path, one_thread):
     argv = ["--model", str(tiny_model), "--data-dir", str(data), "--output-dir", str(tmp_path / "run"),
             "--predictions-dir", str(tmp_path / "predictions"), "--epochs", "1", "--batch-size", "8", "--device", "cpu"]
-    return MultitaskTrainer(cli.parse_config(MultitaskConfig, "", argv))
+    config = cli.parse_config(MultitaskConfig, "", argv)
+    engine = Engine(config)
+    run = MultitaskRun(config, engine)
+    engine._prepare(run, total_steps=1)  # the optimizer and schedule a save of last/ holds
+    return run, engine
 
 
 ALL_WRITERS = {"json", "safetensors", "tokenizer", "torch.save"}
 
 
 def test_a_full_disk_at_each_write_of_last_leaves_the_previous_one(multitask_trainer, monkeypatch, capsys):
-    trainer, engine = multitask_trainer, multitask_trainer.engine
-    disk = FullDisk(monkeypatch, type(trainer.tokenizer.backend))
-    save = lambda: engine.save_last(trainer)  # noqa: E731
+    run, engine = multitask_trainer
+    disk = FullDisk(monkeypatch, type(run.tokenizer.backend))
+    save = lambda: engine.save_last(run)  # noqa: E731
     writes = disk.count("last", save)  # this save is the previous checkpoint
     assert disk.kinds == ALL_WRITERS
     folder = engine.output_dir / "last"
@@ -121,16 +127,15 @@ def test_a_full_disk_at_each_write_of_last_leaves_the_previous_one(multitask_tra
 
 
 def test_a_full_disk_at_each_write_of_best_leaves_the_previous_one(multitask_trainer, monkeypatch, capsys):
-    trainer, engine = multitask_trainer, multitask_trainer.engine
-    disk = FullDisk(monkeypatch, type(trainer.tokenizer.backend))
-    epoch_end = trainer.steps[len(trainer.plans[0]) - 1]
+    run, engine = multitask_trainer
+    disk = FullDisk(monkeypatch, type(run.tokenizer.backend))
 
     def evaluate_and_save():  # as at the end of an epoch, with a better dev score than any before
-        trainer.load_state_dict({**trainer.state_dict(), "best": -float("inf")})
-        trainer.after_step(epoch_end)
+        engine.best = -float("inf")
+        engine._evaluate(run, epoch=1, epoch_end=True)
 
     writes = disk.count("best", evaluate_and_save)
-    assert disk.kinds == {"json", "safetensors", "tokenizer"}  # torch.save writes the training state, in last/
+    assert disk.kinds == ALL_WRITERS  # torch.save: the dev soft outputs, saved inside best/ with its weights
     folder = engine.output_dir / "best"
     before = contents(folder)
     for k in range(1, writes + 1):
@@ -147,15 +152,16 @@ def test_a_full_disk_at_each_write_of_a_pretrained_checkpoint_leaves_the_folder_
     out = tmp_path / "simcse"
     argv = ["--model", str(tiny_model), "--data-dir", str(data), "--data", "sst", "--output-dir", str(out),
             "--max-steps", "1", "--batch-size", "4", "--device", "cpu"]
-    trainer = ContrastiveTrainer(cli.parse_config(ContrastiveConfig, "", argv))
-    disk = FullDisk(monkeypatch, type(trainer.tokenizer.backend))
-    writes = disk.count("files", trainer.train)  # the final save: the checkpoint's files as one set
+    config = cli.parse_config(ContrastiveConfig, "", argv)
+    pretraining = Pretraining(config, Engine(config))
+    disk = FullDisk(monkeypatch, type(pretraining.tokenizer.backend))
+    writes = disk.count("files", pretraining.run)  # the final save: the checkpoint's files as one set
     assert disk.kinds == {"json", "safetensors", "tokenizer"}
     (out / "notes.txt").write_text("the user's")  # not the command's: it stays whatever happens
     before = contents(out)
     assert "model.safetensors" in before
     for k in range(1, writes + 1):
-        line = disk.fail("files", k, trainer.train, capsys)
+        line = disk.fail("files", k, pretraining.run, capsys)
         assert line.startswith(f"error: {out}: no space left on the device; the files in {out} are as they were "
                                f"(it needs about "), (k, line)
         assert contents(out) == before, f"write {k}: the folder changed"
