@@ -35,13 +35,15 @@ UNPADDED_DEVICES = ("cpu", "cuda")
 
 
 def resolve_attention(attention: str, device: torch.device | str) -> str:
-    """"padded" or "unpadded": what `attention` (one of ATTENTION) means on `device`; "auto" unpads on CUDA only.
-    Raises FlagError for a name not in ATTENTION or unpadded attention on a device without it."""
+    """"padded" or "unpadded": what `attention` (one of ATTENTION) means on `device`. "auto" is padded (with an
+    additive mask, never the slow boolean one) until benchmarks/gpu_suite.sh has measured unpadded attention on a
+    GPU: on the CPU torch runs nested attention on a slow math path. Raises FlagError for a name not in ATTENTION or
+    unpadded attention on a device without it."""
     device = torch.device(device)
     if attention not in ATTENTION:
         raise FlagError(f"attention {attention!r} is not one of {', '.join(ATTENTION)}")
     if attention == "auto":
-        return "unpadded" if device.type == "cuda" else "padded"
+        return "padded"
     if attention == "unpadded" and device.type not in UNPADDED_DEVICES:
         raise FlagError(f"unpadded attention needs nested jagged tensors in scaled_dot_product_attention, which "
                         f"torch runs on {' and '.join(UNPADDED_DEVICES)} only, not {device.type}; use padded attention")
