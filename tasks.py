@@ -460,6 +460,14 @@ CONTRASTIVE_DATA = ContrastiveData({"quora": REGISTRY[PARAPHRASE].contrastive_so
                                     "sts": REGISTRY[SIMILARITY].contrastive_source()})
 
 
+def metric_names() -> dict[str, str]:
+    """What each dev metric of a run is, in words (model cards): every task's, and the course's two means."""
+    return {**{name: f"{task.title} {'Pearson r' if task.metric_name == 'pearson' else task.metric_name}"
+               for name, task in REGISTRY.items()},
+            "overall": "course overall score: mean(SST acc, Quora acc, (STS r + 1) / 2)",
+            "mean": "plain mean of SST acc, Quora acc and STS r"}
+
+
 def summary(metrics: dict[str, float]) -> dict[str, float]:
     """Add the course's overall score mean(SST acc, Quora acc, (STS r + 1) / 2) and the plain mean of the three
     (Mohammed and Sabane's "Average") when all three were scored."""

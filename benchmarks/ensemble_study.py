@@ -23,7 +23,7 @@ from common.files import DEFAULT_DATA, write_json  # noqa: E402
 from common.tables import markdown_table  # noqa: E402
 from ensemble import aligned, combine, dev_score, fit_weights  # noqa: E402
 from evaluation.outputs import dev_labels, load_member  # noqa: E402
-from tasks import REGISTRY, summary  # noqa: E402
+from tasks import COURSE_TASKS, REGISTRY, summary  # noqa: E402
 
 METHODS = {"best member": "best", "mean": "mean", "weighted": "weighted"}
 
@@ -79,8 +79,8 @@ def main(argv=None):
     for group, group_names in groups_of(names).items():
         report[group] = study({n: members[n] for n in group_names}, args.data_dir, args.rounds, args.seed)
         print(f"\n{group} ({len(group_names)} members: {', '.join(group_names)})\n")
-        print(markdown_table(report[group], ["sst", "para", "sts", "overall"], label="ensemble", digits=4,
-                             headers=["SST acc", "Quora acc", "STS r", "overall"]))
+        print(markdown_table(report[group], [*COURSE_TASKS, "overall"], label="ensemble", digits=4,
+                             headers=[*(REGISTRY[name].title for name in COURSE_TASKS), "overall"]))
     if args.out:
         write_json(args.out, report)
 

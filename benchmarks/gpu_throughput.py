@@ -33,7 +33,7 @@ from models import AdamW, Tokenizer, compile_encoder, from_pretrained  # noqa: E
 from models.loading import resolve_checkpoint  # noqa: E402
 from models.sentence_embedding import masked_mean  # noqa: E402
 from models.tokenizer import collate  # noqa: E402
-from tasks import REGISTRY  # noqa: E402
+from tasks import COURSE_TASKS, REGISTRY  # noqa: E402
 
 # Dense bf16 peaks in TFLOP/s from the vendors' data sheets (their "with sparsity" figures halved), matched in this
 # order against torch.cuda.get_device_name(): the first name contained in it wins.
@@ -43,7 +43,7 @@ SHAPES = {  # the random model's shape (vocabulary: BERT's uncased WordPiece, th
     "bert-base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072),
     "tiny": dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64),
 }
-TRAIN_FILES = [(task, REGISTRY[task].files[0]) for task in ("sst", "para", "sts")]
+TRAIN_FILES = [(task, REGISTRY[task].files[0]) for task in COURSE_TASKS]
 
 
 @dataclass

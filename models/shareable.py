@@ -70,16 +70,11 @@ METRICS_TITLES = {
     "sts-benchmark": "STS benchmark: Spearman x 100 of the embeddings' cosine similarities, before and after training",
     "training": "Training statistics (not scores: the run was not evaluated; --eval adds the STS benchmark)",
 }
-# The multitask trainer's dev metrics in words.
-METRIC_NAMES = {"sst": "SST-5 sentiment accuracy", "para": "Quora paraphrase accuracy", "sts": "STS Pearson r",
-                "cfimdb": "CFIMDB polarity accuracy",
-                "overall": "course overall score: mean(SST acc, Quora acc, (STS r + 1) / 2)",
-                "mean": "plain mean of SST acc, Quora acc and STS r", "epoch": "epoch"}
 
 
 def write_shareable_files(folder: str | Path, *, pooling: str, max_length: int, base_model: str, command: str,
                           metrics: dict, data_files: list[str], metrics_kind: str = "dev",
-                          eval_sample: int = 0) -> None:
+                          eval_sample: int = 0, metric_names: dict[str, str] | None = None) -> None:
     """Add the sentence-transformers files and a model card to a checkpoint folder written by save_checkpoint.
 
     pooling: the run's (SentenceTransformer(folder) then pools as embed_sentences does); max_length: the run's
@@ -88,7 +83,8 @@ def write_shareable_files(folder: str | Path, *, pooling: str, max_length: int, 
     the license and the base's Normalize and max_seq_length; command: the exact command line; metrics: the
     numbers to show (nested dicts are fine), of the kind metrics_kind names (METRICS_TITLES); eval_sample: the
     --max-eval-examples the dev metrics were scored with (0: the full dev sets); data_files: the training
-    data files. Each file is written atomically.
+    data files; metric_names: what each metric is, in words, for the card's table (keys without one are shown
+    as they are). Each file is written atomically.
     """
     folder = Path(folder)
     if pooling not in POOLINGS:
@@ -123,7 +119,7 @@ def write_shareable_files(folder: str | Path, *, pooling: str, max_length: int, 
         temp.write_text(model_card(pooling=pooling, max_length=max_length, max_seq_length=max_seq_length,
                                    normalize=convention.normalize, hidden_size=hidden_size, base_model=base_model,
                                    command=command, metrics=metrics, metrics_kind=metrics_kind,
-                                   eval_sample=eval_sample, data_files=data_files),
+                                   eval_sample=eval_sample, data_files=data_files, metric_names=metric_names or {}),
                         encoding="utf-8")
     write_json(folder / "modules.json", modules)  # last: a folder with modules.json has all the parts it names
 
@@ -211,7 +207,7 @@ def format_number(value) -> str:
 
 def model_card(*, pooling: str, max_length: int, max_seq_length: int, normalize: bool, hidden_size: int,
                base_model: str, command: str, metrics: dict, metrics_kind: str, eval_sample: int,
-               data_files: list[str]) -> str:
+               data_files: list[str], metric_names: dict[str, str]) -> str:
     hub_id, license_id = describe_base_model(base_model)
     meta = {"library_name": "sentence-transformers", "pipeline_tag": "sentence-similarity",
             "tags": ["sentence-transformers", "feature-extraction", "sentence-similarity", "transformers", "minbert"],
@@ -221,7 +217,7 @@ def model_card(*, pooling: str, max_length: int, max_seq_length: int, normalize:
         base_text = f"the local checkpoint `{Path(base_model).name}`" + (f", itself from `{hub_id}`" if hub_id else "")
     else:
         base_text = f"`{hub_id}`"
-    metric_rows = "\n".join(f"| {METRIC_NAMES[name]} (`{name}`) | {format_number(value)} |" if name in METRIC_NAMES
+    metric_rows = "\n".join(f"| {metric_names[name]} (`{name}`) | {format_number(value)} |" if name in metric_names
                             else f"| {name} | {format_number(value)} |" for name, value in flatten(metrics))
     sample = (f"Scored on a random sample of at most {eval_sample:,} examples of each dev set "
               f"(`--max-eval-examples {eval_sample}`), not on the full dev sets.\n\n"

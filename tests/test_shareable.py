@@ -19,6 +19,7 @@ from models.shareable import (
     front_matter,
     write_shareable_files,
 )
+from tasks import metric_names
 
 MAX_LENGTH = 16  # the training crop; the folders' max_seq_length is the encoder's (128 positions here)
 POSITIONS = 128
@@ -35,7 +36,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 def share(folder, pooling, base_model="all-MiniLM-L6-v2", **card):
     card = {"command": COMMAND, "metrics": METRICS, "data_files": ["data/ids-sst-train.csv", "data/sts-train.csv"],
-            **card}
+            "metric_names": metric_names(), **card}
     write_shareable_files(folder, pooling=pooling, max_length=MAX_LENGTH, base_model=base_model, **card)
     return folder
 
@@ -151,7 +152,7 @@ def test_card_holds_base_model_license_data_command_and_named_metrics(save_tiny_
     assert meta["license"] == "apache-2.0"  # read from the base folder's own card
     assert meta["library_name"] == "sentence-transformers" and "base_model" not in meta  # a path is no hub id
     assert "## Dev metrics" in card and "sample" not in card
-    for row in ("| SST-5 sentiment accuracy (`sst`) | 0.4886 |", "| Quora paraphrase accuracy (`para`) | 0.8436 |",
+    for row in ("| SST-5 accuracy (`sst`) | 0.4886 |", "| Quora accuracy (`para`) | 0.8436 |",
                 "| STS Pearson r (`sts`) | 0.8778 |",
                 "| course overall score: mean(SST acc, Quora acc, (STS r + 1) / 2) (`overall`) | 0.7571 |",
                 "| plain mean of SST acc, Quora acc and STS r (`mean`) | 0.7367 |"):

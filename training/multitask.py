@@ -24,7 +24,8 @@ from model import ModelConfig, MultitaskModel, build_model, check_head_flags
 from models import Tokenizer, from_pretrained
 from models.checkpoint import load_heads, write_encoder_folder
 from models.shareable import write_shareable_files
-from tasks import REGISTRY, TASK_NAMES, parse_task_order, parse_task_weights, selection_score, summary
+from tasks import (REGISTRY, TASK_NAMES, metric_names, parse_task_order, parse_task_weights, selection_score,
+                   summary)
 from training.engine import Engine, EvaluationConfig, Run, Share, TrainingConfig
 from training.gradient_surgery import METHODS as SURGERY_METHODS
 from training.gradient_surgery import surgery_backward
@@ -217,6 +218,7 @@ class MultitaskRun(Run):
         write_shareable_files(folder, pooling=config.pooling, max_length=config.max_length,
                               base_model=config.init or config.model, command=getattr(config, "command", ""),
                               eval_sample=config.max_eval_examples, metrics=record.get("dev", {}),
+                              metric_names=metric_names(),
                               data_files=[str(Path(config.data_dir) / REGISTRY[name].files[0])
                                           for name in config.task_list])
         if best:
