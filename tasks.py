@@ -471,6 +471,7 @@ def summary(metrics: dict[str, float]) -> dict[str, float]:
 
 # What --metric-for-best may name: the selection score (overall), the plain mean, or one task's metric.
 BEST_METRICS = ("overall", "mean") + TASK_NAMES
+TASK_METRICS_HELP = ", ".join(f"{name} ({task.metric_name})" for name, task in REGISTRY.items())
 
 
 def best_metric(metrics: dict[str, float], name: str) -> float:

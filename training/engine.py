@@ -48,7 +48,7 @@ from common.seeding import rng_state, seed_everything, set_rng_state
 from data.batching import split_evenly
 from models import AdamW
 from models.checkpoint import tensor_bytes
-from tasks import BEST_METRICS
+from tasks import BEST_METRICS, TASK_METRICS_HELP
 from training.precision import PRECISIONS, Precision
 
 log = logging.getLogger(__name__)
@@ -110,7 +110,7 @@ class EvaluationConfig:
     eval_every: int = flag(0, "also evaluate (and save) every N steps (0 = after each epoch only)", range=AT_LEAST_0)
     metric_for_best: str = flag("overall", "the dev metric that picks best/: overall, the mean of the trained tasks' "
                                            "scores on [0, 1] (with sst, para and sts the course's overall score); "
-                                           "mean, the plain mean of sst, para and sts; or one task's metric",
+                                           f"mean, the plain mean of sst, para and sts; or one task's metric: {TASK_METRICS_HELP}",
                                 choices=BEST_METRICS)
     patience: int = flag(0, "stop after this many evaluations in a row without a better --metric-for-best "
                             "(0 = never stop early)", range=AT_LEAST_0)
