@@ -105,14 +105,64 @@ def parse_config(config_class: type, description: str, argv: list[str] | None = 
     parser = build_parser(config_class, description)
     if program:
         parser.prog = program
+    parser.add_argument("--config", metavar="FILE", help="a YAML file of flags (e.g. recipes/mtdnn-minilm.yaml, or "
+                        "a run's run_config.json): its keys are flag names, its values as on the command line; flags "
+                        "given on the command line win")
     argv = sys.argv[1:] if argv is None else argv
-    args = parser.parse_args(argv)
+    config_file = parser.parse_known_args(argv)[0].config
+    if config_file:
+        parser.set_defaults(**config_file_values(parser, config_file))
+    args = vars(parser.parse_args(argv))
+    args.pop("config")
     try:
-        config = config_class(**vars(args))
+        config = config_class(**args)
     except ValueError as error:
         parser.error(str(error))
     config.command = shlex.join(["python", parser.prog, *argv])
     return config
+
+
+# Keys of a config file that are not flags and are ignored: what run_config.json holds beside the flags.
+CONFIG_FILE_EXTRAS = ("resolved", "provenance")
+
+
+def config_file_values(parser: argparse.ArgumentParser, path: str) -> dict:
+    """--config FILE: its flags as the parser's defaults, each value converted and checked as on the command line.
+    Keys are flag names, with dashes or underscores (a leading -- is allowed); the keys of CONFIG_FILE_EXTRAS are
+    ignored; any other key is a usage error naming the file and the key (exit code 2)."""
+    import yaml  # JSON is YAML: a run's run_config.json is a config file too
+
+    try:
+        with open(path, encoding="utf-8") as file:
+            content = yaml.safe_load(file)
+    except (OSError, yaml.YAMLError) as error:
+        parser.error(f"--config {path}: cannot read it ({error.__class__.__name__}: {str(error).splitlines()[0]})")
+    if content is None:
+        return {}
+    if not isinstance(content, dict):
+        parser.error(f"--config {path}: not a mapping of flag names to values")
+    actions = {action.dest: action for action in parser._actions if action.option_strings}
+    values = {}
+    for key, value in content.items():
+        name = str(key).removeprefix("--").replace("-", "_")
+        if name in CONFIG_FILE_EXTRAS:
+            continue
+        if name not in actions or name in ("help", "config"):
+            parser.error(f"--config {path}: unknown flag {key!r}")
+        action = actions[name]
+        if value is None or isinstance(action, argparse.BooleanOptionalAction):
+            if not (value is None or isinstance(value, bool)):
+                parser.error(f"--config {path}: {key} must be true or false, got {value!r}")
+            values[name] = value
+            continue
+        try:
+            value = action.type(str(value)) if action.type else str(value)
+        except ValueError:
+            parser.error(f"--config {path}: {key}: invalid value {value!r}")
+        if action.choices is not None and value not in action.choices:
+            parser.error(f"--config {path}: {key}: {value!r} is not one of {', '.join(map(str, action.choices))}")
+        values[name] = value
+    return values
 
 
 def parse_subcommand(commands: dict[str, type], description: str, argv: list[str] | None = None):

@@ -67,7 +67,7 @@ def test_tensorboard_events_are_written_and_readable(tiny_model, course_data, tm
     events.Reload()
     tags = set(events.Tags()["scalars"])
     assert {"train/lr", "train/examples_per_s", "dev/sst", "dev/para", "dev/sts", "dev/overall"} <= tags
-    assert {"loss/sst", "loss/para", "loss/sts"} & tags
+    assert {"train/loss/sst", "train/loss/para", "train/loss/sts"} & tags
     logged = {json.loads(line)["step"] for line in (tmp_path / "run/metrics.jsonl").read_text().splitlines()}
     assert {event.step for event in events.Scalars("train/lr")} <= logged
 

@@ -116,8 +116,18 @@ class Pretraining:
             metrics["sts_benchmark"] = self.results
         if engine.is_main:
             self._save_final(encoders, metrics)
+            self._summary(metrics["stages"], encoders)
         distributed.barrier()
         return metrics
+
+    def _summary(self, stages: dict, encoders: dict) -> None:
+        """Each stage's steps, learning rate and final loss, and the folders written: printed, also with --quiet."""
+        rows = {name: {**stage, "lr": f"{stage['lr']:g}"} for name, stage in stages.items()}
+        print(markdown_table(rows, ["steps", "updates", "lr", "final_loss"], label="stage", digits=4))
+        output_dir = Path(self.config.output_dir)
+        files = [output_dir / name for name in encoders] + [output_dir / name for name in ("metrics.jsonl",
+                                                                                             "run_config.json")]
+        print("written:\n" + "\n".join(f"  {path}" for path in files))
 
     def _save_final(self, encoders: dict, metrics: dict) -> None:
         """The encoder folder(s), written into the output folder as one set (its other files stay); last/ goes: the

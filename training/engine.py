@@ -48,6 +48,7 @@ from common.seeding import rng_state, seed_everything, set_rng_state
 from data.batching import split_evenly
 from models import AdamW
 from models.checkpoint import tensor_bytes
+from tasks import BEST_METRICS, TASK_METRICS_HELP
 from training.precision import PRECISIONS, Precision
 
 log = logging.getLogger(__name__)
@@ -79,8 +80,10 @@ class TrainingConfig:
                               "the command saves anyway)", range=AT_LEAST_0)
     log_every: int = flag(50, "write each task's mean training loss and the learning rate to metrics.jsonl "
                               "every N steps", range=AT_LEAST_0)
-    tensorboard: str = flag("", "also write losses, learning rate, throughput and dev metrics to this "
-                                "TensorBoard folder")
+    max_steps: int = flag(0, "stop after this many optimizer steps (a contrastive run: each stage); the learning-rate "
+                             "schedule spans them (0 = run all epochs)", range=AT_LEAST_0)
+    tensorboard: str = flag("", "also write losses, learning rates, throughput, dev metrics and the run's flags "
+                                "(hparams) to this TensorBoard folder")
     quiet: bool = flag(False, "print only warnings, errors and the summary at the end (no progress, no log lines)")
     device: str = flag("auto", "cpu, cuda, cuda:1, ... (auto: cuda when present; under torchrun each process "
                                "takes its own GPU)")
@@ -105,6 +108,12 @@ class TrainingConfig:
 class EvaluationConfig:
     """The flags of a command whose runs are scored on dev data as they train (Run.evaluate)."""
     eval_every: int = flag(0, "also evaluate (and save) every N steps (0 = after each epoch only)", range=AT_LEAST_0)
+    metric_for_best: str = flag("overall", "the dev metric that picks best/: overall, the mean of the trained tasks' "
+                                           "scores on [0, 1] (with sst, para and sts the course's overall score); "
+                                           f"mean, the plain mean of sst, para and sts; or one task's metric: {TASK_METRICS_HELP}",
+                                choices=BEST_METRICS)
+    patience: int = flag(0, "stop after this many evaluations in a row without a better --metric-for-best "
+                            "(0 = never stop early)", range=AT_LEAST_0)
 
 
 def linear_warmup_decay(step: int, total_steps: int, warmup: float) -> float:
@@ -169,6 +178,7 @@ class Run:
     """What a run tells the engine (see the module's docstring). parameters, plan and step are required."""
     name = "train"  # what the progress bar calls it
     lr: float  # the peak learning rate (parameter groups may scale it)
+    head_lr: float | None = None  # the heads' peak learning rate, where they have their own (logged beside lr)
     adam_betas = (0.9, 0.999)
     # dev metrics of the model as it is (rank 0 only); None: the run is not scored while it trains
     evaluate: Callable[[], dict[str, float]] | None = None
@@ -240,6 +250,7 @@ class Engine:
             from torch.utils.tensorboard import SummaryWriter  # imported here: only runs that ask pay for it
 
             self.tensorboard = SummaryWriter(config.tensorboard)
+            write_hparams(self.tensorboard, config.to_dict())
         self.started = time.time()
         self.run_config = config.to_dict()
         # --resume: the folder the run continues from (its weights), and the state its next fit restores.
@@ -289,7 +300,9 @@ class Engine:
         config = self.config
         epochs = run.plan()
         steps = [(epoch, item) for epoch, items in enumerate(epochs) for item in items]
-        epoch_ends = set(itertools.accumulate(len(items) for items in epochs))  # step counts that end an epoch
+        if config.max_steps:  # the schedule spans the steps kept; the last one ends the run as an epoch would
+            steps = steps[:config.max_steps]
+        epoch_ends = {min(end, len(steps)) for end in itertools.accumulate(len(items) for items in epochs)}
         self._prepare(run, len(steps))
         if self.resume_state:  # once: a later fit (the next stage of a run) starts afresh
             self._restore(self.resume_state, run)
@@ -314,18 +327,22 @@ class Engine:
                 self._evaluate(run, epoch + 1, epoch_end)
             if evaluate or (config.save_every and self.step % config.save_every == 0):
                 self.save_last(run)
+            if evaluate and self._out_of_patience():
+                break
         progress.close()
         return run.finish()
 
     def _prepare(self, run: Run, total_steps: int) -> None:
         """A fresh optimizer and learning-rate schedule for `total_steps` steps."""
         self.parameters, self.total_steps, self.peak_lr = run.parameters(), total_steps, run.lr
+        self.head_lr = run.head_lr
         self.lr_multiplier = lambda step: run.lr_multiplier(step, total_steps, self.config.warmup)
         self.optimizer = AdamW(run.parameter_groups(), lr=run.lr, betas=run.adam_betas,
                                weight_decay=self.config.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self.lr_multiplier)
         self.step, self.losses = 0, LossTracker()
         self.best, self.last_record = -math.inf, {}
+        self.best_step, self.since_best = 0, 0  # the evaluation that made best/, evaluations since then
 
     def _train_step(self, run: Run, item) -> tuple[dict[str, torch.Tensor], int]:
         """The item's batch in --grad-accum parts on this process, then one update."""
@@ -367,12 +384,27 @@ class Engine:
         log.info("step %d dev: %s", self.step, "  ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
         self.last_record = record
         score = run.score(metrics)
+        self.since_best += 1
         if score > self.best:
-            self.best = score
+            self.best, self.best_step, self.since_best = score, self.step, 0
             # About the size of best/: the weights.
             with atomic_directory(self.output_dir / "best", expected=tensor_bytes(self.parameters)) as temp:
                 run.save(temp, record, best=True)
                 write_json(temp / "run_config.json", self.run_config)
+            log.info("new best: %s %.4f at step %d, saved to %s", self._metric_name(), score, self.step,
+                     self.output_dir / "best")
+
+    def _metric_name(self) -> str:
+        return getattr(self.config, "metric_for_best", "score")
+
+    def _out_of_patience(self) -> bool:
+        """--patience: every process stops after that many evaluations without a better score (rank 0 knows)."""
+        patience = getattr(self.config, "patience", 0)
+        stop = distributed.broadcast_object(bool(patience) and self.is_main and self.since_best >= patience)
+        if stop:
+            log.warning("early stop at step %d: no better %s in %d evaluations (best %.4f at step %d)", self.step,
+                        self._metric_name(), patience, self.best, self.best_step)
+        return stop
 
     # ---- metrics ----
 
@@ -381,6 +413,8 @@ class Engine:
         self.check_finite(means)
         line = {"event": "train", "step": self.step, "loss": means,
                 "lr": self.peak_lr * self.lr_multiplier(self.step - 1), "examples_per_s": round(examples_per_second, 1)}
+        if self.head_lr is not None:
+            line["head_lr"] = self.head_lr * self.lr_multiplier(self.step - 1)
         self.write_record(line)
         if not sys.stderr.isatty():  # no progress bar: a log line instead
             log.info("step %d/%d  %s  lr %.3g", self.step, self.total_steps,
@@ -402,10 +436,12 @@ class Engine:
         self.output_dir.mkdir(parents=True, exist_ok=True)
         append_jsonl(self.output_dir / "metrics.jsonl", record)
         if self.tensorboard is not None:
-            for group in ("loss", "dev", "train_loss"):
+            # One set of tags for every trainer: train/loss/<name>, train/epoch_loss/<name>, train/lr, train/head_lr,
+            # train/examples_per_s, dev/<metric>.
+            for group, prefix in (("loss", "train/loss"), ("train_loss", "train/epoch_loss"), ("dev", "dev")):
                 for name, value in record.get(group, {}).items():
-                    self.tensorboard.add_scalar(f"{group}/{name}", value, record["step"])
-            for name in ("lr", "examples_per_s"):
+                    self.tensorboard.add_scalar(f"{prefix}/{name}", value, record["step"])
+            for name in ("lr", "head_lr", "examples_per_s"):
                 if name in record:
                     self.tensorboard.add_scalar(f"train/{name}", record[name], record["step"])
             self.tensorboard.flush()
@@ -426,6 +462,7 @@ class Engine:
                 torch.save({"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
                             "scaler": self.precision.state_dict(), "step": self.step, "rng": rng,
                             "losses": self.losses.state_dict(), "best": self.best, "last_record": self.last_record,
+                            "best_step": self.best_step, "since_best": self.since_best,
                             "run": run.state_dict()}, temp / STATE_FILE)
         distributed.barrier()
         return folder
@@ -441,6 +478,7 @@ class Engine:
         self.step = state["step"]
         self.losses.load_state_dict(state["losses"])
         self.best, self.last_record = state["best"], state["last_record"]
+        self.best_step, self.since_best = state.get("best_step", 0), state.get("since_best", 0)
         run.load_state_dict(state["run"])
         if self.is_main:
             self._forget_log_after(self.step)
@@ -469,3 +507,14 @@ def load_training_state(folder: Path) -> dict:
     # Tensors, numbers, strings and containers only: weights_only refuses anything executable.
     return load_or_fail(folder / STATE_FILE, lambda file: torch.load(file, map_location="cpu", weights_only=True),
                         "the training state")
+
+
+def write_hparams(writer, flags: dict) -> None:
+    """The run's flags in TensorBoard: as hparams (its HPARAMS tab, in this folder, not a sub-run) and as text."""
+    from torch.utils.tensorboard.summary import hparams
+
+    values = {name: value if isinstance(value, (bool, int, float, str)) else str(value)
+              for name, value in flags.items()}
+    for summary in hparams(values, {}):
+        writer.file_writer.add_summary(summary)
+    writer.add_text("flags", "\n".join(f"    --{name.replace('_', '-')} {value}" for name, value in flags.items()))

@@ -180,7 +180,6 @@ class ContrastiveConfig(TrainingConfig):
                                     "gradients with the memory of a small batch (0 = off)", range=AT_LEAST_0)
     eval: bool = flag(False, "STS benchmark before and after training: table printed, "
                              "sts_benchmark.json written to --output-dir")
-    max_steps: int = flag(0, "stop each stage after this many batches (0 = run all epochs)", range=AT_LEAST_0)
     max_train_examples: int = flag(0, "use a random sample of at most this many examples of each data file (0 = all)",
                                    range=AT_LEAST_0)
     eval_batch_size: int = flag(128, "batch size of --eval", range=AT_LEAST_1)

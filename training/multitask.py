@@ -24,8 +24,8 @@ from model import ModelConfig, MultitaskModel, build_model, check_head_flags
 from models import Tokenizer, from_pretrained
 from models.checkpoint import load_heads, write_encoder_folder
 from models.shareable import write_shareable_files
-from tasks import (REGISTRY, TASK_NAMES, metric_names, parse_task_order, parse_task_weights, selection_score,
-                   summary)
+from tasks import (REGISTRY, TASK_NAMES, best_metric, check_best_metric, describe_best_metric, metric_names,
+                   parse_task_order, parse_task_weights, summary)
 from training.engine import Engine, EvaluationConfig, Run, Share, TrainingConfig
 from training.gradient_surgery import METHODS as SURGERY_METHODS
 from training.gradient_surgery import surgery_backward
@@ -80,6 +80,7 @@ class MultitaskConfig(ModelConfig, SmartConfig, EvaluationConfig, TrainingConfig
                              f"scored and predicted; leave it out of --tasks instead")
         self.loss_scale = self._task_values(self.loss_weights, "--loss-weights")
         check_plan(self.schedule, self.task_list, self.epochs, self.order, self.weights)
+        check_best_metric(self.metric_for_best, self.task_list)
 
     def _task_values(self, text: str, option: str) -> dict[str, float]:
         """'para=2,sst=0.5' of --task-weights or --loss-weights, for trained tasks only."""
@@ -105,7 +106,7 @@ class MultitaskRun(Run):
     name = "multitask"
 
     def __init__(self, config: MultitaskConfig, engine: Engine):
-        self.config, self.engine, self.lr = config, engine, config.lr
+        self.config, self.engine, self.lr, self.head_lr = config, engine, config.lr, config.head_lr
         self.output_dir = Path(config.output_dir)
         check_writable(config.predictions_dir, "--predictions-dir")
         start = engine.resume_from or (Path(config.init) if config.init else config.model)
@@ -200,7 +201,7 @@ class MultitaskRun(Run):
                         for name, outputs in self.dev_outputs.items()})
 
     def score(self, metrics: dict[str, float]) -> float:
-        return selection_score(metrics)
+        return best_metric(metrics, self.config.metric_for_best)
 
     def _splits(self, split_name: str) -> dict[str, TaskSplit]:
         return {task: splits[split_name] for task, splits in self.splits.items()}
@@ -259,4 +260,6 @@ class MultitaskRun(Run):
             log.warning("%s also holds leaderboard files this run did not write (other tasks, or an earlier run): %s",
                         config.predictions_dir, ", ".join(path.name for path in others))
         print(markdown_table({"best dev": metrics}, list(metrics), label="", digits=4))
+        print(f"best/ picked by {describe_best_metric(config.metric_for_best, config.task_list)}: "
+              f"{best_metric(metrics, config.metric_for_best):.4f}")
         print("written:\n" + "\n".join(f"  {path}" for path in files))

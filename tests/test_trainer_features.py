@@ -1,0 +1,239 @@
+"""The trainer's features both commands share: --patience, --metric-for-best, --max-steps, the "new best" line,
+--config FILE (YAML, run_config.json), TensorBoard tags and hparams, the summary at the end."""
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+
+import multitask_classifier
+import pretrain_contrastive
+from common.files import read_json
+from tests.conftest import assert_same_weights, checkpoint_weights, multitask_argv
+from training import multitask
+from training.engine import Engine, EvaluationConfig, Run, TrainingConfig
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@dataclass
+class FakeConfig(EvaluationConfig, TrainingConfig):
+    pass
+
+
+class ScriptedRun(Run):
+    """Two steps an epoch, ten epochs; each evaluation's dev score comes from `scores`, in turn."""
+
+    def __init__(self, scores):
+        self.lr, self.scores, self.evaluated, self.saved = 0.1, list(scores), 0, []
+        self.weight = torch.nn.Parameter(torch.ones(1))
+
+    def parameters(self):
+        return [self.weight]
+
+    def plan(self):
+        return [[0, 1] for _ in range(10)]
+
+    def step(self, item, share):
+        loss = (self.weight ** 2).sum()
+        self.engine.backward(loss)
+        return {"loss": loss.detach()}, 1
+
+    def evaluate(self):
+        self.evaluated += 1
+        return {"x": self.scores[self.evaluated - 1], "y": -self.scores[self.evaluated - 1]}
+
+    def score(self, metrics):
+        return metrics["x"]
+
+    def save(self, folder, record, best):
+        (folder / "step").write_text(str(record["step"]))
+        if best:
+            self.saved.append(record["step"])
+
+
+def fit(tmp_path, scores, **flags):
+    engine = Engine(FakeConfig(output_dir=str(tmp_path / "run"), device="cpu", **flags))
+    run = ScriptedRun(scores)
+    run.engine = engine
+    engine.fit(run)
+    return engine, run
+
+
+def test_patience_stops_after_that_many_evaluations_without_a_better_score(tmp_path, caplog):
+    # Best at evaluations 1, 2 and 4; with --patience 2, evaluations 5 (lower) and 6 (equal: not better) are not
+    # better: the run stops after the 6th (step 12), although the 8th would have been better.
+    scores = [0.5, 0.6, 0.55, 0.7, 0.69, 0.7, 0.1, 0.9, 0.95, 0.99]
+    with caplog.at_level(logging.INFO):
+        engine, run = fit(tmp_path, scores, patience=2)
+    assert run.evaluated == 6 and engine.step == 12
+    assert run.saved == [2, 4, 8]  # best/ replaced at evaluations 1, 2 and 4 (2 steps an epoch)
+    assert (tmp_path / "run/best/step").read_text() == "8"
+    assert f"new best: overall 0.7000 at step 8, saved to {tmp_path / 'run' / 'best'}" in caplog.text
+    assert "early stop at step 12" in caplog.text
+    # --patience 0: every evaluation runs.
+    engine, run = fit(tmp_path / "off", scores, patience=0)
+    assert run.evaluated == 10 and run.saved == [2, 4, 8, 16, 18, 20]
+
+
+def test_max_steps_of_the_engine_stops_there_and_the_schedule_spans_those_steps(tmp_path):
+    engine, run = fit(tmp_path, [0.1] * 10, max_steps=5, warmup=0.0)
+    assert engine.step == 5 and engine.total_steps == 5
+    assert run.evaluated == 3  # epochs end at steps 2 and 4, and the last step ends the run as an epoch would
+    train = [json.loads(line) for line in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
+    evals = [line["step"] for line in train if line["event"] == "eval"]
+    assert evals == [2, 4, 5]
+
+
+def tiny_args(model, data, out, *extra):
+    return multitask_argv(model, data, out, "--epochs", "1", "--head-dropout", "0", *extra)
+
+
+def test_max_steps_stops_a_multitask_run_after_n_steps(tiny_model, course_data, tmp_path):
+    multitask_classifier.main(tiny_args(tiny_model, course_data, tmp_path, "--max-steps", "3", "--log-every", "1",
+                                        "--warmup", "0"))
+    lines = [json.loads(line) for line in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in lines if line["event"] == "train"] == [1, 2, 3]
+    assert [line["step"] for line in lines if line["event"] == "eval"] == [3]
+    assert lines[-2]["lr"] == pytest.approx(1e-3 / 3)  # the decay spans the 3 steps: the last at 1/3 of the peak
+    assert (tmp_path / "run/best/metrics.json").exists()
+
+
+def test_metric_for_best_picks_best_by_that_metric(tiny_model, course_data, tmp_path, capsys):
+    multitask_classifier.main(tiny_args(tiny_model, course_data, tmp_path, "--epochs", "3", "--metric-for-best", "sts",
+                                        "--lr", "3e-3"))
+    evals = [json.loads(line) for line in (tmp_path / "run/metrics.jsonl").read_text().splitlines()
+             if json.loads(line)["event"] == "eval"]
+    best = max(evals, key=lambda record: record["dev"]["sts"])  # the first of equal ones
+    assert read_json(tmp_path / "run/best/metrics.json")["step"] == best["step"]
+    assert f"best/ picked by sts (pearson): {best['dev']['sts']:.4f}" in capsys.readouterr().out
+
+
+def test_metric_for_best_must_be_one_the_tasks_give(tiny_model, course_data, tmp_path, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        multitask_classifier.main(tiny_args(tiny_model, course_data, tmp_path, "--tasks", "sst,para",
+                                            "--metric-for-best", "sts"))
+    assert stopped.value.code == 2 and "--metric-for-best sts" in capsys.readouterr().err
+
+
+# ---- --config FILE ----
+
+def yaml_of(flags: list[str]) -> str:
+    """'--lr 1e-3 --quiet' as YAML lines (a flag without a value: true)."""
+    lines, i = [], 0
+    while i < len(flags):
+        name = flags[i].removeprefix("--")
+        if i + 1 < len(flags) and not flags[i + 1].startswith("--"):
+            lines.append(f"{name}: {flags[i + 1]}")
+            i += 2
+        else:
+            lines.append(f"{name}: true")
+            i += 1
+    return "\n".join(lines) + "\n"
+
+
+def test_a_run_resumed_from_a_yaml_config_equals_the_same_flags(tiny_model, course_data, tmp_path, monkeypatch):
+    flags = tiny_args(tiny_model, course_data, tmp_path / "yaml", "--epochs", "2", "--save-every", "2",
+                      "--task-weights", "para=0.8", "--lr", "5e-5")
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml_of(flags))
+    multitask_classifier.main(tiny_args(tiny_model, course_data, tmp_path / "flags", "--epochs", "2",
+                                        "--task-weights", "para=0.8", "--lr", "5e-5"))
+    step = multitask.MultitaskRun.step
+
+    def dies(self, item, share):
+        if self.engine.step == 3:  # the checkpoint of step 2 is on disk
+            raise RuntimeError("killed")
+        return step(self, item, share)
+
+    monkeypatch.setattr(multitask.MultitaskRun, "step", dies)
+    with pytest.raises(RuntimeError, match="killed"):
+        multitask_classifier.main(["--config", str(config)])
+    monkeypatch.setattr(multitask.MultitaskRun, "step", step)
+    multitask_classifier.main(["--config", str(config), "--resume"])
+    saved = read_json(tmp_path / "yaml/run/run_config.json")
+    assert saved["lr"] == 5e-5 and saved["task_weights"] == "para=0.8" and saved["epochs"] == 2
+    for folder in ("best", "last"):
+        assert_same_weights(checkpoint_weights(tmp_path / "yaml/run" / folder),
+                            checkpoint_weights(tmp_path / "flags/run" / folder))
+
+
+def test_command_line_flags_win_over_the_config_file_and_the_recipe_parses(tmp_path):
+    from common.cli import parse_config
+    from training.multitask import MultitaskConfig
+
+    recipe = Path(__file__).resolve().parents[1] / "recipes/mtdnn-minilm.yaml"
+    config = parse_config(MultitaskConfig, "", ["--config", str(recipe), "--seed", "7", "--epochs=1"])
+    assert (config.model, config.schedule, config.option, config.pair_encoding, config.sts_target,
+            config.task_weights, config.lr) == ("all-MiniLM-L6-v2", "mtdnn", "finetune", "para=cross,sts=bi",
+                                                "cosine-range", "para=0.8", 5e-5)
+    assert (config.seed, config.epochs) == (7, 1)
+    underscores = tmp_path / "u.yaml"
+    underscores.write_text("max_steps: 4\n--head-lr: 0.01\nquiet: true\n")
+    config = parse_config(MultitaskConfig, "", ["--config", str(underscores), "--no-quiet"])
+    assert (config.max_steps, config.head_lr, config.quiet) == (4, 0.01, False)
+
+
+@pytest.mark.parametrize("text, message", [("lrr: 1\n", "unknown flag 'lrr'"), ("epochs: many\n", "epochs"),
+                                           ("schedule: nope\n", "schedule"), ("- a\n", "not a mapping")])
+def test_a_bad_config_file_is_one_line_naming_the_file_and_the_key(tmp_path, capsys, text, message):
+    from common.cli import parse_config
+    from training.multitask import MultitaskConfig
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    with pytest.raises(SystemExit) as stopped:
+        parse_config(MultitaskConfig, "", ["--config", str(bad)], program="multitask_classifier.py")
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2 and str(bad) in err and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_run_config_json_is_a_config_file(tiny_model, course_data, tmp_path):
+    multitask_classifier.main(tiny_args(tiny_model, course_data, tmp_path / "a", "--max-steps", "2", "--lr", "5e-4"))
+    multitask_classifier.main(["--config", str(tmp_path / "a/run/run_config.json"), "--output-dir",
+                               str(tmp_path / "b/run"), "--predictions-dir", str(tmp_path / "b/predictions")])
+    a, b = read_json(tmp_path / "a/run/run_config.json"), read_json(tmp_path / "b/run/run_config.json")
+    assert {k: v for k, v in a.items() if k not in ("output_dir", "predictions_dir", "provenance")} == \
+           {k: v for k, v in b.items() if k not in ("output_dir", "predictions_dir", "provenance")}
+    assert_same_weights(checkpoint_weights(tmp_path / "a/run/best"), checkpoint_weights(tmp_path / "b/run/best"))
+
+
+# ---- TensorBoard and the summary ----
+
+def tensorboard_tags(folder: Path) -> tuple[set, set]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(folder))
+    events.Reload()
+    return set(events.Tags()["scalars"]), set(events.Tags()["tensors"])
+
+
+def test_both_trainers_write_the_same_tensorboard_tags_and_the_flags(tiny_model, course_data, contrastive_data,
+                                                                     tmp_path, capsys):
+    multitask_classifier.main(tiny_args(tiny_model, course_data, tmp_path, "--log-every", "2",
+                                        "--tensorboard", str(tmp_path / "tb-m")))
+    pretrain_contrastive.main(["--model", str(tiny_model), "--method", "simcse", "--data", "sts", "--data-dir",
+                               str(contrastive_data), "--batch-size", "8", "--epochs", "1", "--log-every", "1",
+                               "--device", "cpu", "--output-dir", str(tmp_path / "c"), "--quiet",
+                               "--tensorboard", str(tmp_path / "tb-c")])
+    out = capsys.readouterr().out
+    assert "final_loss" in out and str(tmp_path / "c" / "metrics.jsonl") in out  # the summary, under --quiet
+    multi, multi_text = tensorboard_tags(tmp_path / "tb-m")
+    contrastive, contrastive_text = tensorboard_tags(tmp_path / "tb-c")
+    assert {"train/loss/sst", "train/loss/para", "train/loss/sts", "train/lr", "train/head_lr", "train/examples_per_s",
+            "dev/sst", "dev/overall", "train/epoch_loss/sst"} <= multi
+    assert {"train/loss/loss", "train/lr", "train/examples_per_s"} <= contrastive
+    # One naming scheme: every tag of either trainer is train/... or dev/..., the ones they share the same.
+    assert all(tag.split("/")[0] in ("train", "dev") for tag in multi | contrastive)
+    assert {"train/lr", "train/examples_per_s"} <= multi & contrastive
+    for text in (multi_text, contrastive_text):
+        assert "flags/text_summary" in text
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(tmp_path / "tb-m"))
+    events.Reload()
+    flags = events.Tensors("flags/text_summary")[0].tensor_proto.string_val[0].decode()
+    assert "--lr 0.001" in flags and "--metric-for-best overall" in flags
+    assert events.PluginTagToContent("hparams")  # the flags as hparams too
