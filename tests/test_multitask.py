@@ -116,7 +116,7 @@ def test_init_refuses_heads_trained_under_other_head_flags(tiny_model, course_da
 def test_init_from_an_encoder_alone_still_sets_the_cosine_floor(tiny_model, course_data, tmp_path):
     # A contrastive checkpoint has no heads, so M must be measured as for --model, not left at -1.
     def floor(*start):
-        argv = multitask_argv(tiny_model, course_data, tmp_path, *start, "--sts-target", "cosine-range")
+        argv = multitask_argv(tiny_model, course_data, tmp_path, *start, "--sts-target", "cosine-range", "--overwrite")
         config = cli.parse_config(multitask.MultitaskConfig, "", argv)
         return multitask.MultitaskRun(config, Engine(config)).model.heads["sts"].cosine_floor.item()
 
@@ -220,8 +220,10 @@ def test_task_order_must_match_the_trained_tasks(tmp_path):
 # ---- every flag that shapes training reaches the run the command builds ----
 
 def built(tiny_model, course_data, tmp_path, *flags) -> multitask.MultitaskRun:
-    """The run multitask_classifier.py builds from these flags, before it trains (40 training rows a task)."""
-    config = cli.parse_config(multitask.MultitaskConfig, "", multitask_argv(tiny_model, course_data, tmp_path, *flags))
+    """The run multitask_classifier.py builds from these flags, before it trains (40 training rows a task). A build
+    writes run_config.json: --overwrite lets a test build several into its one folder."""
+    config = cli.parse_config(multitask.MultitaskConfig, "",
+                              multitask_argv(tiny_model, course_data, tmp_path, "--overwrite", *flags))
     return multitask.MultitaskRun(config, Engine(config))
 
 

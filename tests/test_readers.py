@@ -245,6 +245,6 @@ def test_a_byte_order_mark_before_the_header_is_not_part_of_it(tmp_path):
 
 
 def test_contrastive_data_with_a_byte_order_mark_is_recognised(tmp_path):
-    from data.contrastive import detect_format
+    from tasks import CONTRASTIVE_DATA
 
-    assert detect_format(write(tmp_path, b"\xef\xbb\xbfsent0,sent1,hard_neg\na,b,c\n")) == "nli"
+    assert CONTRASTIVE_DATA.detect_format(write(tmp_path, b"\xef\xbb\xbfsent0,sent1,hard_neg\na,b,c\n")) == "nli"
