@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from common.seeding import derived_seed
-from data.batching import length_grouped_batches
+from data.batching import length_grouped_batches, token_budget_batches
 from models.tokenizer import Encoded, Tokenizer, collate
 
 PAIR_ENCODINGS = ("bi", "cross")
@@ -30,10 +30,16 @@ class TaskSplit:
     def lengths(self) -> list[int]:
         return [max(len(view[i].input_ids) for view in self.views) for i in range(len(self))]
 
+    def token_lengths(self) -> list[int]:
+        """Each example's real tokens, all its views together: what a batch of it holds (--max-tokens)."""
+        return [sum(len(view[i].input_ids) for view in self.views) for i in range(len(self))]
+
     def batch(self, rows: list[int], pad_id: int) -> dict:
-        """{"inputs": padded tensors of len(views) * len(rows) rows, view-major; "labels": [len(rows)]}."""
-        inputs = collate([view[i] for view in self.views for i in rows], pad_id)
-        return {"inputs": inputs, "labels": None if self.labels is None else self.labels[rows]}
+        """{"inputs": padded tensors of len(views) * len(rows) rows, view-major; "labels": [len(rows)]; "padded":
+        whether any row has padding, known here on the host}."""
+        encoded = [view[i] for view in self.views for i in rows]
+        return {"inputs": collate(encoded, pad_id), "labels": None if self.labels is None else self.labels[rows],
+                "padded": len({len(e.input_ids) for e in encoded}) > 1}
 
 
 def encode_views(tokenizer: Tokenizer, texts: list[tuple[str, ...]], encoding: str, max_length: int,
@@ -58,18 +64,31 @@ def encode_views(tokenizer: Tokenizer, texts: list[tuple[str, ...]], encoding: s
 
 class TaskStream:
     """One task's training batches across an epoch: pass p of the data is a fresh length-grouped shuffle, so a
-    schedule may take more batches of a task in an epoch than one pass holds (MT-DNN's task weights)."""
+    schedule may take more batches of a task in an epoch than one pass holds (MT-DNN's task weights).
+    max_tokens > 0: batches of up to that many real tokens (token_lengths) instead of batch_size rows."""
 
-    def __init__(self, split: TaskSplit, batch_size: int, seed: int, epoch: int, task_index: int):
-        self.split, self.batch_size, self.lengths = split, batch_size, split.lengths()
+    def __init__(self, split: TaskSplit, batch_size: int, seed: int, epoch: int, task_index: int,
+                 max_tokens: int = 0):
+        self.split, self.batch_size, self.max_tokens = split, batch_size, max_tokens
+        self.lengths = split.token_lengths() if max_tokens else split.lengths()
         self.seed_words = [seed, epoch, task_index]
-        self.batches, self.pass_index = [], -1
+        self.passes = {}  # pass index -> its batches (the last two asked for)
+
+    def pass_batches(self, index: int) -> list[list[int]]:
+        """The batches of pass `index` over the data."""
+        if index not in self.passes:
+            generator = torch.Generator().manual_seed(derived_seed(*self.seed_words, index))
+            self.passes = {i: b for i, b in self.passes.items() if i == index - 1}
+            self.passes[index] = (token_budget_batches(self.lengths, self.max_tokens, generator) if self.max_tokens
+                                  else length_grouped_batches(self.lengths, self.batch_size, generator))
+        return self.passes[index]
 
     def batch_indices(self, k: int) -> list[int]:
         """The rows of the epoch's k-th batch of this task."""
-        per_pass = math.ceil(len(self.split) / self.batch_size)
-        if k // per_pass != self.pass_index:
-            self.pass_index = k // per_pass
-            seed = derived_seed(*self.seed_words, self.pass_index)
-            self.batches = length_grouped_batches(self.lengths, self.batch_size, torch.Generator().manual_seed(seed))
-        return self.batches[k % per_pass]
+        if not self.max_tokens:  # every pass has the same number of batches
+            per_pass = math.ceil(len(self.split) / self.batch_size)
+            return self.pass_batches(k // per_pass)[k % per_pass]
+        index = 0  # a token budget's passes differ in length: count through them
+        while k >= len(batches := self.pass_batches(index)):
+            k, index = k - len(batches), index + 1
+        return batches[k]

@@ -2,20 +2,24 @@
 import torch
 from tqdm import tqdm
 
-from data.batching import sorted_batches
+from data.batching import sorted_batches, sorted_token_budget_batches
 from data.splits import TaskSplit
 from tasks import REGISTRY
 
 
 @torch.no_grad()
-def soft_outputs(model, split: TaskSplit, pad_id: int, batch_size: int = 128, autocast=None) -> torch.Tensor:
-    """Soft outputs (tasks.Task.soft) for every example of `split`, in its order; batches sorted by length."""
+def soft_outputs(model, split: TaskSplit, pad_id: int, batch_size: int = 128, autocast=None,
+                 max_tokens: int = 0) -> torch.Tensor:
+    """Soft outputs (tasks.Task.soft) for every example of `split`, in its order; batches sorted by length, of
+    `batch_size` rows or (max_tokens > 0) up to `max_tokens` real tokens."""
     task = REGISTRY[split.task]
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
     outputs = None
-    for rows in tqdm(sorted_batches(split.lengths(), batch_size), desc=f"predicting {split.task}", leave=False,
+    batches = (sorted_token_budget_batches(split.token_lengths(), max_tokens) if max_tokens
+               else sorted_batches(split.lengths(), batch_size))
+    for rows in tqdm(batches, desc=f"predicting {split.task}", leave=False,
                      disable=None):  # disable=None: no bar off a terminal (a log file gets no control characters)
         inputs = {k: v.to(device) for k, v in split.batch(rows, pad_id)["inputs"].items()}
         with autocast() if autocast else torch.enable_grad():

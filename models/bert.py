@@ -10,6 +10,7 @@ about 4 ms a call against 0.2 ms without). A batch without padding passes no mas
   output is unpacked to [batch, tokens, hidden] (zeros at padding) for pooling and heads; or
 - padded: [batch, tokens, hidden] with an additive mask in the compute dtype.
 """
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable
 
@@ -216,6 +217,7 @@ class BertModel(nn.Module):
         super().__init__()
         self.config = config
         self.attention = attention
+        self.known_padding = None  # padding_known: whether the batches now run have padding, decided on the host
         self.embeddings = BertEmbeddings(config)
         self.encoder = BertEncoder(config)
         self.pooler = BertPooler(config)
@@ -263,11 +265,22 @@ class BertModel(nn.Module):
                           hidden_states=tuple(layout.unpack(h) for h in [hidden, *layers])
                           if output_hidden_states else None)
 
+    @contextmanager
+    def padding_known(self, padded: bool):
+        """Within: batches are known to be padded (or not), so layout() does not read the mask back from the device
+        (a training step that never waits for the GPU)."""
+        self.known_padding = padded
+        try:
+            yield self
+        finally:
+            self.known_padding = None
+
     def layout(self, attention_mask: torch.Tensor) -> Layout:
         device = self.embeddings.word_embeddings.weight.device
         attention = resolve_attention(self.attention, device)
-        # One read from the device a batch (as transformers does): it lets an unpadded batch skip the mask.
-        if bool(attention_mask.all()):
+        # Unless known (padding_known): one read from the device a batch (as transformers does), which lets a batch
+        # without padding skip the mask.
+        if not self.known_padding if self.known_padding is not None else bool(attention_mask.all()):
             return Padded(None)
         if attention == "unpadded":
             return Unpadded(attention_mask)

@@ -52,6 +52,14 @@ CASES = [
      "error: --max-length 512: this model has 128 positions; use --max-length 128 or less", 2),
     ("flag", "a task weighted 0 (trained never, scored anyway)", "multitask", [*TRAIN, "--task-weights", "para=0"],
      "--task-weights 'para=0': para would never be trained, yet scored and predicted", 2),
+    ("flag", "--max-tokens below the longest input allowed", "multitask", [*TRAIN, "--max-tokens", "100"],
+     "error: --max-tokens 100 is smaller than the longest input (256 tokens), which would fit in no batch; use "
+     "--max-tokens 256 or more", 2),
+    ("flag", "--compile where torch cannot compile", "multitask", [*TRAIN, "--compile"],
+     "error: torch cannot compile on this machine (cpu): RuntimeError: g++: not found; run without compiling", 2),
+    ("flag", "unpadded attention on a device without it", "multitask", [*TRAIN, "--attention", "unpadded"],
+     "error: unpadded attention needs nested jagged tensors in scaled_dot_product_attention, which torch runs on "
+     "cuda only, not cpu; use padded attention", 2),
     ("flag", "contrastive --grad-accum", "pretrain", ["--model", "MODEL", "--grad-accum", "2"],
      "--grad-accum: a contrastive loss compares the examples of one batch", 2),
     ("flag", "an unknown flag", "multitask", [*TRAIN, "--bogus"],
@@ -145,7 +153,24 @@ def disk_full(monkeypatch):
     monkeypatch.setattr("models.checkpoint.save_file", no_space)
 
 
-FAULTS = {"the disk fills up while a checkpoint is saved": disk_full}
+def no_compiler(monkeypatch):
+    """torch.compile fails at the first call, as a missing C compiler makes it."""
+    def compile_(function, **options):
+        def compiled(*args):
+            raise RuntimeError("g++: not found")
+        return compiled
+
+    monkeypatch.setattr("models.compile.torch.compile", compile_)
+
+
+def no_unpadded_attention(monkeypatch):
+    """A device without nested jagged attention: this test's CPU, as torch would be on such a device."""
+    monkeypatch.setattr("models.bert.UNPADDED_DEVICES", ("cuda",))
+
+
+FAULTS = {"the disk fills up while a checkpoint is saved": disk_full,
+          "--compile where torch cannot compile": no_compiler,
+          "unpadded attention on a device without it": no_unpadded_attention}
 
 
 @pytest.fixture(scope="module")

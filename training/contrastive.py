@@ -71,6 +71,7 @@ class Pretraining:
         self.config, self.engine, self.method = config, engine, METHODS[config.method]
         self.encoder = from_pretrained(config.model)  # before the tokenizer: a broken config.json is named as such
         engine.check_max_length(self.encoder)
+        self.encoder.attention = config.attention  # before the objectives copy it (a momentum or second encoder)
         self.tokenizer = Tokenizer.from_pretrained(config.model)
         self.data_files = []
         self.stages = [self._stage(name) for name in self.method.stages(config)]
@@ -83,6 +84,7 @@ class Pretraining:
             self.fusion = SentimentFusion(self.stages[-1].objective.encoder, config.pooling).to(engine.device)
         for stage in self.stages:
             stage.objective.to(engine.device)
+        engine.prepare_encoder(self.encoder)  # --compile: in place, so every objective holding it runs it compiled
         self.results = {}  # the STS benchmark of --eval
 
     def _stage(self, name: str) -> Stage:

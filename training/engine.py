@@ -47,7 +47,9 @@ from common.provenance import check_data_unchanged, provenance
 from common.seeding import rng_state, seed_everything, set_rng_state
 from data.batching import split_evenly
 from models import AdamW
+from models.bert import ATTENTION, resolve_attention
 from models.checkpoint import tensor_bytes
+from models.compile import check_can_compile, compile_encoder
 from tasks import BEST_METRICS, TASK_METRICS_HELP
 from training.precision import PRECISIONS, Precision
 
@@ -88,6 +90,13 @@ class TrainingConfig:
     device: str = flag("auto", "cpu, cuda, cuda:1, ... (auto: cuda when present; under torchrun each process "
                                "takes its own GPU)")
     precision: str = flag("auto", "auto: bf16 (or fp16) autocast on GPUs, fp32 on CPU", choices=PRECISIONS)
+    attention: str = flag("auto", "how a padded batch's attention runs: padded, every sentence padded to the "
+                                  "batch's longest with an additive mask; unpadded, only the real tokens, packed "
+                                  "(nested jagged tensors; no work on padding); auto: padded until the GPU suite "
+                                  "has measured unpadded (a batch without padding passes no mask either way)",
+                          choices=ATTENTION)
+    compile: bool = flag(False, "torch.compile the encoder's layers (dynamic shapes: compiled once, at the first "
+                                "step)")
 
     # What --resume may change without changing the run.
     RUNTIME_FIELDS = ("resume", "overwrite", "allow_changed_data", "device", "save_every", "log_every", "tensorboard",
@@ -244,6 +253,9 @@ class Engine:
                 check_writable(folder, name)
         if config.quiet:
             logging.getLogger().setLevel(logging.WARNING)
+        resolve_attention(config.attention, self.device)  # FlagError: unpadded attention this device lacks
+        if config.compile:
+            check_can_compile(self.device)
         seed_everything(config.seed)
         self.tensorboard = None
         if config.tensorboard and self.is_main:
@@ -292,6 +304,12 @@ class Engine:
         if self.config.max_length > positions:
             raise UsageError(f"--max-length {self.config.max_length}: this model has {positions} positions; use "
                              f"--max-length {positions} or less")
+
+    def prepare_encoder(self, encoder) -> None:
+        """--attention and --compile on an encoder already on the device (compiled in place: names unchanged)."""
+        encoder.attention = self.config.attention
+        if self.config.compile:
+            compile_encoder(encoder)
 
     # ---- the loop ----
 

@@ -15,6 +15,7 @@ import torch
 from common import distributed
 from common.cli import AT_LEAST_0, AT_LEAST_1, POSITIVE, Range, flag
 from common.files import DEFAULT_DATA, check_writable, read_json
+from data.batching import check_token_budget
 from common.tables import markdown_table
 from data.splits import TaskSplit, TaskStream
 from evaluation.inference import soft_outputs
@@ -29,7 +30,7 @@ from tasks import (REGISTRY, TASK_NAMES, best_metric, check_best_metric, describ
 from training.engine import Engine, EvaluationConfig, Run, Share, TrainingConfig
 from training.gradient_surgery import METHODS as SURGERY_METHODS
 from training.gradient_surgery import surgery_backward
-from training.schedules import SCHEDULES, check_plan, count_batches, numbered, plan_epoch
+from training.schedules import SCHEDULES, check_plan, numbered, plan_epoch
 from training.smart import Smart, SmartConfig
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,9 @@ class MultitaskConfig(ModelConfig, SmartConfig, EvaluationConfig, TrainingConfig
     max_eval_examples: int = flag(0, "use a random sample of at most this many dev/test examples per task (0 = all)",
                                   range=AT_LEAST_0)
     eval_batch_size: int = flag(128, "batch size for evaluation", range=AT_LEAST_1)
+    max_tokens: int = flag(0, "batches by token budget: each training batch up to N real tokens (per task, per "
+                              "process; length-grouped), evaluation batches up to N * --eval-batch-size / "
+                              "--batch-size, in order of length (0 = off: --batch-size rows)", range=AT_LEAST_0)
     data_dir: str = flag(str(DEFAULT_DATA), "folder with the course's data files")
     predictions_dir: str = flag("predictions", "leaderboard CSVs of the best checkpoint go here")
 
@@ -97,6 +101,11 @@ def task_loss(model: MultitaskModel, task: str, batch: dict, smart: Smart | None
     return loss if smart is None else loss + smart.regularizers(model, task, batch["inputs"], raw)
 
 
+def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A copy that does not wait for the host: from pinned memory on CUDA, non_blocking."""
+    return (tensor.pin_memory() if device.type == "cuda" else tensor).to(device, non_blocking=True)
+
+
 def weighted_losses(task_losses: dict[str, torch.Tensor], loss_scale: dict[str, float]) -> list[torch.Tensor]:
     """One step's task losses, each times its --loss-weights factor (tasks left out: 1)."""
     return [loss_scale.get(task, 1.0) * loss for task, loss in task_losses.items()]
@@ -121,9 +130,13 @@ class MultitaskRun(Run):
         if config.option == "pretrain":
             self.model.encoder.requires_grad_(False)
         self.model.to(engine.device)
+        engine.prepare_encoder(self.model.encoder)
         self.splits = {name: REGISTRY[name].load_splits(
             config.data_dir, self.tokenizer, config.max_length, config.head_options.encoding(REGISTRY[name]),
             config.max_train_examples, config.max_eval_examples) for name in config.task_list}
+        if config.max_tokens:  # FlagError: a budget that the longest input allowed would not fit in
+            check_token_budget(config.max_tokens, max(config.max_length * len(self.splits[t]["train"].views)
+                                                      for t in config.task_list))
         if not heads_loaded:  # else what the heads measured came with them
             self.model.calibrate(self._splits("train"), self.tokenizer.pad_id)
         engine.describe_run([Path(config.data_dir) / file for name in config.task_list
@@ -144,19 +157,24 @@ class MultitaskRun(Run):
         """Each epoch's steps as (epoch, ((task, k), ...)): a step takes batch k of the epoch of each of its tasks.
         A step's batch is shared out between the processes and the accumulation parts, so it is that much larger."""
         config = self.config
-        batch_counts = count_batches({t: len(self.splits[t]["train"]) for t in config.task_list}, self.batch_size())
+        counts = [{t: len(self._stream(t, i, epoch).pass_batches(0)) for i, t in enumerate(config.task_list)}
+                  for epoch in range(config.epochs)]  # a token budget's batches per pass vary with the shuffle
         return [[(epoch, batches) for batches in numbered(plan_epoch(
                     config.schedule, batch_counts, epoch=epoch, num_epochs=config.epochs, task_order=config.order,
                     task_weights=config.weights, generator=torch.Generator().manual_seed(config.seed * 1000 + epoch)))]
-                for epoch in range(config.epochs)]
+                for epoch, batch_counts in enumerate(counts)]
 
     def batch_size(self) -> int:
         return self.config.batch_size * distributed.world_size() * self.config.grad_accum
 
+    def _stream(self, task: str, task_index: int, epoch: int) -> TaskStream:
+        scale = distributed.world_size() * self.config.grad_accum  # one step's batch is shared out, as batch_size
+        return TaskStream(self.splits[task]["train"], self.batch_size(), self.config.seed, epoch, task_index,
+                          max_tokens=self.config.max_tokens * scale)
+
     def _streams(self, epoch: int) -> dict[str, TaskStream]:
         if self.stream_epoch != epoch:
-            self.streams = {t: TaskStream(self.splits[t]["train"], self.batch_size(), self.config.seed, epoch, i)
-                            for i, t in enumerate(self.config.task_list)}
+            self.streams = {t: self._stream(t, i, epoch) for i, t in enumerate(self.config.task_list)}
             self.stream_epoch = epoch
         return self.streams
 
@@ -170,9 +188,10 @@ class MultitaskRun(Run):
             if not rows:
                 continue
             batch = self.splits[task]["train"].batch(rows, self.tokenizer.pad_id)
-            batch["inputs"] = {name: v.to(device, non_blocking=True) for name, v in batch["inputs"].items()}
-            batch["labels"] = batch["labels"].to(device, non_blocking=True)
-            with self.engine.precision.autocast():
+            batch["inputs"] = {name: to_device(v, device) for name, v in batch["inputs"].items()}
+            batch["labels"] = to_device(batch["labels"], device)
+            # Whether the batch is padded, known on the host: the encoder need not read its mask back from the device.
+            with self.engine.precision.autocast(), self.model.encoder.padding_known(batch["padded"]):
                 task_losses[task] = weight * task_loss(self.model, task, batch, self.smart)
             reported[task] = task_losses[task].detach() / share.world
             examples += len(rows)
@@ -207,8 +226,10 @@ class MultitaskRun(Run):
         return {task: splits[split_name] for task, splits in self.splits.items()}
 
     def _soft_outputs(self, split_name: str) -> dict[str, torch.Tensor]:
-        return {task: soft_outputs(self.model, split, self.tokenizer.pad_id, self.config.eval_batch_size,
-                                   self.engine.precision.autocast)
+        config = self.config
+        max_tokens = max(config.max_tokens, config.max_tokens * config.eval_batch_size // config.batch_size)
+        return {task: soft_outputs(self.model, split, self.tokenizer.pad_id, config.eval_batch_size,
+                                   self.engine.precision.autocast, max_tokens=max_tokens)
                 for task, split in self._splits(split_name).items()}
 
     def save(self, folder: Path, record: dict, best: bool) -> None:

@@ -1,0 +1,46 @@
+"""One epoch of SST on the course data with --max-tokens against the same with --batch-size, timed in one run.
+
+    .venv/bin/python benchmarks/token_budget_speed.py [--max-train-examples N] [--max-tokens T] [--batch-size B]
+
+Prints each run's seconds (the whole command: training, dev evaluation, test predictions) and the ratio
+token budget / batch size (below 1: the token budget is faster)."""
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import multitask_classifier  # noqa: E402
+from common.files import DEFAULT_DATA  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="all-MiniLM-L6-v2")
+    parser.add_argument("--data-dir", default=str(DEFAULT_DATA))
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--max-tokens", type=int, default=1024, help="about --batch-size sentences of SST's mean")
+    parser.add_argument("--max-train-examples", type=int, default=0, help="0: the whole training file")
+    parser.add_argument("--max-eval-examples", type=int, default=200)
+    parser.add_argument("--device", default="auto")
+    args = parser.parse_args()
+    seconds = {}
+    with tempfile.TemporaryDirectory() as folder:
+        for name, extra in (("batch size", []), ("token budget", ["--max-tokens", str(args.max_tokens)])):
+            out = Path(folder) / name.replace(" ", "-")
+            argv = ["--model", args.model, "--data-dir", args.data_dir, "--tasks", "sst", "--epochs", "1",
+                    "--batch-size", str(args.batch_size), "--max-train-examples", str(args.max_train_examples),
+                    "--max-eval-examples", str(args.max_eval_examples), "--device", args.device, "--quiet",
+                    "--output-dir", str(out / "run"), "--predictions-dir", str(out / "predictions"), *extra]
+            started = time.perf_counter()
+            multitask_classifier.main(argv)
+            seconds[name] = time.perf_counter() - started
+    for name, value in seconds.items():
+        print(f"{name:>12}: {value:.1f} s")
+    print(f"ratio token budget / batch size: {seconds['token budget'] / seconds['batch size']:.2f}")
+
+
+if __name__ == "__main__":
+    main()
