@@ -18,13 +18,15 @@ from common.files import DEFAULT_DATA  # noqa: E402
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="all-MiniLM-L6-v2")
-    parser.add_argument("--data-dir", default=str(DEFAULT_DATA))
-    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--model", default="all-MiniLM-L6-v2", help="the encoder to fine-tune (default: %(default)s)")
+    parser.add_argument("--data-dir", default=str(DEFAULT_DATA), help="the course's data folder (default: %(default)s)")
+    parser.add_argument("--batch-size", type=int, default=32,
+                        help="sentences a batch of the reference run (default: %(default)s)")
     parser.add_argument("--max-tokens", type=int, default=1024, help="about --batch-size sentences of SST's mean")
     parser.add_argument("--max-train-examples", type=int, default=0, help="0: the whole training file")
-    parser.add_argument("--max-eval-examples", type=int, default=200)
-    parser.add_argument("--device", default="auto")
+    parser.add_argument("--max-eval-examples", type=int, default=200,
+                        help="dev and test sentences each run predicts (default: %(default)s)")
+    parser.add_argument("--device", default="auto", help="cpu, cuda, ... (default: %(default)s: cuda when present)")
     args = parser.parse_args()
     seconds = {}
     with tempfile.TemporaryDirectory() as folder:
