@@ -109,41 +109,38 @@ def multitask_trainer(tiny_model, data, tmp_path, one_thread):
 ALL_WRITERS = {"json", "safetensors", "tokenizer", "torch.save"}
 
 
-def test_a_full_disk_at_each_write_of_last_leaves_the_previous_one(multitask_trainer, monkeypatch, capsys):
-    run, engine = multitask_trainer
-    disk = FullDisk(monkeypatch, type(run.tokenizer.backend))
-    save = lambda: engine.save_last(run)  # noqa: E731
-    writes = disk.count("last", save)  # this save is the previous checkpoint
+def assert_every_failed_write_keeps_the_previous(name: str, save, engine, monkeypatch, capsys, tokenizer) -> None:
+    """Fail each write of saving OUTPUT_DIR/name/ in turn: one line, the previous folder byte for byte, no leftovers."""
+    disk = FullDisk(monkeypatch, type(tokenizer.backend))
+    writes = disk.count(name, save)  # this save is the previous checkpoint
+    # torch.save: last/'s training state; best/'s dev soft outputs, saved inside it with its weights.
     assert disk.kinds == ALL_WRITERS
-    folder = engine.output_dir / "last"
+    folder = engine.output_dir / name
     before = contents(folder)
     for k in range(1, writes + 1):
-        line = disk.fail("last", k, save, capsys)
-        assert line.startswith(f"error: {folder}: no space left on the device; the previous last is intact "
+        line = disk.fail(name, k, save, capsys)
+        assert line.startswith(f"error: {folder}: no space left on the device; the previous {name} is intact "
                                f"(it needs about "), (k, line)
         assert line.endswith(" free)")
-        assert contents(folder) == before, f"write {k}: last/ changed"
+        assert contents(folder) == before, f"write {k}: {name}/ changed"
         assert hidden(engine.output_dir) == [], f"write {k}: half-written entries left"
+
+
+def test_a_full_disk_at_each_write_of_last_leaves_the_previous_one(multitask_trainer, monkeypatch, capsys):
+    run, engine = multitask_trainer
+    assert_every_failed_write_keeps_the_previous("last", lambda: engine.save_last(run), engine, monkeypatch, capsys,
+                                                 run.tokenizer)
 
 
 def test_a_full_disk_at_each_write_of_best_leaves_the_previous_one(multitask_trainer, monkeypatch, capsys):
     run, engine = multitask_trainer
-    disk = FullDisk(monkeypatch, type(run.tokenizer.backend))
 
     def evaluate_and_save():  # as at the end of an epoch, with a better dev score than any before
         engine.best = -float("inf")
         engine._evaluate(run, epoch=1, epoch_end=True)
 
-    writes = disk.count("best", evaluate_and_save)
-    assert disk.kinds == ALL_WRITERS  # torch.save: the dev soft outputs, saved inside best/ with its weights
-    folder = engine.output_dir / "best"
-    before = contents(folder)
-    for k in range(1, writes + 1):
-        line = disk.fail("best", k, evaluate_and_save, capsys)
-        assert line.startswith(f"error: {folder}: no space left on the device; the previous best is intact "
-                               f"(it needs about "), (k, line)
-        assert contents(folder) == before, f"write {k}: best/ changed"
-        assert hidden(engine.output_dir) == [], f"write {k}: half-written entries left"
+    assert_every_failed_write_keeps_the_previous("best", evaluate_and_save, engine, monkeypatch, capsys,
+                                                 run.tokenizer)
 
 
 def test_a_full_disk_at_each_write_of_a_pretrained_checkpoint_leaves_the_folder_as_it_was(tiny_model, data, tmp_path,
