@@ -44,6 +44,15 @@ class _Batch:
 
         return replace(self, **{f.name: move(getattr(self, f.name)) for f in fields(self)})
 
+    def head(self, rows: int):
+        """The first `rows` rows, of every input and the labels."""
+        def cut(value):
+            if isinstance(value, dict):
+                return {name: tensor[:rows] for name, tensor in value.items()}
+            return value[:rows] if isinstance(value, torch.Tensor) else value
+
+        return replace(self, **{f.name: cut(getattr(self, f.name)) for f in fields(self)})
+
 
 @dataclass
 class SentenceBatch(_Batch):
@@ -271,16 +280,25 @@ class ContrastiveData:
 @dataclass
 class PlannedBatch:
     source: str  # the set it comes from: nli, quora, sst, ...
+    rows: int  # the step's rows, all processes' together
     # (pad_id, rank, world) -> this process's part of the batch; built when trained on, so a plan costs little memory
     make: Callable[[int, int, int], Batch]
 
     def build(self, pad_id: int, rank: int = 0, world: int = 1) -> Batch:
+        """This process's part of the batch; it may have no rows (the last batch of an epoch, under torchrun)."""
         return self.make(pad_id, rank, world)
+
+    def stand_in(self, pad_id: int) -> Batch:
+        """The batch's first row: what a process without rows computes, its loss weighed zero, where its loss is
+        its own rows' (common.distributed.rows_to_compute)."""
+        return self.build(pad_id).head(1)
 
 
 def _share_of_rows(dataset: Dataset, rows: list[int], pad_id: int, rank: int, world: int) -> Batch:
-    """This process's share of a planned batch (all of it in a single process)."""
-    return dataset.batch(split_evenly(rows, world)[rank], pad_id)
+    """This process's share of a planned batch (all of it in a single process). A process without rows gets a
+    batch of none, shaped as the others': it still embeds it, to take part in gathering the batch's embeddings."""
+    share = split_evenly(rows, world)[rank]
+    return dataset.batch(share, pad_id) if share else dataset.batch(rows[:1], pad_id).head(0)
 
 
 def _own_tension_batch(dataset: SentenceSet, batch_size: int, negatives_per_positive: int, seed_words: tuple,
@@ -300,7 +318,7 @@ def plan_epoch(datasets: list[Dataset], batch_size: int, seed: int, epoch: int) 
     for index, dataset in enumerate(datasets):
         generator = torch.Generator().manual_seed(derived_seed(seed, epoch, index))
         for rows in length_grouped_batches(dataset.lengths(), batch_size, generator, group_batches=1):
-            plan.append(PlannedBatch(dataset.name, functools.partial(_share_of_rows, dataset, rows)))
+            plan.append(PlannedBatch(dataset.name, len(rows), functools.partial(_share_of_rows, dataset, rows)))
     return plan
 
 
@@ -316,5 +334,5 @@ def plan_tension_epoch(datasets: list[SentenceSet], batch_size: int, negatives_p
         for k in range(math.ceil(len(dataset) / anchors_per_step)):
             make = functools.partial(_own_tension_batch, dataset, batch_size, negatives_per_positive,
                                      (seed, epoch, index, k))
-            plan.append(PlannedBatch(dataset.name, make))
+            plan.append(PlannedBatch(dataset.name, batch_size * processes, make))
     return plan

@@ -1,7 +1,10 @@
 """Data-parallel training on CPU with the gloo backend: two processes must train exactly as one process with the
-whole batch does (dropout off, so that splitting a batch changes nothing but who computes what)."""
+whole batch does (dropout off, so that splitting a batch changes nothing but who computes what), log what it logs,
+draw dropout masks of their own, and need no disk in common."""
+import json
 import os
 import random
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -14,13 +17,35 @@ from safetensors.torch import load_file
 
 from common import distributed
 from data.contrastive import PairBatch
-from models import BertConfig, BertModel
-from tests.conftest import assert_same_weights, checkpoint_weights, multitask_argv, write_course_files
+from models import AdamW, BertConfig, BertModel, pool
+from tests.conftest import multitask_argv, sentence, write_course_files
 from training.objectives import SimCSE
 
 ROOT = Path(__file__).resolve().parents[1]
 PAIRS, WORLD = 16, 2
 
+
+# ---- common/distributed.py in one process ----
+
+def test_the_rank_is_asked_only_after_joining_the_process_group(monkeypatch):
+    """Before setup every torchrun process would take itself for rank 0 (and, say, recover the output folder)."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    for question in (distributed.rank, distributed.is_main, distributed.world_size):
+        with pytest.raises(RuntimeError, match="before joining"):
+            question()
+
+
+def test_a_world_of_one_keeps_the_random_stream_of_its_seed():
+    """A single-process run draws the dropout masks it drew before: start_replicas leaves its stream alone."""
+    model = torch.nn.Linear(2, 2)
+    torch.manual_seed(3)
+    expected = torch.rand(4)
+    torch.manual_seed(3)
+    distributed.start_replicas([model], seed=3)
+    assert torch.equal(torch.rand(4), expected)
+
+
+# ---- two processes (spawned), against one with the whole batch ----
 
 def simcse_and_batch():
     """A tiny SimCSE model (projection MLP included) and 16 Quora-style pairs, half of them negatives."""
@@ -72,6 +97,107 @@ def test_all_gathered_negatives_give_the_loss_and_gradients_of_one_big_batch(tmp
             torch.testing.assert_close(rank_gradients[name], gradient, atol=1e-5, rtol=1e-4, msg=name)
 
 
+# Each step's batch of 8 rows, shared out unevenly: rank 0 has 5, rank 1 has 3; each process adds up its rows'
+# gradients in two accumulation passes (3 + 2, 2 + 1).
+ROWS = (5, 3)
+STEPS = 3
+
+
+def encoder_and_unused_head() -> torch.nn.ModuleDict:
+    """A tiny encoder without dropout, and a head no step uses (as a task's head on another task's step)."""
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=32, max_position_embeddings=16, hidden_dropout_prob=0.0,
+                        attention_probs_dropout_prob=0.0)
+    return torch.nn.ModuleDict({"encoder": BertModel(config), "unused": torch.nn.Linear(4, 4)})
+
+
+def step_batch(step: int) -> torch.Tensor:
+    return torch.randint(1, 50, (sum(ROWS), 7), generator=torch.Generator().manual_seed(step))
+
+
+def mean_loss(model, ids: torch.Tensor) -> torch.Tensor:
+    """The mean over the rows of each row's squared mean-pooled embedding."""
+    inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "token_type_ids": torch.zeros_like(ids)}
+    return pool(model["encoder"](**inputs), inputs["attention_mask"], "mean").pow(2).sum(-1).mean()
+
+
+def train_steps(model, rank: int, sync=None) -> dict:
+    """STEPS AdamW steps on this process's rows, each loss weighed by its share of the step's rows; gradients
+    averaged by sync (overlapped with the second pass) or, without, by the flat all_reduce after both passes.
+    Returns the first step's averaged gradients, and the final weights."""
+    optimizer = AdamW(model.parameters(), lr=1e-2)
+    start, first = sum(ROWS[:rank]), None
+    for step in range(STEPS):
+        mine = step_batch(step)[start:start + ROWS[rank]]
+        passes = (mine[:(len(mine) + 1) // 2], mine[(len(mine) + 1) // 2:])
+        for index, ids in enumerate(passes):
+            loss = distributed.loss_weight(len(ids), sum(ROWS)) * mean_loss(model, ids)
+            sync.backward(loss, overlap=index == 1) if sync else loss.backward()
+        sync.average() if sync else distributed.average_gradients(list(model.parameters()))
+        first = first or {name: p.grad.clone() if p.grad is not None else None for name, p in model.named_parameters()}
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    return {"first gradients": first, "weights": {k: v.clone() for k, v in model.state_dict().items()}}
+
+
+def gradient_sync_worker(rank: int, init_file: str, out: str):
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD)
+    torch.set_num_threads(1)
+    flat = train_steps(encoder_and_unused_head(), rank)
+    model = encoder_and_unused_head()
+    sync = distributed.GradientSync(list(model.parameters()), bucket_bytes=4096)  # a dozen buckets
+    sent_when_ready = []  # how many buckets had left as each gradient of an overlapped pass was produced
+
+    def count(_):
+        if sync.overlapped is not None:
+            sent_when_ready.append(len(sync.overlapped.sent))
+
+    for parameter in model.parameters():
+        parameter.register_post_accumulate_grad_hook(count)
+    overlapped = train_steps(model, rank, sync)
+    torch.save({"flat": flat, "overlapped": overlapped, "sent when ready": sent_when_ready}, f"{out}/rank{rank}.pt")
+    dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def gradient_sync_runs(tmp_path_factory):
+    """Each process's results of train_steps, flat and overlapped; and one process's, with the whole batches."""
+    folder = tmp_path_factory.mktemp("gradient-sync")
+    mp.spawn(gradient_sync_worker, args=(str(folder / "init"), str(folder)), nprocs=WORLD)
+    model = encoder_and_unused_head()
+    optimizer, first = AdamW(model.parameters(), lr=1e-2), None
+    for step in range(STEPS):
+        mean_loss(model, step_batch(step)).backward()
+        first = first or {name: p.grad.clone() if p.grad is not None else None for name, p in model.named_parameters()}
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    return [torch.load(folder / f"rank{rank}.pt") for rank in range(WORLD)], first
+
+
+def test_uneven_shares_averaged_as_they_are_computed_give_the_gradient_of_one_process_with_the_whole_batch(
+        gradient_sync_runs):
+    ranks, whole = gradient_sync_runs
+    for result in ranks:
+        for way in ("flat", "overlapped"):
+            gradients = result[way]["first gradients"]
+            assert gradients["unused.weight"] is None, "a parameter no pass reaches stays without a gradient"
+            for name, gradient in whole.items():
+                if gradient is None:
+                    assert gradients[name] is None, name
+                else:
+                    torch.testing.assert_close(gradients[name], gradient, atol=1e-6, rtol=1e-5, msg=name)
+        # Overlap: buckets left while the backward pass was still producing gradients.
+        assert max(result["sent when ready"]) > 0
+
+
+def test_overlapped_and_flat_averaging_end_with_the_same_weights(gradient_sync_runs):
+    ranks, _ = gradient_sync_runs
+    for result in ranks:
+        assert_same_weights(result["overlapped"]["weights"], result["flat"]["weights"], atol=1e-6)
+    assert_same_weights(ranks[0]["overlapped"]["weights"], ranks[1]["overlapped"]["weights"], atol=0)
+
+
 # ---- multitask_classifier.py under torchrun ----
 
 @pytest.fixture(scope="module")
@@ -80,14 +206,22 @@ def data_48(tmp_path_factory):
     return write_course_files(tmp_path_factory.mktemp("data-48"), random.Random(0), train_rows=48)
 
 
+@pytest.fixture(scope="module")
+def data_17(tmp_path_factory):
+    """17 training examples a task: a batch of 16, then a batch of one example, which one of two processes lacks."""
+    return write_course_files(tmp_path_factory.mktemp("data-17"), random.Random(1), train_rows=17)
+
+
 def multitask_args(model, data, out: Path, batch_size: int, *extra) -> list[str]:
     return multitask_argv(model, data, out, "--batch-size", str(batch_size), "--epochs", "1", "--schedule", "avg",
                           "--head-dropout", "0", *extra)
 
 
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
 def run(*command, env=None):
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600,
-                            env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600, env={**ENV, **(env or {})})
     assert result.returncode == 0, result.stderr[-3000:]
     return result
 
@@ -96,24 +230,208 @@ def torchrun(*args):
     return run(sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(WORLD), *args)
 
 
+def two_machines(script: Path, args: list[str], folders: list[Path], logs: Path) -> list[int]:
+    """Two torchrun invocations, as on two machines of one process each that share no disk: each runs in its own
+    working folder (relative paths in `args` land there). Static rendezvous: node 0, the master, runs rank 0.
+    Returns their exit codes; each one's output is in logs/node{n}.log."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    logs.mkdir(exist_ok=True)
+    nodes = []
+    for node, folder in enumerate(folders):
+        folder.mkdir(exist_ok=True)
+        with open(logs / f"node{node}.log", "w") as log:
+            nodes.append(subprocess.Popen(
+                [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", "1",
+                 "--node-rank", str(node), "--master-addr", "127.0.0.1", "--master-port", str(port), str(script),
+                 *args], cwd=folder, stdout=log, stderr=subprocess.STDOUT, env=ENV))
+    return [node.wait(timeout=600) for node in nodes]
+
+
 def final_weights(out: Path) -> dict[str, torch.Tensor]:
-    return checkpoint_weights(out / "run" / "last")
+    last = out / "run" / "last"
+    return {**load_file(last / "model.safetensors"), **load_file(last / "heads.safetensors")}
+
+
+def assert_same_weights(a: dict, b: dict, atol=1e-5):
+    assert a.keys() == b.keys()
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], atol=atol, rtol=1e-4 if atol else 0, msg=name)
+
+
+def metrics(metrics_file: Path, event: str) -> list[dict]:
+    return [line for line in map(json.loads, metrics_file.read_text().splitlines()) if line["event"] == event]
+
+
+def assert_same_losses(a: list[dict], b: list[dict], key="loss"):
+    """The same steps logged, with the same losses (each task's, or the one loss)."""
+    assert [line["step"] for line in a] == [line["step"] for line in b] and a
+    for line_a, line_b in zip(a, b):
+        assert line_a[key] == pytest.approx(line_b[key], rel=1e-5, abs=1e-7), line_a["step"]
 
 
 def test_two_processes_train_like_one_with_the_whole_batch(tiny_model_without_dropout, data_48, tmp_path):
-    """3 avg steps (every task each step): 2 ranks x 8 examples a task = 1 process x 16, over the same examples."""
+    """3 avg steps (every task each step): 2 ranks x 8 examples a task = 1 process x 16, over the same examples;
+    and each step's logged losses are the whole batch's."""
     model = tiny_model_without_dropout
-    torchrun("multitask_classifier.py", *multitask_args(model, data_48, tmp_path / "two", 8))
-    run(sys.executable, "multitask_classifier.py", *multitask_args(model, data_48, tmp_path / "one", 16))
+    torchrun("multitask_classifier.py", *multitask_args(model, data_48, tmp_path / "two", 8, "--log-every", "1"))
+    run(sys.executable, "multitask_classifier.py", *multitask_args(model, data_48, tmp_path / "one", 16,
+                                                                   "--log-every", "1"))
     initial = load_file(Path(model) / "model.safetensors")
     two, one = final_weights(tmp_path / "two"), final_weights(tmp_path / "one")
     assert not torch.equal(two["encoder.layer.0.attention.self.query.weight"],
                            initial["encoder.layer.0.attention.self.query.weight"]), "the runs trained"
-    assert_same_weights(two, one, atol=1e-5, rtol=1e-4)
+    assert_same_weights(two, one)
+    assert_same_losses(metrics(tmp_path / "two/run/metrics.jsonl", "train"),
+                       metrics(tmp_path / "one/run/metrics.jsonl", "train"))
     # Only rank 0 writes: one metrics line per evaluation, the leaderboard files once.
-    assert len((tmp_path / "two" / "run" / "metrics.jsonl").read_text().splitlines()) == 1
+    assert len(metrics(tmp_path / "two/run/metrics.jsonl", "eval")) == 1
     assert sorted(p.name for p in (tmp_path / "two" / "predictions").iterdir()) == sorted(
         f"{task}-{split}-output.csv" for task in ("sst", "para", "sts") for split in ("dev", "test"))
+
+
+# 8 tokens: some sentences are truncated, and each process's reader would say so.
+LOG_AND_TRUNCATE = ("--log-every", "1", "--max-length", "8")
+
+
+@pytest.fixture(scope="module")
+def one_process_17(tiny_model_without_dropout, data_17, tmp_path_factory):
+    out = tmp_path_factory.mktemp("one-17")
+    result = run(sys.executable, "multitask_classifier.py",
+                 *multitask_args(tiny_model_without_dropout, data_17, out, 16, *LOG_AND_TRUNCATE))
+    return out, result.stderr
+
+
+@pytest.mark.parametrize("batch_size, accumulation", [(8, 1), (4, 2)])
+def test_17_examples_in_batches_of_8_train_on_two_processes_as_on_one(tiny_model_without_dropout, data_17,
+                                                                      one_process_17, tmp_path, batch_size,
+                                                                      accumulation):
+    """Step 2 has one example a task: rank 0 computes it, rank 1 (accumulating: 3 of the 4 parts) a stand-in row
+    whose loss weighs nothing. The step is still one process's with the whole (uneven) batch."""
+    two = torchrun("multitask_classifier.py", *multitask_args(
+        tiny_model_without_dropout, data_17, tmp_path, batch_size, "--grad-accum", str(accumulation),
+        *LOG_AND_TRUNCATE))
+    one, one_stderr = one_process_17
+    assert_same_weights(final_weights(tmp_path), final_weights(one))
+    assert_same_losses(metrics(tmp_path / "run/metrics.jsonl", "train"), metrics(one / "run/metrics.jsonl", "train"))
+    # Warnings once: both processes truncate the same sentences, only rank 0 says so.
+    assert two.stderr.count("were truncated") == one_stderr.count("were truncated") > 0
+
+
+REPLICAS = """
+import json, os, sys
+sys.path.insert(0, {root!r})
+import torch
+import torch.distributed as dist
+from training import contrastive, engine, multitask
+
+def other_weights_on_rank_1(build):
+    # A process that built other weights (another seed, another copy of the checkpoint): rank 0's must win.
+    def built(*args, **kwargs):
+        module = build(*args, **kwargs)
+        if os.environ["RANK"] == "1":
+            with torch.no_grad():
+                for parameter in module.parameters():
+                    parameter.add_(1.0)
+        return module
+    return built
+
+def both(tensor):
+    parts = [torch.empty_like(tensor) for _ in range(2)]
+    dist.all_gather(parts, tensor)
+    return parts
+
+def built(config, make):
+    return make(config, engine.Engine(config))
+
+multitask.build_model = other_weights_on_rank_1(multitask.build_model)
+contrastive.from_pretrained = other_weights_on_rank_1(contrastive.from_pretrained)
+multitask_args, contrastive_args, out = json.loads(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3]
+found = {{}}
+for name, make in (("multitask", lambda: built(multitask.MultitaskConfig(**multitask_args), multitask.MultitaskRun).model),
+                   ("contrastive", lambda: built(contrastive.ContrastiveConfig(**contrastive_args),
+                                                 contrastive.Pretraining).stages[0].objective)):
+    model = make()
+    weights = both(torch.cat([p.detach().flatten() for p in model.parameters()]))
+    masks = both(torch.nn.functional.dropout(torch.ones(1000), 0.5))
+    found[name] = {{"same weights": torch.equal(*weights), "same masks": torch.equal(*masks)}}
+if dist.get_rank() == 0:
+    with open(out, "w") as f:
+        json.dump(found, f)
+"""
+
+
+def test_each_process_starts_from_rank_0s_weights_and_draws_its_own_dropout_masks(tiny_model, data_17, tmp_path):
+    """Dropout masks of their own: two processes x 8 regularise as one process x 16 does, not in lockstep."""
+    script = tmp_path / "replicas.py"
+    script.write_text(REPLICAS.format(root=str(ROOT)))
+    multitask_config = dict(model=str(tiny_model), data_dir=str(data_17), output_dir=str(tmp_path / "multitask"),
+                            predictions_dir=str(tmp_path / "predictions"), device="cpu")
+    contrastive_config = dict(model=str(tiny_model), data="unlabeled", data_dir=str(write_sentences(tmp_path)),
+                              output_dir=str(tmp_path / "contrastive"), device="cpu")
+    torchrun(str(script), json.dumps(multitask_config), json.dumps(contrastive_config), str(tmp_path / "found.json"))
+    assert json.loads((tmp_path / "found.json").read_text()) == {
+        name: {"same weights": True, "same masks": False} for name in ("multitask", "contrastive")}
+
+
+def write_sentences(folder: Path) -> Path:
+    rng = random.Random(3)
+    (folder / "unlabeled-sentences.txt").write_text("\n".join(sentence(rng) for _ in range(20)) + "\n")
+    return folder
+
+
+# ---- pretrain_contrastive.py under torchrun ----
+
+@pytest.fixture(scope="module")
+def nli_17(tmp_path_factory):
+    """17 NLI triplets (premise, entailment, contradiction): a batch of 16, then a batch of one triplet, which one
+    of two processes lacks."""
+    folder, rng = tmp_path_factory.mktemp("nli-17"), random.Random(2)
+    rows = ["sent0,sent1,hard_neg"] + [",".join(sentence(rng) for _ in range(3)) for _ in range(17)]
+    (folder / "nli_for_simcse.csv").write_text("\n".join(rows) + "\n")
+    return folder
+
+
+@pytest.mark.parametrize("method", [
+    # In-batch and hard negatives, gathered from every process: the loss is the whole batch's on each; embedded
+    # 3 rows at a time (gradient caching: its own passes, then the flat all_reduce). Mean pooling: a random tiny
+    # encoder's [CLS] vectors are all alike, and their gradients mostly rounding noise.
+    ("--method", "simcse", "--pooling", "mean", "--grad-cache-chunk", "3"),
+    # ConSERT's NLI classifier on each process's own rows (weighed by their share), then NT-Xent over the
+    # sentences gathered from every process; plain backward passes, their gradients averaged as they run.
+    ("--method", "consert", "--consert-schedule", "sup-unsup", "--aug1", "none", "--aug2", "none"),
+], ids=["simcse-grad-cache", "consert-sup-unsup"])
+def test_nli_triplets_on_two_processes_train_as_one_process_with_the_joint_batch(tiny_model_without_dropout, nli_17,
+                                                                                 tmp_path, method):
+    def args(out: Path, batch_size: int) -> list[str]:
+        return ["--model", str(tiny_model_without_dropout), "--data", "nli", "--data-dir", str(nli_17),
+                "--output-dir", str(out), "--batch-size", str(batch_size), "--lr", "1e-3", "--log-every", "1",
+                "--device", "cpu", *method]
+
+    torchrun("pretrain_contrastive.py", *args(tmp_path / "two", 8))
+    run(sys.executable, "pretrain_contrastive.py", *args(tmp_path / "one", 16))
+    two, one = (load_file(tmp_path / name / "model.safetensors") for name in ("two", "one"))
+    initial = load_file(Path(tiny_model_without_dropout) / "model.safetensors")
+    assert not torch.equal(one["encoder.layer.0.attention.self.query.weight"],
+                           initial["encoder.layer.0.attention.self.query.weight"]), "the runs trained"
+    assert_same_weights(two, one)
+    assert_same_losses(*(metrics(tmp_path / name / "metrics.jsonl", "train") for name in ("two", "one")))
+
+
+# ---- several machines, and a worker killed ----
+
+def test_two_machines_that_share_no_disk_train_and_rank_0_alone_writes(tiny_model, data_48, tmp_path):
+    machines = [tmp_path / "machine0", tmp_path / "machine1"]
+    # Relative output folders: each machine's own. The model and the data are inputs every machine has.
+    args = multitask_args(tiny_model, data_48, Path("."), 8, "--eval-every", "2")
+    assert two_machines(ROOT / "multitask_classifier.py", args, machines, tmp_path / "logs") == [0, 0], \
+        (tmp_path / "logs/node1.log").read_text()[-3000:]
+    written = machines[0] / "run"
+    assert (written / "best/model.safetensors").exists() and (written / "last/training_state.pt").exists()
+    assert len(metrics(written / "metrics.jsonl", "eval")) == 2  # step 2, and the epoch's end at step 3
+    assert len(list((machines[0] / "predictions").iterdir())) == 6
+    assert list(machines[1].iterdir()) == []
 
 
 KILLED_AFTER_STEP_4 = """
@@ -123,7 +441,7 @@ from training import multitask
 import multitask_classifier
 step = multitask.MultitaskRun.step
 def dies(self, item, share):
-    if self.engine.step == 4:  # the checkpoint of step 4 is on disk
+    if self.engine.step == 4 and os.environ["RANK"] == "1":  # the checkpoint of step 4 is on disk
         os._exit(137)  # as a SIGKILL: no clean-up of any kind
     return step(self, item, share)
 multitask.MultitaskRun.step = dies
@@ -131,17 +449,23 @@ multitask_classifier.main(sys.argv[1:])
 """
 
 
-def test_a_run_killed_under_two_processes_resumes_to_the_same_weights(tiny_model, data_48, tmp_path):
-    """Dropout on: the resumed processes must restore each one's own random state."""
+def test_a_worker_killed_on_one_of_two_machines_ends_the_job_and_the_run_resumes_to_the_same_weights(
+        tiny_model, data_48, tmp_path):
+    """Dropout on: each process draws its own masks, and the resumed processes restore each one's random state.
+    The machines share no disk: on --resume, rank 0 reads last/ and hands its state to the other machine."""
     args = lambda out: multitask_args(tiny_model, data_48, out, 4, "--epochs", "2", "--eval-every", "2",  # noqa: E731
                                       "--schedule", "mtdnn", "--head-dropout", "0.3")
     torchrun("multitask_classifier.py", *args(tmp_path / "full"))
     killer = tmp_path / "killed_after_step_4.py"
     killer.write_text(KILLED_AFTER_STEP_4.format(root=str(ROOT)))
-    died = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
-                           str(WORLD), str(killer), *args(tmp_path / "resumed")], cwd=ROOT, capture_output=True,
-                          text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert died.returncode != 0
-    result = torchrun("multitask_classifier.py", *args(tmp_path / "resumed"), "--resume")
-    assert "resuming at step 4" in result.stderr
-    assert_same_weights(final_weights(tmp_path / "resumed"), final_weights(tmp_path / "full"), atol=1e-6)
+    machines, logs = [tmp_path / "machine0", tmp_path / "machine1"], tmp_path / "logs"
+    # The job ended, both machines' parts of it.
+    assert 0 not in two_machines(killer, args(Path(".")), machines, tmp_path / "logs-killed")
+    assert torch.load(machines[0] / "run/last/training_state.pt", weights_only=True)["step"] == 4
+    assert two_machines(ROOT / "multitask_classifier.py", [*args(Path(".")), "--resume"], machines, logs) == [0, 0], \
+        (logs / "node1.log").read_text()[-3000:]
+    assert "resuming at step 4" in (logs / "node0.log").read_text()
+    assert_same_weights(final_weights(machines[0]), final_weights(tmp_path / "full"), atol=1e-6)
+    assert_same_losses(metrics(machines[0] / "run/metrics.jsonl", "eval"),
+                       metrics(tmp_path / "full/run/metrics.jsonl", "eval"), key="train_loss")
+    assert list(machines[1].iterdir()) == []

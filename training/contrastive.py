@@ -9,6 +9,7 @@ A run is one stage, except ConSERT's two-stage schedules (supervised NLI, then u
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -32,27 +33,37 @@ from training.precision import Precision
 log = logging.getLogger(__name__)
 
 
-def backward(objective: Objective, batch, precision: Precision, grad_cache_chunk: int = 0) -> torch.Tensor:
-    """Backpropagate the objective's loss on `batch` into .grad; returns the loss (detached, on the device).
+def backward(objective: Objective, batch, precision: Precision, grad_cache_chunk: int = 0, weight: float = 1.0,
+             plain_backward: Callable[[torch.Tensor], None] | None = None) -> torch.Tensor:
+    """Backpropagate weight x the objective's loss on `batch` into .grad; returns the loss (detached, on the device).
 
     With grad_cache_chunk, every view is embedded grad_cache_chunk rows at a time (training/grad_cache.py): the
     gradients of the whole batch, in-batch negatives included, with the activation memory of one chunk.
+    plain_backward(loss) backpropagates the loss without gradient caching (the engine's, which under torchrun
+    averages the gradients while it runs); by default precision.scale(loss).backward().
     """
+    def weighted(loss):  # weight 1 (a single process): the loss itself, untouched
+        return loss if weight == 1.0 else weight * loss
+
     if not grad_cache_chunk:
         with precision.autocast():
             loss = objective(batch)
-        precision.scale(loss).backward()
+        if plain_backward is None:
+            precision.scale(weighted(loss)).backward()
+        else:
+            plain_backward(weighted(loss))
         return loss.detach()
     views, losses = objective.views(batch), []
 
     def scaled_loss(*embeddings):
         loss = objective.loss_fp32(batch, *embeddings)
         losses.append(loss.detach())
-        return precision.scale(loss)
+        return precision.scale(weighted(loss))
 
     with precision.autocast():
-        grad_cache_backward([v.embed for v in views], [split_rows(v.inputs, grad_cache_chunk) for v in views],
-                            scaled_loss)
+        # A batch without rows (a process's empty share, under torchrun) is one empty chunk.
+        grad_cache_backward([v.embed for v in views],
+                            [split_rows(v.inputs, grad_cache_chunk) or [v.inputs] for v in views], scaled_loss)
     return losses[0]
 
 
@@ -85,6 +96,9 @@ class Pretraining:
         for stage in self.stages:
             stage.objective.to(engine.device)
         engine.prepare_encoder(self.encoder)  # --compile: in place, so every objective holding it runs it compiled
+        # torchrun: rank 0's weights, a random stream each.
+        distributed.start_replicas([stage.objective for stage in self.stages] + ([self.fusion] if self.fusion else []),
+                                   config.seed)
         self.results = {}  # the STS benchmark of --eval
 
     def _stage(self, name: str) -> Stage:
@@ -187,14 +201,28 @@ class StageRun(Run):
         return self.stage.objective.lr_multiplier(step, total_steps, warmup)
 
     def step(self, planned, share: Share):
-        engine, fusion = self.pretraining.engine, self.pretraining.fusion
-        batch = planned.build(self.pretraining.tokenizer.pad_id, share.index, share.parts).to(engine.device)
+        engine, fusion, objective = self.pretraining.engine, self.pretraining.fusion, self.stage.objective
+        pad_id = self.pretraining.tokenizer.pad_id
+        batch = planned.build(pad_id, share.index, share.parts).to(engine.device)
+        if share.world == 1:  # a single process: its losses as they are
+            own_rows, own_weight, reported = batch, 1.0, 1.0
+        else:
+            # torchrun: a loss of this process's rows alone weighs their share of the step's (loss_weight); a
+            # process without rows computes a stand-in row, weighed 0. A loss over every process's gathered rows is
+            # the whole batch's already, and a process without rows takes part with its empty batch.
+            own_rows = batch if len(batch) else planned.stand_in(pad_id).to(engine.device)
+            own_weight = distributed.loss_weight(len(batch), planned.rows)
+            reported = len(batch) / planned.rows  # this process's part of the step's loss (they sum to it)
         if fusion and isinstance(batch, SentenceBatch) and batch.labels is not None:
             # Fusion: the sentiment step first, an update of its own, then the contrastive step on the same batch.
-            backward(fusion, batch, engine.precision)
+            backward(fusion, own_rows, engine.precision, weight=own_weight, plain_backward=engine.backward)
             engine.update(advance_schedule=False)
             self.fusion_updates += 1
-        return {"loss": backward(self.stage.objective, batch, engine.precision, self.chunk)}, len(batch)
+        if objective.gathers_batch:
+            loss = backward(objective, batch, engine.precision, self.chunk, plain_backward=engine.backward)
+        else:
+            loss = backward(objective, own_rows, engine.precision, self.chunk, own_weight, engine.backward)
+        return {"loss": loss if reported == 1.0 else loss * reported}, len(batch)
 
     def state_dict(self) -> dict:
         return {"stage": self.index, "results": self.pretraining.results,

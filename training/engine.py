@@ -141,6 +141,7 @@ class LossTracker:
         self.window, self.period = {}, {}  # name -> [sum, count]
 
     def add(self, losses: dict[str, torch.Tensor]) -> None:
+        """losses: this process's parts of the step's losses (under torchrun they sum to them over the processes)."""
         for name, loss in losses.items():
             for store in (self.window, self.period):
                 total = store.setdefault(name, [0.0, 0])
@@ -149,7 +150,9 @@ class LossTracker:
 
     @staticmethod
     def _means(store: dict, reset: bool) -> dict[str, float]:
-        means = {name: float(total) / count for name, (total, count) in store.items()}
+        # torchrun: the whole steps' losses, every process's part summed (a collective: every process calls this).
+        sums = distributed.sum_over_processes([total for total, _ in store.values()])
+        means = {name: total / count for (name, (_, count)), total in zip(store.items(), sums)}
         if reset:
             store.clear()
         return means
@@ -161,10 +164,14 @@ class LossTracker:
         return self._means(self.period, reset)
 
     def state_dict(self) -> dict:
-        return {"period": {name: [float(total), count] for name, (total, count) in self.period.items()}}
+        """The whole steps' sums (a collective: every process calls this)."""
+        sums = distributed.sum_over_processes([total for total, _ in self.period.values()])
+        return {"period": {name: [total, count] for (name, (_, count)), total in zip(self.period.items(), sums)}}
 
     def load_state_dict(self, state: dict) -> None:
-        self.period = {name: list(total) for name, total in state["period"].items()}
+        # torchrun: rank 0 holds the saved sums, the others start from 0, so that the sums over processes are them.
+        self.period = {name: [total if distributed.is_main() else 0.0, count]
+                       for name, (total, count) in state["period"].items()}
 
 
 @dataclass(frozen=True)
@@ -238,21 +245,13 @@ class Engine:
         """Set-up, before any model or data: the device, half-written saves recovered, folders checked, seeds,
         and with --resume the interrupted run's training state."""
         self.config = config
+        if config.quiet:  # before joining torchrun's group, which quiets its other processes further
+            logging.getLogger().setLevel(logging.WARNING)
         self.device = distributed.setup(resolve_device(config.device))
         self.precision = Precision(config.precision, self.device)
         self.output_dir = Path(config.output_dir)
         self.is_main = distributed.is_main()
-        claim_output_dir(self.output_dir, config.OUTPUTS, config.resume, config.overwrite, remove=self.is_main)
-        distributed.barrier()  # every process has looked at --output-dir before any writes to it
-        if self.is_main:  # a save that died half-way: the newest complete files back
-            recover_files(self.output_dir)
-            for folder in (self.output_dir / "last", self.output_dir / "best"):
-                recover_directory(folder)
-        for folder, name in ((config.output_dir, "--output-dir"), (config.tensorboard, "--tensorboard")):
-            if folder:
-                check_writable(folder, name)
-        if config.quiet:
-            logging.getLogger().setLevel(logging.WARNING)
+        distributed.on_main(self._prepare_output_folders)  # torchrun: rank 0's machine alone has them
         resolve_attention(config.attention, self.device)  # FlagError: unpadded attention this device lacks
         if config.compile:
             check_can_compile(self.device)
@@ -266,8 +265,23 @@ class Engine:
         self.started = time.time()
         self.run_config = config.to_dict()
         # --resume: the folder the run continues from (its weights), and the state its next fit restores.
-        self.resume_from = self._check_resumable() if config.resume else None
-        self.resume_state = load_training_state(self.resume_from) if self.resume_from else None
+        # torchrun: rank 0 alone reads last/; the others get its training state by broadcast, and its weights
+        # from the run (distributed.start_replicas).
+        self.resume_from = distributed.on_main(self._check_resumable) if config.resume else None
+        self.resume_state = (distributed.on_main(lambda: load_training_state(self.resume_from))
+                             if self.resume_from else None)
+
+    def _prepare_output_folders(self) -> None:
+        """--output-dir claimed (a run in it refused, or removed with --overwrite); saves that died half-way: the
+        newest complete files back; then fail now if a folder is not writable. Rank 0 only (torchrun)."""
+        config = self.config
+        claim_output_dir(self.output_dir, config.OUTPUTS, config.resume, config.overwrite, remove=True)
+        recover_files(self.output_dir)
+        for folder in (self.output_dir / "last", self.output_dir / "best"):
+            recover_directory(folder)
+        for folder, name in ((config.output_dir, "--output-dir"), (config.tensorboard, "--tensorboard")):
+            if folder:
+                check_writable(folder, name)
 
     def describe_run(self, data_files: list[Path], **resolved) -> None:
         """OUTPUT_DIR/run_config.json: every flag, the values chosen for flags left to a default (resolved), and
@@ -334,6 +348,7 @@ class Engine:
             examples += step_examples
             progress.update()
             if config.log_every and self.step % config.log_every == 0:
+                examples = distributed.sum_over_processes([examples])[0]  # torchrun: every process's rows
                 line = self.log_train(examples / (time.time() - window_started))
                 progress.set_postfix({name: f"{value:.3f}" for name, value in line["loss"].items()})
                 examples, window_started = 0, time.time()
@@ -357,6 +372,8 @@ class Engine:
         self.lr_multiplier = lambda step: run.lr_multiplier(step, total_steps, self.config.warmup)
         self.optimizer = AdamW(run.parameter_groups(), lr=run.lr, betas=run.adam_betas,
                                weight_decay=self.config.weight_decay)
+        self.gradients = distributed.GradientSync(self.parameters)
+        self.last_part = True  # whether the backward passes now are the step's last accumulation part's
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self.lr_multiplier)
         self.step, self.losses = 0, LossTracker()
         self.best, self.last_record = -math.inf, {}
@@ -367,6 +384,7 @@ class Engine:
         world, accum = distributed.world_size(), self.config.grad_accum
         totals, examples = {}, 0
         for part in range(accum):
+            self.last_part = part == accum - 1
             losses, part_examples = run.step(item, Share(distributed.rank() * accum + part, world * accum, world))
             for name, loss in losses.items():
                 totals[name] = totals.get(name, 0.0) + loss
@@ -375,13 +393,15 @@ class Engine:
         return totals, examples
 
     def backward(self, loss: torch.Tensor) -> None:
-        """Backpropagate a loss into .grad (scaled for fp16); a step may call this several times."""
-        self.precision.scale(loss).backward()
+        """Backpropagate a loss into .grad (scaled for fp16); a step may call this several times. Under torchrun
+        the gradients of the step's last accumulation part are averaged while its pass runs (GradientSync); an
+        earlier part's stay local until then."""
+        self.gradients.backward(self.precision.scale(loss), overlap=self.last_part)
 
     def update(self, advance_schedule: bool = True) -> None:
         """Average the gradients over the processes, clip, update. advance_schedule=False: an extra update inside
         a step (contrastive fusion's sentiment update) that neither counts as a step nor moves the schedule."""
-        distributed.average_gradients(self.parameters)
+        self.gradients.average()
         self.precision.step(self.optimizer, self.parameters, self.config.max_grad_norm)
         self.optimizer.zero_grad(set_to_none=True)
         if advance_schedule:
@@ -391,12 +411,12 @@ class Engine:
     def _evaluate(self, run: Run, epoch: int, epoch_end: bool) -> None:
         """Rank 0 scores the dev sets and saves best/ when the run's score improves. The record's training losses
         are the means over the epoch so far."""
+        # A collective (torchrun): every process calls it; every process starts the next epoch's means together.
+        train_loss = self.losses.period_means(reset=epoch_end)
         if not self.is_main:
-            self.losses.period_means(reset=epoch_end)  # every process starts the next epoch's means together
             return
         metrics = run.evaluate()
-        record = {"event": "eval", "epoch": epoch, "step": self.step,
-                  "train_loss": self.losses.period_means(reset=epoch_end),
+        record = {"event": "eval", "epoch": epoch, "step": self.step, "train_loss": train_loss,
                   "dev": metrics, "seconds": round(time.time() - self.started, 1)}
         self.write_record(record)
         log.info("step %d dev: %s", self.step, "  ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
@@ -471,6 +491,7 @@ class Engine:
         Never of weights a non-finite loss has reached: the run stops instead, naming the last good checkpoint."""
         self.check_finite(self.losses.window_means(reset=False))
         rng = distributed.all_gather_objects(rng_state())  # every process's own random state
+        losses = self.losses.state_dict()  # a collective: before rank 0 alone writes
         folder = self.output_dir / "last"
         if self.is_main:
             # About the size of last/: the weights, and AdamW's two moments of each in the training state.
@@ -479,7 +500,7 @@ class Engine:
                 write_json(temp / "run_config.json", self.run_config)
                 torch.save({"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
                             "scaler": self.precision.state_dict(), "step": self.step, "rng": rng,
-                            "losses": self.losses.state_dict(), "best": self.best, "last_record": self.last_record,
+                            "losses": losses, "best": self.best, "last_record": self.last_record,
                             "best_step": self.best_step, "since_best": self.since_best,
                             "run": run.state_dict()}, temp / STATE_FILE)
         distributed.barrier()

@@ -117,12 +117,16 @@ class MultitaskRun(Run):
     def __init__(self, config: MultitaskConfig, engine: Engine):
         self.config, self.engine, self.lr, self.head_lr = config, engine, config.lr, config.head_lr
         self.output_dir = Path(config.output_dir)
-        check_writable(config.predictions_dir, "--predictions-dir")
-        start = engine.resume_from or (Path(config.init) if config.init else config.model)
+        # torchrun: rank 0's machine alone has the output folders.
+        distributed.on_main(lambda: check_writable(config.predictions_dir, "--predictions-dir"))
+        # torchrun: rank 0 alone reads last/; the others start from --init or --model and receive its weights
+        # (start_replicas) and its training state (the engine's).
+        resume_from = engine.resume_from if engine.is_main else None
+        start = resume_from or (Path(config.init) if config.init else config.model)
         self.model = build_model(config, start)  # before the tokenizer: a broken config.json is named as such
         engine.check_max_length(self.model.encoder)
         self.tokenizer = Tokenizer.from_pretrained(start)
-        heads_loaded = bool(engine.resume_from or config.init) and (Path(start) / "heads.safetensors").exists()
+        heads_loaded = bool(resume_from or config.init) and (Path(start) / "heads.safetensors").exists()
         if heads_loaded:
             if config.init:  # a resumed run's flags, head flags among them, were checked by the engine
                 check_head_flags(config, Path(start))
@@ -139,6 +143,7 @@ class MultitaskRun(Run):
                                                       for t in config.task_list))
         if not heads_loaded:  # else what the heads measured came with them
             self.model.calibrate(self._splits("train"), self.tokenizer.pad_id)
+        distributed.start_replicas([self.model], config.seed)  # torchrun: rank 0's weights, a random stream each
         engine.describe_run([Path(config.data_dir) / file for name in config.task_list
                              for file in REGISTRY[name].files])
         self.smart = Smart(config, self.model) if config.smart else None
@@ -184,10 +189,13 @@ class MultitaskRun(Run):
         streams, device = self._streams(epoch), self.engine.device
         task_losses, reported, examples = {}, {}, 0
         for task, k in batches:
-            rows, weight = share.of(streams[task].batch_indices(k))
-            if not rows:
+            all_rows = streams[task].batch_indices(k)
+            rows, weight = share.of(all_rows)
+            # torchrun: an empty share is computed on a stand-in row whose loss weighs 0 (share.of's weight).
+            computed = distributed.rows_to_compute(rows, all_rows)
+            if computed is None:
                 continue
-            batch = self.splits[task]["train"].batch(rows, self.tokenizer.pad_id)
+            batch = self.splits[task]["train"].batch(computed, self.tokenizer.pad_id)
             batch["inputs"] = {name: to_device(v, device) for name, v in batch["inputs"].items()}
             batch["labels"] = to_device(batch["labels"], device)
             # Whether the batch is padded, known on the host: the encoder need not read its mask back from the device.
@@ -261,8 +269,7 @@ class MultitaskRun(Run):
             load_heads(self.model, best)
             self.model.to(self.engine.device)
             write_outputs(best, self.config.predictions_dir, "test", self._splits("test"), self._soft_outputs("test"))
-        distributed.barrier()
-        metrics = read_json(best / "metrics.json")["dev"]
+        metrics = distributed.on_main(lambda: read_json(best / "metrics.json"))["dev"]  # torchrun: rank 0's file
         if self.engine.is_main:
             self._summary(metrics)
         return metrics

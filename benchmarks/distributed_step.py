@@ -1,0 +1,100 @@
+"""Step time under torchrun-style data parallelism: gradients averaged while the backward pass runs (bucketed
+all_reduces from gradient hooks, common.distributed.GradientSync) against one flat all_reduce after it, measured
+in the same run on processes of this machine (gloo), as a ratio.
+
+    python benchmarks/distributed_step.py                   # 2 CPU processes, a MiniLM-L6-shaped encoder
+    python benchmarks/distributed_step.py --layers 12 --hidden 768 --heads 12 --intermediate 3072   # bert-base
+
+A step here is the part that differs: forward, backward and the averaged gradients (the optimizer step is the same
+either way). The two ways alternate step by step, so a load that comes and goes slows both alike; each process
+times its steps and the slowest process's time counts (the others wait for it at the next collective).
+"""
+import argparse
+import socket
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from common import distributed  # noqa: E402
+from common.tables import markdown_table  # noqa: E402
+from models import BertConfig, BertModel, pool  # noqa: E402
+
+WAYS = ("flat all_reduce after the backward pass", "buckets overlapped with the backward pass")
+
+
+def step(model, sync: distributed.GradientSync, inputs: dict, overlapped: bool) -> float:
+    dist.barrier()  # every process starts the step together
+    start = time.perf_counter()
+    loss = pool(model(**inputs), inputs["attention_mask"], "mean").pow(2).mean()
+    if overlapped:
+        sync.backward(loss)
+        sync.average()
+    else:
+        loss.backward()
+        distributed.average_gradients(sync.parameters)
+    seconds = time.perf_counter() - start
+    model.zero_grad(set_to_none=True)
+    return seconds
+
+
+def worker(rank: int, args, port: int, results):
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=args.processes)
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    model = BertModel(BertConfig(hidden_size=args.hidden, num_hidden_layers=args.layers, num_attention_heads=args.heads,
+                                 intermediate_size=args.intermediate))
+    sync = distributed.GradientSync(list(model.parameters()), bucket_bytes=args.bucket_mb * 2**20)
+    ids = torch.randint(1000, 30000, (args.batch_size, args.tokens), generator=torch.Generator().manual_seed(rank))
+    inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "token_type_ids": torch.zeros_like(ids)}
+    times = {way: [] for way in WAYS}
+    for index in range(2 * (args.warmup + args.steps)):
+        way = WAYS[index % 2]
+        seconds = step(model, sync, inputs, overlapped=way == WAYS[1])
+        if index >= 2 * args.warmup:
+            times[way].append(seconds)
+    slowest = [None] * args.processes
+    dist.all_gather_object(slowest, times)
+    if rank == 0:
+        results.update({way: [max(process[way][i] for process in slowest) for i in range(args.steps)]
+                        for way in WAYS})
+        results["buckets"] = len(sync.buckets)
+        results["parameters"] = sum(p.numel() for p in sync.parameters)
+    dist.destroy_process_group()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--processes", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads per process")
+    parser.add_argument("--layers", type=int, default=6)
+    parser.add_argument("--hidden", type=int, default=384)
+    parser.add_argument("--heads", type=int, default=12)
+    parser.add_argument("--intermediate", type=int, default=1536)
+    parser.add_argument("--batch-size", type=int, default=8, help="rows per process")
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--bucket-mb", type=int, default=distributed.BUCKET_BYTES // 2**20)
+    parser.add_argument("--warmup", type=int, default=2, help="untimed steps of each way")
+    parser.add_argument("--steps", type=int, default=10, help="timed steps of each way")
+    args = parser.parse_args()
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    results = mp.Manager().dict()
+    mp.spawn(worker, args=(args, port, results), nprocs=args.processes)
+    flat = statistics.median(results[WAYS[0]])
+    rows = {way: {"median step (ms)": 1000 * statistics.median(results[way]),
+                  "ratio to flat": statistics.median(results[way]) / flat} for way in WAYS}
+    print(f"{args.processes} processes (gloo, {args.threads} thread each), {results['parameters'] / 1e6:.1f}M "
+          f"parameters in {results['buckets']} buckets of {args.bucket_mb} MB, {args.batch_size} x {args.tokens} "
+          f"tokens a process, {args.steps} steps each way\n")
+    print(markdown_table(rows, ["median step (ms)", "ratio to flat"], label="gradient averaging"))
+
+
+if __name__ == "__main__":
+    main()
