@@ -70,15 +70,17 @@ def worker(rank: int, args, port: int, results):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--processes", type=int, default=2)
+    parser.add_argument("--processes", type=int, default=2, help="gloo processes on this machine (default: %(default)s)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads per process")
-    parser.add_argument("--layers", type=int, default=6)
-    parser.add_argument("--hidden", type=int, default=384)
-    parser.add_argument("--heads", type=int, default=12)
-    parser.add_argument("--intermediate", type=int, default=1536)
+    parser.add_argument("--layers", type=int, default=6, help="encoder layers (default: %(default)s, MiniLM-L6)")
+    parser.add_argument("--hidden", type=int, default=384, help="hidden size (default: %(default)s)")
+    parser.add_argument("--heads", type=int, default=12, help="attention heads (default: %(default)s)")
+    parser.add_argument("--intermediate", type=int, default=1536,
+                        help="feed-forward width (default: %(default)s)")
     parser.add_argument("--batch-size", type=int, default=8, help="rows per process")
-    parser.add_argument("--tokens", type=int, default=64)
-    parser.add_argument("--bucket-mb", type=int, default=distributed.BUCKET_BYTES // 2**20)
+    parser.add_argument("--tokens", type=int, default=64, help="tokens a row (default: %(default)s)")
+    parser.add_argument("--bucket-mb", type=int, default=distributed.BUCKET_BYTES // 2**20,
+                        help="MB of gradients an all_reduce of the overlapped way sends (default: %(default)s)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps of each way")
     parser.add_argument("--steps", type=int, default=10, help="timed steps of each way")
     args = parser.parse_args()
