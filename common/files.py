@@ -191,12 +191,11 @@ def remove_entry(path: str | Path) -> None:
     shutil.rmtree(doomed)
 
 
-def claim_output_dir(folder: str | Path, owned: tuple[str, ...], resume: bool, overwrite: bool,
-                     remove: bool = True) -> None:
+def claim_output_dir(folder: str | Path, owned: tuple[str, ...], resume: bool, overwrite: bool) -> None:
     """Refuse to start a run in a folder that holds another (the transformers Trainer's rule: no run is mixed with
     another, or silently replaced), unless it is continued (--resume) or replaced (--overwrite: the entries
-    `owned`, what the command writes, are removed; nothing else in the folder is touched). remove=False: check
-    only (the processes of a torchrun but one)."""
+    `owned`, what the command writes, are removed; nothing else in the folder is touched). Under torchrun,
+    rank 0 alone calls it (its machine has the folder)."""
     folder = Path(folder)
     if resume and overwrite:
         raise UsageError("--resume continues the run in --output-dir and --overwrite replaces it: give one of them")
@@ -210,7 +209,7 @@ def claim_output_dir(folder: str | Path, owned: tuple[str, ...], resume: bool, o
         raise UsageError(f"--output-dir {folder} already holds files ({shown}): continue its run with --resume, "
                          f"start again over it with --overwrite, or choose another --output-dir")
     replaced = [name for name in owned if (folder / name).exists()]
-    if replaced and remove:
+    if replaced:
         for name in replaced:
             remove_entry(folder / name)
         log.info("--overwrite: removed %s from %s", ", ".join(replaced), folder)

@@ -275,7 +275,7 @@ class Engine:
         """--output-dir claimed (a run in it refused, or removed with --overwrite); saves that died half-way: the
         newest complete files back; then fail now if a folder is not writable. Rank 0 only (torchrun)."""
         config = self.config
-        claim_output_dir(self.output_dir, config.OUTPUTS, config.resume, config.overwrite, remove=True)
+        claim_output_dir(self.output_dir, config.OUTPUTS, config.resume, config.overwrite)
         recover_files(self.output_dir)
         for folder in (self.output_dir / "last", self.output_dir / "best"):
             recover_directory(folder)
