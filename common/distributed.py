@@ -20,6 +20,7 @@ process with the whole batch:
 
 A plain `python ...` run is a world of one process: every function here is then a no-op.
 """
+import atexit
 import logging
 import os
 
@@ -50,9 +51,17 @@ def setup(device: torch.device) -> torch.device:
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
         torch.cuda.set_device(device)
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    # Leaving the group before the interpreter ends: a process that exits with the group's threads still running
+    # may abort ("terminate called without an active exception"), and torchrun then reports a finished run as failed.
+    atexit.register(_leave)
     if dist.get_rank() != 0:
         logging.getLogger().setLevel(logging.ERROR)
     return device
+
+
+def _leave() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def _check_joined() -> None:
