@@ -21,7 +21,8 @@ from heads.paraphrase import CrossEncodedPairHead
 from models import POOLINGS, from_pretrained
 from models.bert import BertModel
 from models.sentence_embedding import pool
-from tasks import COURSE_TASKS, REGISTRY, STS_TARGETS, TASK_NAMES, HeadOptions, parse_task_order
+from tasks import (COURSE_TASKS, RECIPE_PAIR_ENCODING, REGISTRY, SIMILARITY, STS_TARGETS, TASK_NAMES, HeadOptions,
+                   parse_task_order)
 
 
 @dataclass
@@ -31,8 +32,8 @@ class ModelConfig:
     pooling: str = flag("mean", "sentence embedding: cls, the [CLS] vector; mean, the mean of the tokens; pooler, "
                                 "BERT's pooler output",
                           choices=POOLINGS)
-    pair_encoding: str = flag("bi", "bi: sentences embedded apart; cross: pair encoded together in both orders; "
-                                    "per task: para=cross,sts=bi")
+    pair_encoding: str = flag(RECIPE_PAIR_ENCODING, "bi: sentences embedded apart; cross: pair encoded together "
+                                                    "in both orders; or per task, as the default (tasks left out: bi)")
     share: str = flag("first-layer", "the bi-encoded pair tasks' MLPs: none, one each; first-layer, their first layer shared "
                                     "(Chen's report); all, one MLP for both", choices=SHARE_MODES)
     pair_mlp: str = flag("residual", "pair tasks' MLPs (bi-encoding): residual = x + MLP(x), starting as the "
@@ -40,8 +41,9 @@ class ModelConfig:
     common_layer: bool = flag(False, "a Linear+tanh layer shared by all heads (Mohammed and Sabane's CL)")
     cross_head: str = flag("dpha", "cross-encoded pair head (Mohammed and Sabane: ph, dph, dpha)",
                              choices=CrossEncodedPairHead.VARIANTS)
-    sts_target: str = flag("score", "score: regress 0-5; cosine-range: gold mapped onto [M, 1] (Contrastive "
-                                    "Tension, Carlsson et al.)", choices=STS_TARGETS)
+    sts_target: str = flag("auto", "score: regress 0-5; cosine-range: gold mapped onto [M, 1] (Contrastive "
+                                   "Tension, Carlsson et al.); auto: cosine-range where STS is bi-encoded, else "
+                                   "score", choices=STS_TARGETS)
     head_dropout: float = flag(0.3, "dropout before each head layer", range=Range(0, 1, high_open=True))
 
     # What the heads' tensors mean: heads trained under other values either fail to load (another shape) or,
@@ -54,8 +56,11 @@ class ModelConfig:
         self.task_list = parse_task_order(self.tasks, TASK_NAMES, option="--tasks")
         if len(set(self.task_list)) < len(self.task_list):
             raise ValueError(f"--tasks {self.tasks!r}: a task is named twice")
-        self.head_options = HeadOptions(parse_pair_encoding(self.pair_encoding), self.share, self.pair_mlp,
-                                        self.cross_head, self.head_dropout, self.sts_target)
+        encodings = parse_pair_encoding(self.pair_encoding)
+        similarity = REGISTRY[SIMILARITY]
+        self.sts_target = similarity.target(self.sts_target, encodings[similarity.name])  # saved resolved
+        self.head_options = HeadOptions(encodings, self.share, self.pair_mlp, self.cross_head, self.head_dropout,
+                                        self.sts_target)
         for name in self.task_list:
             REGISTRY[name].check(self.head_options)
 

@@ -42,7 +42,7 @@ from heads.similarity import (
 )
 from models.tokenizer import Tokenizer
 
-STS_TARGETS = ("score", "cosine-range")
+STS_TARGETS = ("auto", "score", "cosine-range")
 
 
 @dataclass(frozen=True)
@@ -367,6 +367,13 @@ class Similarity(Task):
             return CrossEncodedSimilarityHead(hidden_size, options.cross_head, options.dropout)
         return SimilarityHead(mlp)
 
+    def target(self, sts_target: str, encoding: str) -> str:
+        """What --sts-target auto means: the recipe's cosine-range where the pair is bi-encoded (a cosine needs two
+        sentence embeddings), the plain score where it is cross-encoded."""
+        if sts_target != "auto":
+            return sts_target
+        return "cosine-range" if encoding == "bi" else "score"
+
     def check(self, options: HeadOptions) -> None:
         if options.sts_target == "cosine-range" and options.encoding(self) != "bi":
             raise ValueError(f"--sts-target cosine-range is a cosine of two sentence embeddings: it needs "
@@ -454,6 +461,10 @@ REGISTRY: dict[str, Task] = {task.name: task for task in (
 TASK_NAMES = tuple(REGISTRY)
 # The three the course's overall score combines, and each by what it predicts.
 SENTIMENT, PARAPHRASE, SIMILARITY = COURSE_TASKS = ("sst", "para", "sts")
+# The documented recipe's task flags (docs/training.md), the trainer's defaults: Quora cross-encoded, STS
+# bi-encoded (its target then the cosine range), and Quora, ten times the others' size, sampled at 0.8 by mtdnn.
+RECIPE_PAIR_ENCODING = f"{PARAPHRASE}=cross,{SIMILARITY}=bi"
+RECIPE_TASK_WEIGHTS = {PARAPHRASE: 0.8}
 # The course's training files that pretrain_contrastive.py --data names, in the order --data all3 visits them.
 CONTRASTIVE_DATA = ContrastiveData({"quora": REGISTRY[PARAPHRASE].contrastive_source(),
                                     "sst": REGISTRY[SENTIMENT].contrastive_source(),

@@ -57,3 +57,26 @@ def test_every_flag_is_explained(command):
     unexplained = {flag: problems(*entry) for flag, entry in entries.items()
                    if flag != "--help" and problems(*entry)}
     assert not unexplained, f"{name} --help: {unexplained}"
+
+
+def test_the_readme_recipe_is_what_the_defaults_run():
+    """The README's "The defaults are the recipe: `...`" names flags whose values the trainer runs without them,
+    and --help states each of those defaults (or the "auto" that resolves to it)."""
+    from dataclasses import asdict
+
+    from common.cli import parse_config
+    from training.multitask import MultitaskConfig
+
+    recipe = re.search(r"The defaults are the recipe: `([^`]+)`", (ROOT / "README.md").read_text()).group(1)
+    flags = dict(zip(recipe.split()[::2], recipe.split()[1::2]))
+    assert len(flags) >= 5 and all(name.startswith("--") for name in flags), recipe
+
+    def resolved(*argv):
+        config = asdict(parse_config(MultitaskConfig, "", list(argv)))
+        return {name: value for name, value in config.items() if name != "model"}
+
+    assert resolved(*recipe.split()) == resolved(), "the README's recipe differs from the defaults"
+    entries = help_entries("multitask_classifier.py")
+    for name, value in flags.items():
+        stated = re.search(r"\(default: ([^)]*)\)", entries[name][1]).group(1)
+        assert resolved(name, stated) == resolved(name, value), f"{name}: --help says {stated}, the README {value}"

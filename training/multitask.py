@@ -25,8 +25,8 @@ from model import ModelConfig, MultitaskModel, build_model, check_head_flags
 from models import Tokenizer, from_pretrained
 from models.checkpoint import load_heads, write_encoder_folder
 from models.shareable import write_shareable_files
-from tasks import (REGISTRY, TASK_NAMES, best_metric, check_best_metric, describe_best_metric, metric_names,
-                   parse_task_order, parse_task_weights, summary)
+from tasks import (RECIPE_TASK_WEIGHTS, REGISTRY, TASK_NAMES, best_metric, check_best_metric, describe_best_metric,
+                   metric_names, parse_task_order, parse_task_weights, summary)
 from training.engine import Engine, EvaluationConfig, Run, Share, TrainingConfig
 from training.gradient_surgery import METHODS as SURGERY_METHODS
 from training.gradient_surgery import surgery_backward
@@ -48,7 +48,10 @@ class MultitaskConfig(ModelConfig, SmartConfig, EvaluationConfig, TrainingConfig
                                     "one task, then the next; sequential, all epochs of one task, then the next", choices=SCHEDULES)
     task_order: str = flag("", "task order of the rr-batch, rr-epoch and sequential schedules "
                                  "(empty: the order of --tasks)")
-    task_weights: str = flag("", "mtdnn sampling weights, e.g. para=2 (tasks left out weigh 1)")
+    task_weights: str = flag("auto", "mtdnn sampling weights, e.g. para=2 (tasks left out weigh 1); auto: the "
+                                     "recipe's " + ",".join(f"{task}={weight:g}" for task, weight in
+                                                          RECIPE_TASK_WEIGHTS.items()) + " under mtdnn, else none")
+    lr: float = flag(5e-5, "peak learning rate of the encoder", range=POSITIVE)
     loss_weights: str = flag("", "task loss multipliers, e.g. sst=2 (tasks left out weigh 1)")
     surgery: str = flag("pcgrad", "gradient surgery of --schedule pcgrad (torchjd): pcgrad, projecting conflicting task gradients "
                                    "(Yu et al.); upgrad, torchjd's UPGrad", choices=SURGERY_METHODS)
@@ -77,6 +80,9 @@ class MultitaskConfig(ModelConfig, SmartConfig, EvaluationConfig, TrainingConfig
         if set(self.order) != set(self.task_list):
             raise ValueError(f"--task-order {self.task_order!r} must name each task of --tasks {self.tasks!r}, "
                              f"and only those")
+        if self.task_weights == "auto":  # the recipe's weights of the tasks trained (saved resolved)
+            self.task_weights = ",".join(f"{task}={weight:g}" for task, weight in RECIPE_TASK_WEIGHTS.items()
+                                         if task in self.task_list and self.schedule == "mtdnn")
         self.weights = self._task_values(self.task_weights, "--task-weights") or None
         never = [task for task, weight in (self.weights or {}).items() if weight == 0]
         if never:
