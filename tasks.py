@@ -13,6 +13,7 @@ the registry; none of them knows a task by name or kind.
 
 Adding a task is one entry in REGISTRY, plus a reader or head if it needs one that does not exist yet.
 """
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -41,6 +42,8 @@ from heads.similarity import (
     lowest_bucket_mean_cosine,
 )
 from models.tokenizer import Tokenizer
+
+log = logging.getLogger(__name__)
 
 STS_TARGETS = ("auto", "score", "cosine-range")
 
@@ -384,14 +387,19 @@ class Similarity(Task):
 
     def calibrate(self, head, split, embed):
         """Contrastive Tension (Carlsson et al.) section 5.2: with --sts-target cosine-range, gold scores map onto
-        [M, 1], M = the model's mean cosine over the training pairs in the lowest label bucket (gold <= 0.25)."""
-        low = [i for i, gold in enumerate(split.labels.tolist()) if gold <= LOWEST_BUCKET_WIDTH]
-        if not low:
-            raise DataError(f"--sts-target cosine-range needs {self.name.upper()} training pairs scored <= "
-                            f"{LOWEST_BUCKET_WIDTH} and the {len(split)} used have none (a larger "
-                            f"--max-train-examples, or --sts-target score)")
+        [M, 1], M = the model's mean cosine over the training pairs in the lowest label bucket (gold <= 0.25). A
+        small sample may have no pair there: then the lowest bucket that has pairs, said in a warning."""
+        if len(split) == 0:
+            raise DataError(f"--sts-target cosine-range needs {self.name.upper()} training pairs; none are used")
+        gold = split.labels
+        width = LOWEST_BUCKET_WIDTH * max(1, math.ceil(gold.min().item() / LOWEST_BUCKET_WIDTH))
+        low = (gold <= width).nonzero().squeeze(1).tolist()
+        if width > LOWEST_BUCKET_WIDTH:
+            log.warning("--sts-target cosine-range: none of the %d %s training pairs used is scored <= %g; M is the "
+                        "mean cosine of the %d scored <= %g (a larger --max-train-examples gives the usual bucket)",
+                        len(split), self.name.upper(), LOWEST_BUCKET_WIDTH, len(low), width)
         cosines = head.cosine(*embed(low).chunk(2)).cpu()
-        head.set_cosine_floor(lowest_bucket_mean_cosine(cosines, split.labels[low]))
+        head.set_cosine_floor(lowest_bucket_mean_cosine(cosines, gold[low], bucket_width=width))
 
     def loss(self, raw, labels):
         return F.mse_loss(raw.float(), labels)

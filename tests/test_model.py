@@ -34,12 +34,12 @@ def test_the_task_flags_choose_the_heads(tiny_model):
     (["--pair-encoding", "cross"], lambda m: isinstance(m.heads["sts"], CrossEncodedSimilarityHead)),
     (["--pair-encoding", "bi"], lambda m: isinstance(m.heads["para"], ParaphraseHead)),
     # --share: how the two bi-encoded pair heads' MLPs relate
-    (["--share", "all"], lambda m: m.heads["para"].mlp is m.heads["sts"].mlp),
-    (["--share", "first-layer"], lambda m: m.heads["para"].mlp is not m.heads["sts"].mlp
+    (["--pair-encoding", "bi", "--share", "all"], lambda m: m.heads["para"].mlp is m.heads["sts"].mlp),
+    (["--pair-encoding", "bi", "--share", "first-layer"], lambda m: m.heads["para"].mlp is not m.heads["sts"].mlp
      and m.heads["para"].mlp.first is m.heads["sts"].mlp.first),
-    (["--share", "none"], lambda m: m.heads["para"].mlp.first is not m.heads["sts"].mlp.first),
-    (["--pair-mlp", "plain"], lambda m: not m.heads["para"].mlp.residual),
-    (["--pair-mlp", "residual"], lambda m: m.heads["para"].mlp.residual),
+    (["--pair-encoding", "bi", "--share", "none"], lambda m: m.heads["para"].mlp.first is not m.heads["sts"].mlp.first),
+    (["--pair-encoding", "bi", "--pair-mlp", "plain"], lambda m: not m.heads["para"].mlp.residual),
+    (["--pair-encoding", "bi", "--pair-mlp", "residual"], lambda m: m.heads["para"].mlp.residual),
     (["--pair-encoding", "cross", "--cross-head", "ph"], lambda m: not m.heads["para"].use_difference),
     (["--head-dropout", "0.15"], lambda m: {d.p for d in m.heads.modules() if isinstance(d, nn.Dropout)} == {0.15}),
 ])
@@ -73,6 +73,24 @@ def test_calibration_measures_the_cosine_floor_in_eval_mode(tiny_model, tokenize
         model.eval()
         embeddings = model.embed(split.batch([0, 1], tokenizer.pad_id)["inputs"])
     first, second = embeddings.chunk(2)
+    expected = torch.nn.functional.cosine_similarity(model.heads["sts"].mlp(first), model.heads["sts"].mlp(second))
+    assert model.heads["sts"].cosine_floor.item() == pytest.approx(expected.mean().item(), abs=1e-6)
+
+
+def test_without_pairs_in_the_lowest_bucket_calibration_takes_the_lowest_bucket_that_has_some(tiny_model, tokenizer,
+                                                                                                caplog):
+    model = built(tiny_model, "--tasks", "sts", "--sts-target", "cosine-range")
+    texts = [("a cat sat", "a dog ran"), ("the red car", "a big tree"), ("a house", "the mat"), ("a b", "c d")]
+    # Nothing <= 0.25; 0.6 and 0.7 lie in the bucket (0.5, 0.75], 0.8 and 4.0 above it.
+    split = TaskSplit("sts", ["0", "1", "2", "3"], encode_views(tokenizer, texts, "bi", 32, source=None),
+                      torch.tensor([0.6, 4.0, 0.7, 0.8]))
+    with caplog.at_level("WARNING"):
+        model.calibrate({"sts": split}, tokenizer.pad_id)
+    assert "none of the 4 STS training pairs used is scored <= 0.25; M is the mean cosine of the 2 scored <= 0.75" \
+        in caplog.text
+    with torch.no_grad():
+        model.eval()
+        first, second = model.embed(split.batch([0, 2], tokenizer.pad_id)["inputs"]).chunk(2)
     expected = torch.nn.functional.cosine_similarity(model.heads["sts"].mlp(first), model.heads["sts"].mlp(second))
     assert model.heads["sts"].cosine_floor.item() == pytest.approx(expected.mean().item(), abs=1e-6)
 

@@ -140,13 +140,6 @@ def test_offline_hub_model_is_a_clear_error_not_a_traceback(tmp_path):
     assert "Traceback" not in result.stderr
 
 
-def test_cosine_range_without_low_scored_training_pairs_is_a_clear_error(tiny_model, course_data, tmp_path):
-    result = run_cli(*multitask_argv(tiny_model, course_data, tmp_path, "--sts-target", "cosine-range",
-                                     "--max-train-examples", "1"))
-    assert result.returncode == 2 and "needs STS training pairs scored <= 0.25 and the 1 used have none" in result.stderr
-    assert "Traceback" not in result.stderr
-
-
 def test_missing_data_file_is_a_clear_error(tiny_model, tmp_path):
     result = run_cli("--model", str(tiny_model), "--data-dir", str(tmp_path), "--output-dir", str(tmp_path / "o"))
     assert result.returncode == 2 and "ids-sst-train.csv: file not found" in result.stderr
