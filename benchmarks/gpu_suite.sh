@@ -2,7 +2,7 @@
 # Everything a GPU figure in the README rests on, in one command: on one H100 each part should take under
 # 10 minutes and all of them under 15 (estimated: to be confirmed by the first run).
 #   throughput  our encoder against a tuned transformers loop (benchmarks/gpu_throughput.py), eager, fp32 and bf16,
-#               padded and unpadded, a bert-base-shaped random model and MODEL, 32x128 and real sentences
+#               padded, packed and unpadded, a bert-base-shaped random model and MODEL, 32x128 and real sentences
 #   compiled    the same table's compiled rows, in bf16
 #   recipe      one epoch of the documented recipe (multitask_classifier.py) on the bert-base-shaped model and on
 #               MODEL, against the transformers baseline (benchmarks/hf_single_task_baseline.py, 1 epoch a task)

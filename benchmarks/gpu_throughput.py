@@ -5,7 +5,8 @@ torch.optim.AdamW(fused=True) on CUDA, the same autocast. Both sides train (drop
 fixed shapes without padding (e.g. 32 x 128) and real ones (sentences drawn from the course's training files,
 so their lengths, and their padding, are the course's). Each configuration prints tokens a second (real tokens,
 padding not counted), step time, MFU (the model's FLOPs, attention included, over the GPU's dense bf16 peak)
-and peak memory; both sides for fp32 and bf16, ours padded and unpadded, eager and compiled.
+and peak memory; both sides for fp32 and bf16, ours padded, packed and unpadded, eager and
+compiled.
 
     python benchmarks/gpu_throughput.py --model /tmp/minilm --out results/throughput.json
     python benchmarks/gpu_throughput.py --shape tiny --model none --device cpu --steps 2    # a smoke test
@@ -50,7 +51,7 @@ TRAIN_FILES = [(task, REGISTRY[task].files[0]) for task in COURSE_TASKS]
 class Setting:
     side: str  # ours | transformers
     precision: str  # fp32 | bf16 (autocast)
-    attention: str  # ours: padded | unpadded; transformers: sdpa (padded, its own mask)
+    attention: str  # ours: padded | packed | unpadded; transformers: sdpa (padded, its own mask)
     compiled: bool
     batches: str  # a fixed shape such as 32x128, or "real"
 
@@ -156,12 +157,12 @@ def measure(setting: Setting, folder: Path, batches: list[dict], args) -> dict:
 
 def settings(args) -> list[Setting]:
     """Every configuration asked for: ours in each attention, transformers with its own (sdpa); a fixed shape has
-    no padding, so there ours runs padded only (unpadded would be the same computation)."""
+    no padding, so there ours runs padded only (packed and unpadded would be the same computation)."""
     found = []
     for batches, precision, compiled, side in itertools.product(
             args.batch_kinds, args.precisions, [c == "compiled" for c in args.compile], args.sides):
         for attention in (args.attention if side == "ours" else ["sdpa"]):
-            if not (attention == "unpadded" and batches != "real"):
+            if attention == "padded" or batches == "real":
                 found.append(Setting(side, precision, attention, compiled, batches))
     return found
 
@@ -219,8 +220,10 @@ def parse_args(argv=None):
                         help="real sentences are cut to this many tokens (default: %(default)s)")
     parser.add_argument("--precisions", type=comma_list(("fp32", "bf16")), default=["fp32", "bf16"],
                         help="fp32 and/or bf16 (autocast), comma-separated (default: fp32,bf16)")
-    parser.add_argument("--attention", type=comma_list(("padded", "unpadded")), default=["padded", "unpadded"],
-                        help="how our encoder runs padded batches, comma-separated (default: padded,unpadded)")
+    parser.add_argument("--attention", type=comma_list(("padded", "packed", "unpadded")),
+                        default=["padded", "packed", "unpadded"],
+                        help="how our encoder runs padded batches (multitask_classifier.py --attention), "
+                             "comma-separated (default: padded,packed,unpadded)")
     parser.add_argument("--compile", type=comma_list(("eager", "compiled")), default=["eager", "compiled"],
                         help="eager and/or compiled (torch.compile, both sides), comma-separated "
                              "(default: eager,compiled)")

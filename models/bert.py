@@ -4,11 +4,12 @@ Module and parameter names mirror `transformers.BertModel` one-to-one (embedding
 encoder.layer.0.attention.self.query, ...), so a checkpoint's state dict loads without renaming.
 
 Attention never takes scaled_dot_product_attention's slow path (a boolean mask: measured on an H100 in bf16,
-about 4 ms a call against 0.2 ms without). A batch without padding passes no mask. A padded batch runs either
-- unpadded: its real tokens packed into [tokens, hidden] rows, one sentence after another, so every Linear and
-  LayerNorm skips the padding, and attention stays inside each sentence through a nested jagged tensor; the
-  output is unpacked to [batch, tokens, hidden] (zeros at padding) for pooling and heads; or
-- padded: [batch, tokens, hidden] with an additive mask in the compute dtype.
+about 4 ms a call against 0.2 ms without). A batch without padding passes no mask. A padded batch runs
+- padded: [batch, tokens, hidden] everywhere, with an additive mask in the compute dtype;
+- packed: its real tokens packed into [tokens, hidden] rows, one sentence after another, so that every Linear,
+  LayerNorm, activation and dropout skips the padding; attention alone runs on a padded copy with the additive
+  mask; the output is unpacked to [batch, tokens, hidden] (zeros at padding) for pooling and heads; or
+- unpadded: packed rows everywhere, attention too, kept inside each sentence through a nested jagged tensor.
 """
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ ACTIVATIONS = {
 }
 
 
-ATTENTION = ("auto", "padded", "unpadded")
+ATTENTION = ("auto", "padded", "packed", "unpadded")
 # Where scaled_dot_product_attention takes nested jagged tensors: fused kernels (flash in bf16, memory-efficient
 # in fp32, both with dropout) on CUDA; on the CPU a math path, slower than padding but what the exactness tests run.
 # torch's own varlen_attn is not used: it is CUDA-only and has no attention dropout.
@@ -36,24 +37,30 @@ UNPADDED_DEVICES = ("cpu", "cuda")
 
 
 def resolve_attention(attention: str, device: torch.device | str) -> str:
-    """"padded" or "unpadded": what `attention` (one of ATTENTION) means on `device`. "auto" is padded (with an
-    additive mask, never the slow boolean one) until benchmarks/gpu_suite.sh has measured unpadded attention on a
-    GPU: on the CPU torch runs nested attention on a slow math path. Raises FlagError for a name not in ATTENTION or
-    unpadded attention on a device without it."""
+    """"padded", "packed" or "unpadded": what `attention` (one of ATTENTION) means on `device`. "auto" is packed on
+    the CPU (benchmarks/encoder_speed.py: the fastest there) and padded on a GPU until benchmarks/gpu_suite.sh has
+    measured the others there. Raises FlagError for a name not in ATTENTION or unpadded attention on a device
+    without it."""
     device = torch.device(device)
     if attention not in ATTENTION:
         raise FlagError(f"attention {attention!r} is not one of {', '.join(ATTENTION)}")
     if attention == "auto":
-        return "padded"
+        return "packed" if device.type == "cpu" else "padded"
     if attention == "unpadded" and device.type not in UNPADDED_DEVICES:
         raise FlagError(f"unpadded attention needs nested jagged tensors in scaled_dot_product_attention, which "
                         f"torch runs on {' and '.join(UNPADDED_DEVICES)} only, not {device.type}; use padded attention")
     return attention
 
 
+def additive_mask(attention_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """[batch, 1, 1, tokens], added to the attention scores: 0 for real keys, the dtype's lowest value for padding."""
+    padding = ~attention_mask.bool()[:, None, None, :]
+    return torch.zeros(padding.shape, dtype=dtype, device=attention_mask.device).masked_fill(
+        padding, torch.finfo(dtype).min)
+
+
 class Padded:
-    """A batch as [batch, tokens, ...] rows. mask: [batch, 1, 1, tokens], added to the attention scores (0 for real
-    keys, the dtype's lowest value for padding), or None where nothing is padded."""
+    """A batch as [batch, tokens, ...] rows. mask: its additive_mask, or None where nothing is padded."""
 
     def __init__(self, mask: torch.Tensor | None):
         self.mask = mask
@@ -64,19 +71,15 @@ class Padded:
     unpack = sequences = rows = pack
 
 
-class Unpadded:
+class Packed:
     """A padded batch's real tokens packed into [tokens, ...] rows, one sentence after another (attention_mask
-    [batch, tokens], 1 = real: any pattern, not only right padding). Attention sees the rows as a nested jagged
-    tensor [batch, (length), ...] whose offsets are the sentences' cumulative lengths (flash attention's cu_seqlens)."""
-    mask = None
+    [batch, tokens], 1 = real: any pattern, not only right padding); attention sees them unpacked again, as
+    [batch, tokens, ...] with the additive mask."""
 
-    def __init__(self, attention_mask: torch.Tensor):
+    def __init__(self, attention_mask: torch.Tensor, mask: torch.Tensor | None = None):
         self.shape = attention_mask.shape
         self.indices = attention_mask.flatten().nonzero().squeeze(1)
-        lengths = attention_mask.sum(1)
-        self.offsets = F.pad(lengths.cumsum(0), (1, 0))
-        # Read back once here, or torch would read them from the device for every nested tensor of every layer.
-        self.min_length, self.max_length = torch.stack([lengths.min(), lengths.max()]).tolist()
+        self.mask = mask
 
     def pack(self, x):  # [batch, tokens, ...] -> [real tokens, ...]
         return x.flatten(0, 1).index_select(0, self.indices)
@@ -84,6 +87,20 @@ class Unpadded:
     def unpack(self, x):  # [real tokens, ...] -> [batch, tokens, ...], zeros at padding
         padded = x.new_zeros(self.shape.numel(), *x.shape[1:])
         return padded.index_copy(0, self.indices, x).unflatten(0, self.shape)
+
+    sequences, rows = unpack, pack  # attention's view of the rows, and back
+
+
+class Unpadded(Packed):
+    """Packed rows, which attention sees as a nested jagged tensor [batch, (length), ...] whose offsets are the
+    sentences' cumulative lengths (flash attention's cu_seqlens): no padding anywhere, and no mask."""
+
+    def __init__(self, attention_mask: torch.Tensor):
+        super().__init__(attention_mask)
+        lengths = attention_mask.sum(1)
+        self.offsets = F.pad(lengths.cumsum(0), (1, 0))
+        # Read back once here, or torch would read them from the device for every nested tensor of every layer.
+        self.min_length, self.max_length = torch.stack([lengths.min(), lengths.max()]).tolist()
 
     def sequences(self, x):  # [real tokens, ...] -> nested [batch, (length), ...]
         return torch.nested.nested_tensor_from_jagged(x, self.offsets, min_seqlen=self.min_length,
@@ -93,7 +110,7 @@ class Unpadded:
         return x.values()
 
 
-Layout = Padded | Unpadded
+Layout = Padded | Packed | Unpadded
 
 
 @dataclass
@@ -287,6 +304,5 @@ class BertModel(nn.Module):
         # The dtype attention computes in (bf16 under autocast), so the kernel need not convert the mask.
         dtype = (torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type)
                  else self.embeddings.word_embeddings.weight.dtype)
-        padding = ~attention_mask.bool()[:, None, None, :]
-        return Padded(torch.zeros(padding.shape, dtype=dtype, device=device).masked_fill(
-            padding, torch.finfo(dtype).min))
+        mask = additive_mask(attention_mask, dtype)
+        return Packed(attention_mask, mask) if attention == "packed" else Padded(mask)

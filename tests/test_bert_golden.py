@@ -31,7 +31,7 @@ def assert_same_outputs(ours, theirs, batch):
     assert (mine.pooler_output - reference.pooler_output).abs().max() <= TOLERANCE
 
 
-@pytest.mark.parametrize("attention", ["padded", "unpadded"])
+@pytest.mark.parametrize("attention", ["padded", "packed", "unpadded"])
 def test_minilm_matches_transformers(minilm_dir, data_dir, attention):
     tokenizer = Tokenizer.from_pretrained("all-MiniLM-L6-v2")
     batch = tokenizer(real_sentences(data_dir))

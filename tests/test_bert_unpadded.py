@@ -1,12 +1,13 @@
-"""The unpadded encoder (real tokens packed, attention through nested jagged tensors) against the padded one, in
-fp32 on the CPU: every layer's hidden states, the pooler, a head on top and every gradient agree to 1e-5."""
+"""The packed encoder (real tokens packed, attention on a padded copy) and the unpadded one (attention through
+nested jagged tensors too) against the padded one, in fp32 on the CPU: every layer's hidden states, the pooler, a
+head on top and every gradient agree to 1e-5."""
 import pytest
 import torch
 from torch import nn
 
 from common.errors import FlagError, UsageError
 from models import BertConfig, BertModel
-from models.bert import Padded, Unpadded, resolve_attention
+from models.bert import Packed, Padded, Unpadded, resolve_attention
 from models.sentence_embedding import masked_mean
 
 TOLERANCE = 1e-5
@@ -76,12 +77,13 @@ def run(encoder: BertModel, attention: str, batch: dict[str, torch.Tensor], head
     return output, logits.detach(), gradients
 
 
+@pytest.mark.parametrize("attention", ["packed", "unpadded"])
 @pytest.mark.parametrize("name", BATCHES)
-def test_unpadded_equals_padded_everywhere(name):
+def test_packed_and_unpadded_equal_padded_everywhere(name, attention):
     encoder, batch = tiny_encoder(), BATCHES[name]()
     head = nn.Linear(32, 3)
     padded, padded_logits, padded_gradients = run(encoder, "padded", batch, head)
-    unpadded, unpadded_logits, unpadded_gradients = run(encoder, "unpadded", batch, head)
+    unpadded, unpadded_logits, unpadded_gradients = run(encoder, attention, batch, head)
 
     real = batch["attention_mask"].bool()
     assert len(unpadded.hidden_states) == encoder.config.num_hidden_layers + 1
@@ -93,19 +95,24 @@ def test_unpadded_equals_padded_everywhere(name):
     assert len(padded_gradients) == len(list(encoder.parameters())) + len(list(head.parameters()))
     for parameter, gradient in padded_gradients.items():
         assert (gradient - unpadded_gradients[parameter]).abs().max() <= TOLERANCE, parameter
-    # The unpadded path returns zeros at padding (the padded one computes values nobody reads).
+    # The packed rows return zeros at padding (the padded path computes values nobody reads).
     assert not unpadded.last_hidden_state[~real].any()
 
 
-def test_a_padded_batch_really_runs_unpadded_and_an_unpadded_one_passes_no_mask():
-    encoder = tiny_encoder()
+def test_a_padded_batch_really_runs_packed_or_unpadded_and_an_unpadded_one_passes_no_mask():
+    encoder, mask = tiny_encoder(), mixed_lengths()["attention_mask"]
     encoder.attention = "unpadded"
-    layout = encoder.layout(mixed_lengths()["attention_mask"])
+    layout = encoder.layout(mask)
     assert isinstance(layout, Unpadded)
     assert layout.offsets.tolist() == [0, 7, 8, 12, 24, 26] and (layout.min_length, layout.max_length) == (1, 12)
-    assert encoder.layout(no_padding()["attention_mask"]).mask is None
-    encoder.attention = "padded"
-    assert encoder.layout(no_padding()["attention_mask"]).mask is None
+    encoder.attention = "packed"
+    layout = encoder.layout(mask)
+    assert isinstance(layout, Packed) and not isinstance(layout, Unpadded)
+    assert layout.indices.tolist() == [i * 12 + t for i, n in enumerate((7, 1, 4, 12, 2)) for t in range(n)]
+    assert layout.mask.shape == (5, 1, 1, 12)
+    for attention in ("padded", "packed", "unpadded"):
+        encoder.attention = attention
+        assert encoder.layout(no_padding()["attention_mask"]).mask is None
 
 
 def test_the_padded_mask_is_additive_in_the_compute_dtype():
@@ -135,25 +142,26 @@ def test_an_embedding_transform_sees_the_padded_shape_in_both_paths():
     encoder, batch = tiny_encoder(), mixed_lengths()
     perturbation = torch.randn(*batch["input_ids"].shape, 32, generator=torch.Generator().manual_seed(4))
     results = {}
-    for attention in ("padded", "unpadded"):
+    for attention in ("padded", "packed", "unpadded"):
         encoder.attention = attention
         delta = perturbation.clone().requires_grad_()
         output = encoder(**batch, embedding_transform=lambda embeddings, _mask: embeddings + delta)
         masked_mean(output.last_hidden_state, batch["attention_mask"]).sum().backward()
         results[attention] = output.last_hidden_state, delta.grad
     real = batch["attention_mask"].bool()
-    (padded, padded_grad), (unpadded, unpadded_grad) = results.values()
-    assert (padded[real] - unpadded[real]).abs().max() <= TOLERANCE
-    assert (padded_grad - unpadded_grad).abs().max() <= TOLERANCE
+    padded, padded_grad = results.pop("padded")
+    for unpadded, unpadded_grad in results.values():
+        assert (padded[real] - unpadded[real]).abs().max() <= TOLERANCE
+        assert (padded_grad - unpadded_grad).abs().max() <= TOLERANCE
 
 
 def test_attention_choices_by_device():
-    # Padded until a GPU has measured unpadded attention (on the CPU torch runs it on a slow math path).
-    assert resolve_attention("auto", "cpu") == "padded" and resolve_attention("auto", "cuda") == "padded"
+    # Packed on the CPU (the fastest there: benchmarks/encoder_speed.py); padded on a GPU until measured there.
+    assert resolve_attention("auto", "cpu") == "packed" and resolve_attention("auto", "cuda") == "padded"
     assert resolve_attention("unpadded", "cpu") == "unpadded"
     assert resolve_attention("padded", "meta") == "padded"
     with pytest.raises(FlagError, match="unpadded attention needs .* not meta; use padded attention"):
         resolve_attention("unpadded", "meta")
-    with pytest.raises(FlagError, match="'sparse' is not one of auto, padded, unpadded"):
+    with pytest.raises(FlagError, match="'sparse' is not one of auto, padded, packed, unpadded"):
         resolve_attention("sparse", "cpu")
     assert issubclass(FlagError, UsageError) and issubclass(FlagError, ValueError)  # exit code 2 either way

@@ -63,12 +63,13 @@ def test_compiled_run_gives_the_eager_losses(tiny_model_without_dropout, course_
         assert abs(eager["sst"] - compiled["sst"]) <= 1e-4
 
 
-def test_unpadded_attention_trains_the_padded_weights(tiny_model_without_dropout, course_data, tmp_path):
-    for attention in ("padded", "unpadded"):
+def test_packed_and_unpadded_attention_train_the_padded_weights(tiny_model_without_dropout, course_data, tmp_path):
+    for attention in ("padded", "packed", "unpadded"):
         multitask_classifier.main(multitask_argv(tiny_model_without_dropout, course_data, tmp_path / attention,
                                                  "--epochs", "1", "--attention", attention))
-    assert_same_weights(checkpoint_weights(tmp_path / "padded" / "run" / "best"),
-                        checkpoint_weights(tmp_path / "unpadded" / "run" / "best"), atol=1e-4)
+    for attention in ("packed", "unpadded"):
+        assert_same_weights(checkpoint_weights(tmp_path / "padded" / "run" / "best"),
+                            checkpoint_weights(tmp_path / attention / "run" / "best"), atol=1e-4)
 
 
 SYNCING = ("item", "tolist", "__bool__", "__float__", "__int__", "cpu", "numpy")
@@ -77,7 +78,7 @@ SYNCING = ("item", "tolist", "__bool__", "__float__", "__int__", "cpu", "numpy")
 def run_with_a_step_that_may_not_sync(tiny_model, course_data, out, monkeypatch):
     """A tiny run in which any read of a tensor back to the host inside Engine._train_step raises (log lines and
     evaluation, outside the step, may read; so may data/, which makes the batch on the host). Padded attention
-    (the default): unpadded attention reads each batch's lengths back once, to size its packed tensors."""
+    (the default on a GPU): packed and unpadded attention size their packed tensors by each batch's real tokens."""
     inside = [False]
     for name in SYNCING:
         original = getattr(torch.Tensor, name)
@@ -100,7 +101,7 @@ def run_with_a_step_that_may_not_sync(tiny_model, course_data, out, monkeypatch)
 
     monkeypatch.setattr(engine_module.Engine, "_train_step", watched)
     multitask_classifier.main(multitask_argv(tiny_model, course_data, out, "--epochs", "1", "--log-every", "2",
-                                             "--eval-every", "3"))
+                                             "--eval-every", "3", "--attention", "padded"))
 
 
 def test_the_training_step_never_reads_from_the_device(tiny_model, course_data, tmp_path, monkeypatch):

@@ -90,10 +90,11 @@ class TrainingConfig:
     device: str = flag("auto", "cpu, cuda, cuda:1, ... (auto: cuda when present; under torchrun each process "
                                "takes its own GPU)")
     precision: str = flag("auto", "auto: bf16 (or fp16) autocast on GPUs, fp32 on CPU", choices=PRECISIONS)
-    attention: str = flag("auto", "how a padded batch's attention runs: padded, every sentence padded to the "
-                                  "batch's longest with an additive mask; unpadded, only the real tokens, packed "
-                                  "(nested jagged tensors; no work on padding); auto: padded until the GPU suite "
-                                  "has measured unpadded (a batch without padding passes no mask either way)",
+    attention: str = flag("auto", "how the encoder runs a padded batch: padded, every sentence padded to the "
+                                  "batch's longest, with an additive mask; packed, only the real tokens through "
+                                  "every layer but attention, which runs padded; unpadded, only the real tokens, "
+                                  "attention too (nested jagged tensors); auto: packed on a CPU, padded on a GPU "
+                                  "(a batch without padding passes no mask either way)",
                           choices=ATTENTION)
     compile: bool = flag(False, "torch.compile the encoder's layers (dynamic shapes: compiled once, at the first "
                                 "step)")
