@@ -92,3 +92,8 @@ def split_evenly(rows: list[int], parts: int) -> list[list[int]]:
         pieces.append(rows[start:end])
         start = end
     return pieces
+
+
+def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A batch's tensor copied without waiting for the host: from pinned memory, non_blocking, on CUDA."""
+    return (tensor.pin_memory() if device.type == "cuda" else tensor).to(device, non_blocking=True)

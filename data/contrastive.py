@@ -22,7 +22,7 @@ import torch
 
 from common.errors import DataError
 from common.seeding import derived_seed
-from data.batching import length_grouped_batches, split_evenly
+from data.batching import length_grouped_batches, split_evenly, to_device
 from data.readers import read_lines, read_nli, sample_records
 from models.tokenizer import Encoded, Tokenizer, collate
 
@@ -36,11 +36,11 @@ class _Batch:
         """Rows of the batch (of each of its inputs)."""
         return len(next(value for value in vars(self).values() if isinstance(value, dict))["input_ids"])
 
-    def to(self, device):
+    def to(self, device: torch.device):
         def move(value):
             if isinstance(value, dict):
-                return {name: tensor.to(device) for name, tensor in value.items()}
-            return value.to(device) if isinstance(value, torch.Tensor) else value
+                return {name: to_device(tensor, device) for name, tensor in value.items()}
+            return to_device(value, device) if isinstance(value, torch.Tensor) else value
 
         return replace(self, **{f.name: move(getattr(self, f.name)) for f in fields(self)})
 

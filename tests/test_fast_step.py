@@ -125,3 +125,24 @@ def test_a_sync_added_to_the_step_is_caught(tiny_model, course_data, tmp_path, m
     monkeypatch.setattr(MultitaskRun, "step", step_that_reads_its_loss)
     with pytest.raises(AssertionError, match="Tensor.item inside the training step"):
         run_with_a_step_that_may_not_sync(tiny_model, course_data, tmp_path, monkeypatch)
+
+
+def test_batches_of_both_trainers_reach_a_gpu_from_pinned_memory_without_waiting(monkeypatch):
+    """Without a GPU: torch.Tensor's copy calls recorded, as the CUDA copies of a multitask batch (to_device) and
+    of a contrastive one (its .to) would make them."""
+    from data.batching import to_device
+    from data.contrastive import PairBatch
+
+    calls = []
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self: calls.append("pin") or self)
+    monkeypatch.setattr(torch.Tensor, "to", lambda self, device, **kwargs: calls.append(
+        (str(device), kwargs.get("non_blocking"))) or self)
+    to_device(torch.ones(2), torch.device("cuda"))
+    assert calls == ["pin", ("cuda", True)]
+    calls.clear()
+    to_device(torch.ones(2), torch.device("cpu"))
+    assert calls == [("cpu", True)], "nothing to pin on the CPU"
+    calls.clear()
+    inputs = {"input_ids": torch.ones(2, 3, dtype=torch.long), "attention_mask": torch.ones(2, 3, dtype=torch.long)}
+    PairBatch("quora", inputs, dict(inputs), torch.ones(2)).to(torch.device("cuda"))
+    assert calls == ["pin", ("cuda", True)] * 5  # two inputs of each sentence, and the labels

@@ -15,7 +15,7 @@ import torch
 from common import distributed
 from common.cli import AT_LEAST_0, AT_LEAST_1, POSITIVE, Range, flag
 from common.files import DEFAULT_DATA, check_writable, read_json
-from data.batching import check_token_budget
+from data.batching import check_token_budget, to_device
 from common.tables import markdown_table
 from data.splits import TaskSplit, TaskStream
 from evaluation.inference import soft_outputs
@@ -105,11 +105,6 @@ def task_loss(model: MultitaskModel, task: str, batch: dict, smart: Smart | None
     raw = model(task, batch["inputs"])
     loss = REGISTRY[task].loss(raw, batch["labels"])
     return loss if smart is None else loss + smart.regularizers(model, task, batch["inputs"], raw)
-
-
-def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """A copy that does not wait for the host: from pinned memory on CUDA, non_blocking."""
-    return (tensor.pin_memory() if device.type == "cuda" else tensor).to(device, non_blocking=True)
 
 
 def weighted_losses(task_losses: dict[str, torch.Tensor], loss_scale: dict[str, float]) -> list[torch.Tensor]:
