@@ -2,6 +2,7 @@
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -23,10 +24,23 @@ def multitask_args(model, data, out: Path, *extra) -> list[str]:
     return multitask_argv(model, data, out, "--epochs", "1", "--head-dropout", "0", *extra)
 
 
-@pytest.mark.parametrize("schedule", ["mtdnn", "avg"])
-def test_grad_accum_2_with_batch_8_trains_like_batch_16(tiny_model_without_dropout, course_data, tmp_path, schedule):
-    """40 examples a task: batches of 16, 16 and 8; the last one's halves (4 + 4) still weigh as one batch."""
-    model = tiny_model_without_dropout
+@pytest.fixture(scope="module")
+def one_row_last(course_data, tmp_path_factory):
+    """The course files with 33 STS training pairs: STS's last batch of 16 is one pair, so that one part of an
+    accumulated step has SST and Quora rows but none of STS."""
+    folder = Path(shutil.copytree(course_data, tmp_path_factory.mktemp("one-row-last") / "data"))
+    lines = (folder / "sts-train.csv").read_text().splitlines()
+    (folder / "sts-train.csv").write_text("\n".join(lines[:1 + 33]) + "\n")
+    return folder
+
+
+@pytest.mark.parametrize("schedule, data", [("mtdnn", "course_data"), ("avg", "course_data"),
+                                            ("avg", "one_row_last")])
+def test_grad_accum_2_with_batch_8_trains_like_batch_16(tiny_model_without_dropout, tmp_path, schedule, data,
+                                                       request):
+    """40 examples a task: batches of 16, 16 and 8; the last one's halves (4 + 4) still weigh as one batch. With 33
+    STS pairs, the last step's second half has no STS row: STS counts in that step's mean over tasks still."""
+    model, course_data = tiny_model_without_dropout, request.getfixturevalue(data)
     multitask_classifier.main(multitask_args(model, course_data, tmp_path / "accum", "--schedule", schedule,
                                              "--batch-size", "8", "--grad-accum", "2"))
     multitask_classifier.main(multitask_args(model, course_data, tmp_path / "big", "--schedule", schedule,

@@ -205,17 +205,19 @@ class MultitaskRun(Run):
             reported[task] = task_losses[task].detach() / share.world
             examples += len(rows)
         if task_losses:
-            self._backward(task_losses)
+            self._backward(task_losses, len(batches))
         return reported, examples
 
-    def _backward(self, task_losses: dict[str, torch.Tensor]) -> None:
+    def _backward(self, task_losses: dict[str, torch.Tensor], step_tasks: int) -> None:
+        """One backward pass of the mean over the step's tasks: a task without rows in this part of the step counts
+        in the mean still, as it does in the whole batch that the parts add up to."""
         weighted = weighted_losses(task_losses, self.config.loss_scale)
         if self.config.schedule == "pcgrad" and len(task_losses) > 1:
             heads = self.model.head_parameters()
             surgery_backward([self.engine.precision.scale(loss) for loss in weighted], self.model.shared_parameters(),
                              [heads[t] for t in task_losses], self.config.surgery)
         else:
-            self.engine.backward(sum(weighted) / len(weighted))
+            self.engine.backward(sum(weighted) / step_tasks)
 
     def after_update(self) -> None:
         if self.smart:
