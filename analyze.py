@@ -24,18 +24,20 @@ naming it and exit code 2.
 from pathlib import Path
 
 from analysis import curves, embeddings, errors, layers, spread
+from analysis.report import write
 from common import cli
 
-# subcommand -> (its flags, its work); each picture's module computes, draws and writes it
-SUBCOMMANDS = {"layers": (layers.LayersConfig, layers.run), "spread": (spread.SpreadConfig, spread.run),
-               "embeddings": (embeddings.EmbeddingsConfig, embeddings.run),
-               "errors": (errors.ErrorsConfig, errors.run), "curves": (curves.CurvesConfig, curves.run)}
+# subcommand -> (its flags, what makes its pictures, table and numbers); each picture's module computes and draws
+# it, and SUBCOMMAND.md and SUBCOMMAND.json are written beside its pictures
+SUBCOMMANDS = {"layers": (layers.LayersConfig, layers.build), "spread": (spread.SpreadConfig, spread.build),
+               "embeddings": (embeddings.EmbeddingsConfig, embeddings.build),
+               "errors": (errors.ErrorsConfig, errors.build), "curves": (curves.CurvesConfig, curves.build)}
 
 
 def main(argv: list[str] | None = None) -> list[Path]:
     config = cli.parse_subcommand({name: flags for name, (flags, _) in SUBCOMMANDS.items()}, __doc__, argv)
-    work = {flags: run for flags, run in SUBCOMMANDS.values()}[type(config)]
-    written = work(config)
+    name, build = next((name, build) for name, (flags, build) in SUBCOMMANDS.items() if isinstance(config, flags))
+    written = write(config.out, name, build(config), config)
     print("\n".join(f"wrote {path}" for path in written))
     return written
 

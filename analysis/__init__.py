@@ -1,5 +1,6 @@
-"""The pictures of analyze.py, one module each: its flags (a config dataclass), what it computes, how it is drawn
-and what it writes (a PNG, a Markdown table and its numbers as JSON). report.py and figures.py hold what they share.
+"""The pictures of analyze.py, one module each: its flags (a config dataclass), what it computes and how it is drawn;
+its build(config) returns a report.Report (its Figures, a Markdown table and its numbers), which report.write saves
+as PNGs, .md and .json. report.py and figures.py (each model's look, ticks, legends) hold what they share.
 
     layers      every layer's STS Spearman (Contrastive Tension, Figures 1, 2 and 5; SG-BERT's survey)
     spread      cosine similarity of STS training pairs by gold-score bucket (Contrastive Tension, Figure 3)

@@ -7,8 +7,10 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from analysis.figures import COLORS, legend_outside, new_figure, save
-from analysis.report import distinct, items, short_names, write
+from matplotlib.figure import Figure
+
+from analysis.figures import counted, integer_ticks, legend_outside, model_style, new_figure
+from analysis.report import Report, distinct, items, short_names
 from common.cli import flag
 from common.errors import DataError
 from common.tables import markdown_table
@@ -27,7 +29,8 @@ DEV_METRICS = {
 
 @dataclass
 class CurvesConfig:
-    """Training loss per task and dev metrics over optimizer steps, one picture per metric, a line per run.
+    """Training loss per task and dev metrics over optimizer steps, one picture per metric, a line per run
+    (each run's colour, line style and marker the same in every picture; the legend counts its points).
 
     Read from each run's metrics.jsonl: the training loss from its "train" lines (every --log-every steps),
     or, in runs without them, from the evaluation lines' train_loss (the epoch's mean so far); the dev
@@ -106,40 +109,52 @@ def run_curves(train: list[dict], evals: list[dict]) -> RunCurves:
 
 # ---- draw ----
 
-def plot_curve(series: dict[str, list[tuple[int, float]]], path: Path, ylabel: str, title: str) -> Path:
-    """One line per run over optimizer steps; markers where there are few points (evaluations)."""
+def draw_curve(series: dict[str, list[tuple[int, float]]], ylabel: str, title: str) -> Figure:
+    """One line per run over optimizer steps, in the run's colour, line style and marker (model_style, by its place
+    in `series`: a run without points keeps its place, and so every run its look, and draws nothing). A marker on
+    every point where there are few (evaluations), on every tenth of the line where there are many (train lines),
+    so that markers still tell the runs apart. Steps are whole numbers, and so are the ticks, however few the
+    points (a single evaluation)."""
     figure = new_figure(8, 5)
     axes = figure.subplots()
     for number, (run_name, points) in enumerate(series.items()):
-        steps, values = zip(*points)
-        axes.plot(steps, values, marker="o" if len(points) <= 30 else None, markersize=4,
-                  color=COLORS(number % 10), label=run_name)
+        if points:
+            steps, values = zip(*points)
+            axes.plot(steps, values, **model_style(number), markersize=5,
+                      markevery=None if len(points) <= 30 else 0.1, label=run_name)
     axes.set(xlabel="optimizer step", ylabel=ylabel, title=title)
+    integer_ticks(axes.xaxis)
     axes.grid(alpha=0.3)
     legend_outside(figure, axes, below=True)
-    return save(figure, path)
+    return figure
 
 
-# ---- the subcommand: compute, draw, write ----
+# ---- the subcommand: compute and draw ----
 
-def run(config: CurvesConfig) -> list[Path]:
+def loss_label(name: str, curves: RunCurves, task: str) -> str:
+    """A run's label in a training-loss picture: what its points are and how many."""
+    points = len(curves.train_loss.get(task, []))
+    if curves.train_loss_from == "eval lines":
+        return f"{name} (epoch mean so far, {counted(points, 'evaluation')})"
+    return f"{name} ({counted(points, 'train line')})"
+
+
+def build(config: CurvesConfig) -> Report:
     paths = [Path(spec) if spec.endswith(".jsonl") else Path(spec) / "metrics.jsonl" for spec in config.run_list]
     runs = {name: run_curves(*read_metrics(path))
             for name, path in zip(short_names([str(path.parent) for path in paths]), paths)}
-    Path(config.out).mkdir(parents=True, exist_ok=True)
-    pictures = []
+    pictures = {}
+    # Every run in every picture's series, with or without points: a run's look is its place among the runs.
     for task, spec in REGISTRY.items():
-        series = {f"{name} (epoch mean so far)" if curves.train_loss_from == "eval lines" else name:
-                  curves.train_loss[task] for name, curves in runs.items() if curves.train_loss.get(task)}
-        if series:
-            pictures.append(plot_curve(series, Path(config.out) / f"curves-train-loss-{task}.png",
-                                       ylabel=f"training loss: {spec.loss_description}",
-                                       title=f"{spec.title} training loss"))
+        series = {loss_label(name, curves, task): curves.train_loss.get(task, []) for name, curves in runs.items()}
+        if any(series.values()):
+            pictures[f"curves-train-loss-{task}.png"] = draw_curve(
+                series, ylabel=f"training loss: {spec.loss_description}", title=f"{spec.title} training loss")
     for metric, (title, ylabel, _) in DEV_METRICS.items():
-        series = {name: curves.dev[metric] for name, curves in runs.items() if curves.dev.get(metric)}
-        if series:
-            pictures.append(plot_curve(series, Path(config.out) / f"curves-dev-{metric}.png", ylabel=ylabel,
-                                       title=title))
+        series = {f"{name} ({counted(len(curves.dev.get(metric, [])), 'evaluation')})": curves.dev.get(metric, [])
+                  for name, curves in runs.items()}
+        if any(series.values()):
+            pictures[f"curves-dev-{metric}.png"] = draw_curve(series, ylabel=ylabel, title=title)
     rows = {}
     for name, curves in runs.items():
         overall = curves.dev.get("overall", [])
@@ -155,6 +170,5 @@ def run(config: CurvesConfig) -> list[Path]:
                                  headers=["train lines", "eval lines", "loss from",
                                           *(header for _, _, header in DEV_METRICS.values()), "best overall",
                                           "at step"]))
-    numbers = {"runs": {name: dataclasses.asdict(curves) for name, curves in runs.items()},
-               "pictures": [path.name for path in pictures]}
-    return [*pictures, *write(config.out, "curves", markdown, numbers, config)]
+    numbers = {"runs": {name: dataclasses.asdict(curves) for name, curves in runs.items()}, "pictures": list(pictures)}
+    return Report(pictures, markdown, numbers)

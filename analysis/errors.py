@@ -8,9 +8,10 @@ from pathlib import Path
 
 import matplotlib
 import numpy as np
+from matplotlib.figure import Figure
 
-from analysis.figures import new_figure, save
-from analysis.report import short_names, write
+from analysis.figures import counted, integer_ticks, new_figure
+from analysis.report import Report, short_names
 from common.cli import flag
 from common.errors import DataError
 from common.files import DEFAULT_DATA
@@ -113,19 +114,25 @@ def confusion_panel(axes, counts: np.ndarray, fractions: np.ndarray, classes: li
     names = [textwrap.fill(name, 9) for name in classes]
     axes.set_xticks(range(len(classes)), names, fontsize="small")
     axes.set_yticks(range(len(classes)), names, fontsize="small")
-    axes.set(xlabel="predicted class", ylabel="gold class", title=f"{title} dev: counts and % of the gold class\n"
-                                                                  f"(accuracy {accuracy:.3f})")
+    axes.set(xlabel="predicted class", ylabel="gold class",
+             title=f"{title} dev, {counted(int(counts.sum()), 'sentence')}: counts and % of the gold class\n"
+                   f"(accuracy {accuracy:.3f})")
     axes.figure.colorbar(image, ax=axes, shrink=0.8, label="fraction of the gold class")
 
 
 def probabilities_panel(axes, p_paraphrase: np.ndarray, gold: np.ndarray, accuracy: float, title: str) -> None:
-    # The two gold classes' bars side by side in each bin (overlaid, they would hide each other).
-    axes.hist([p_paraphrase[gold == 0], p_paraphrase[gold == 1]], bins=np.linspace(0, 1, 21),
-              label=["gold: not paraphrase (right of 0.5: false positive)",
-                     "gold: paraphrase (left of 0.5: false negative)"])
+    # The two gold classes' bars side by side in each bin (overlaid, they would hide each other), one of them
+    # hatched: told apart without their colours too.
+    _, _, bars = axes.hist([p_paraphrase[gold == 0], p_paraphrase[gold == 1]], bins=np.linspace(0, 1, 21),
+                           label=["gold: not paraphrase (right of 0.5: false positive)",
+                                  "gold: paraphrase (left of 0.5: false negative)"])
+    for bar in bars[1]:
+        bar.set(hatch="///", edgecolor="white")
     axes.axvline(0.5, color="black", linestyle="--", linewidth=1)
     axes.set(xlabel="predicted P(paraphrase)", ylabel="dev pairs", xlim=(0, 1),
-             title=f"{title} dev: predicted probability by gold label\n(accuracy {accuracy:.3f})")
+             title=f"{title} dev, {counted(len(gold), 'pair')}: predicted probability by gold label\n"
+                   f"(accuracy {accuracy:.3f})")
+    integer_ticks(axes.yaxis)
     # Under the axes: wherever the bars are, the legend is not on them.
     axes.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.16))
 
@@ -134,7 +141,7 @@ def scatter_panel(axes, predicted: np.ndarray, gold: np.ndarray, r: float, title
     axes.scatter(gold, predicted, s=8, alpha=0.4)
     axes.plot([0, 5], [0, 5], color="black", linestyle="--", linewidth=1, label="predicted = gold")
     axes.set(xlabel="gold similarity (0-5)", ylabel="predicted similarity (0-5)", xlim=(-0.2, 5.2), ylim=(-0.2, 5.2),
-             title=f"{title} dev: predicted against gold\n(Pearson r = {r:.3f})")
+             title=f"{title} dev, {counted(len(gold), 'pair')}: predicted against gold\n(Pearson r = {r:.3f})")
     axes.set_aspect("equal")
     axes.legend(fontsize="small", loc="upper left")
 
@@ -142,21 +149,22 @@ def scatter_panel(axes, predicted: np.ndarray, gold: np.ndarray, r: float, title
 PANELS = {"confusion": confusion_panel, "probabilities": probabilities_panel, "scatter": scatter_panel}
 
 
-def plot_errors(path: Path, title: str, panels: list[tuple[str, dict]]) -> Path:
+def draw_errors(title: str, panels: list[tuple[str, dict]]) -> Figure:
     """A panel per task the run has: (kind of panel, its arguments)."""
     panels = [(PANELS[kind], arguments) for kind, arguments in panels]
-    # Larger type than the other pictures: three panels side by side are shrunk the most in a report.
+    # Larger type than the other pictures: three panels side by side are shrunk the most in a report. A text takes
+    # its size when it is made, here (ticks made later copy the first), so the figure keeps it when saved outside.
     with matplotlib.rc_context({"font.size": 12}):
         figure = new_figure(6 * len(panels), 6.5)
         for panel, (draw, arguments) in zip(figure.subplots(1, len(panels), squeeze=False)[0], panels):
             draw(panel, **arguments)
         figure.suptitle(title)
-        return save(figure, path)
+        return figure
 
 
-# ---- the subcommand: compute, draw, write ----
+# ---- the subcommand: compute and draw ----
 
-def run(config: ErrorsConfig) -> list[Path]:
+def build(config: ErrorsConfig) -> Report:
     folder = Path(config.run)
     if not folder.is_dir():
         raise DataError(f"{folder}: run folder not found")
@@ -170,10 +178,9 @@ def run(config: ErrorsConfig) -> list[Path]:
         sentences[name] = sentence_errors([task.texts(r) for r in records], result.pop("wrong"))
         results[name] = result
         sections += ["", *task.error_report(result, config.top)]
-    Path(config.out).mkdir(parents=True, exist_ok=True)
-    picture = plot_errors(Path(config.out) / "errors.png", f"Dev errors of {short_names([config.run])[0]}", panels)
+    picture = draw_errors(f"Dev errors of {short_names([config.run])[0]}", panels)
     overlap = cross_task_overlap(sentences)
     if len(sentences) > 1:
         sections += overlap_section(overlap, config.sts_error)
     numbers = {"results": results, "cross_task": overlap}
-    return [picture, *write(config.out, "errors", "\n".join(sections), numbers, config)]
+    return Report({"errors.png": picture}, "\n".join(sections), numbers)

@@ -4,14 +4,13 @@ pooling: Contrastive Tension (Carlsson et al., 2021), Figures 1, 2 and 5; the la
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from matplotlib.ticker import MaxNLocator
+from matplotlib.figure import Figure
 
-from analysis.figures import COLORS, POOLING_NAMES, POOLING_STYLES, legend_outside, new_figure, save
-from analysis.report import EncoderFlags, distinct, encoders, items, short_names, spearman_x100, write
+from analysis.figures import POOLING_NAMES, integer_ticks, legend_outside, model_style, new_figure
+from analysis.report import EncoderFlags, Report, distinct, encoders, items, short_names, spearman_x100
 from common.cli import flag
 from common.tables import markdown_table
 from data.readers import PairExample, sample_records
@@ -25,8 +24,8 @@ STS_SETS = (*EVAL_SETS, "sts-dev")
 class LayersConfig(EncoderFlags):
     """Spearman x 100 of cosine similarity on STS for every layer's embeddings (0 = the embedding layer).
 
-    The picture has a line per encoder and pooling: x = layer, y = the mean Spearman over the sets of
-    --sets; the table and the JSON keep every set's number. As in Contrastive Tension (Carlsson et al.,
+    The picture has a panel per pooling and in each a line per encoder: x = layer, y = the mean Spearman over
+    the sets of --sets; the table and the JSON keep every set's number. As in Contrastive Tension (Carlsson et al.,
     2021, Figures 1, 2, 5) and SG-BERT's layer x pooling survey (Kim, Yoo and Lee, 2021).
 
         python analyze.py layers --models all-MiniLM-L6-v2,runs/multitask/best --max-pairs 500
@@ -71,32 +70,33 @@ def layer_spearman(encoder: BertModel, tokenizer: Tokenizer, sets: dict[str, lis
 
 # ---- draw ----
 
-def plot_layers(results: dict[str, dict[str, list[float]]], path: Path, ylabel: str, title: str,
-                note: str = "") -> Path:
-    """results[encoder][pooling] = one value per layer: a colour per encoder, a line style per pooling; `note`
-    goes under the axes."""
-    figure = new_figure(9, 5)
-    axes = figure.subplots()
-    for number, (encoder, by_pooling) in enumerate(results.items()):
-        for pooling, values in by_pooling.items():
-            style, marker = POOLING_STYLES[pooling]
-            axes.plot(range(len(values)), values, linestyle=style, marker=marker, color=COLORS(number % 10),
-                      label=f"{encoder}, {POOLING_NAMES[pooling]}")
-    axes.set(xlabel="layer (0 = embedding layer)", ylabel=ylabel, title=title)
-    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
-    axes.grid(alpha=0.3)
+def draw_layers(results: dict[str, dict[str, list[float]]], ylabel: str, title: str, note: str = "") -> Figure:
+    """results[encoder][pooling] = one value per layer: a panel per pooling, on the same axes, and in each a line
+    per encoder in that encoder's colour, line style and marker (model_style), so that the lines of encoders that
+    score alike stay apart; `note` goes under the panels."""
+    poolings = list(dict.fromkeys(pooling for by_pooling in results.values() for pooling in by_pooling))
+    figure = new_figure(max(9.0, 2.5 + 4.5 * len(poolings)), 5.5)
+    panels = figure.subplots(1, len(poolings), sharex=True, sharey=True, squeeze=False)[0]
+    for panel, pooling in zip(panels, poolings):
+        for number, (encoder, by_pooling) in enumerate(results.items()):
+            if pooling in by_pooling:
+                panel.plot(range(len(by_pooling[pooling])), by_pooling[pooling], **model_style(number), label=encoder)
+        panel.set(xlabel="layer (0 = embedding layer)", title=POOLING_NAMES[pooling])
+        integer_ticks(panel.xaxis)
+        panel.grid(alpha=0.3)
+    panels[0].set(ylabel=ylabel)
+    figure.suptitle(title)
     if note:
         figure.supxlabel(note, fontsize="small", color="0.3")
-    legend_outside(figure, axes)
-    return save(figure, path)
+    legend_outside(figure, panels[0])  # on the right: the note is below
+    return figure
 
 
-# ---- the subcommand: compute, draw, write ----
+# ---- the subcommand: compute and draw ----
 
-def run(config: LayersConfig) -> list[Path]:
+def build(config: LayersConfig) -> Report:
     sets = {name: sample_records(pairs, config.max_pairs)
             for name, pairs in read_sets(config.data_dir, tuple(config.set_list)).items()}
-    Path(config.out).mkdir(parents=True, exist_ok=True)
     results = {name: layer_spearman(encoder, tokenizer, sets, config.pooling_list, config.max_length,
                                     config.batch_size)
                for name, encoder, tokenizer in encoders(config)}
@@ -106,11 +106,10 @@ def run(config: LayersConfig) -> list[Path]:
     note = f"{', '.join(sets)}; {pairs_note}."
     if "cls" in config.pooling_list:
         note += " [CLS] has no layer-0 point: that vector is the same for every sentence."
-    picture = plot_layers({encoder: {pooling: [row["mean"] for row in rows] for pooling, rows in by_pooling.items()}
+    picture = draw_layers({encoder: {pooling: [row["mean"] for row in rows] for pooling, rows in by_pooling.items()}
                            for encoder, by_pooling in results.items()},
-                          Path(config.out) / "layers.png", ylabel=f"Spearman ρ × 100 ({y_name})",
-                          title=f"STS by layer: Spearman of cosine similarity, {y_name}",
-                          note=note)
+                          ylabel=f"Spearman ρ × 100 ({y_name})",
+                          title=f"STS by layer: Spearman of cosine similarity, {y_name}", note=note)
     deepest = max(len(rows) for by_pooling in results.values() for rows in by_pooling.values())
     summary = {}
     for encoder, by_pooling in results.items():
@@ -132,4 +131,4 @@ def run(config: LayersConfig) -> list[Path]:
                                            [*sets, "mean"], label="layer"))
     numbers = {"y": y_name, "pairs": {name: len(pairs) for name, pairs in sets.items()},
                "models": dict(zip(short_names(config.model_list), config.model_list)), "results": results}
-    return [picture, *write(config.out, "layers", "\n".join(sections), numbers, config)]
+    return Report({"layers.png": picture}, "\n".join(sections), numbers)

@@ -1,5 +1,5 @@
 """What the pictures' subcommands share: flag lists, the encoders they embed with, labels, Spearman x 100, and
-the Markdown and JSON files they write."""
+what they make (a Report: pictures, Markdown, numbers) and write."""
 import dataclasses
 import math
 import warnings
@@ -8,9 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from matplotlib.figure import Figure
 from scipy.stats import ConstantInputWarning
 
-from analysis.figures import POOLING_NAMES
+from analysis.figures import POOLING_NAMES, save
 from common import cli
 from common.cli import flag
 from common.files import DEFAULT_DATA, write_json
@@ -98,9 +99,20 @@ def json_safe(value):
     return value
 
 
-def write(out: str, stem: str, markdown: str, numbers: dict, config) -> list[Path]:
-    """OUT/STEM.md and OUT/STEM.json (the numbers, and the flags that made them)."""
+@dataclass
+class Report:
+    """What a subcommand makes, before anything is written: its pictures (file name -> Figure, for a test to look
+    at), its Markdown and its numbers (the JSON)."""
+    figures: dict[str, Figure]
+    markdown: str
+    numbers: dict
+
+
+def write(out: str, stem: str, report: Report, config) -> list[Path]:
+    """OUT/the pictures, OUT/STEM.md and OUT/STEM.json (the numbers, and the flags that made them)."""
     folder = Path(out)
-    write_json(folder / f"{stem}.json", json_safe({"config": dataclasses.asdict(config), **numbers}))
-    (folder / f"{stem}.md").write_text(markdown.rstrip() + "\n", encoding="utf-8")
-    return [folder / f"{stem}.md", folder / f"{stem}.json"]
+    folder.mkdir(parents=True, exist_ok=True)
+    pictures = [save(figure, folder / name) for name, figure in report.figures.items()]
+    write_json(folder / f"{stem}.json", json_safe({"config": dataclasses.asdict(config), **report.numbers}))
+    (folder / f"{stem}.md").write_text(report.markdown.rstrip() + "\n", encoding="utf-8")
+    return [*pictures, folder / f"{stem}.md", folder / f"{stem}.json"]

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from matplotlib.figure import Figure
 
-from analysis.figures import COLORS, POOLING_NAMES, legend_outside, new_figure, save
-from analysis.report import EncoderFlags, encoders, label, short_names, write
+from analysis.figures import POOLING_NAMES, integer_ticks, model_style, new_figure
+from analysis.report import EncoderFlags, Report, encoders, label, short_names
 from common.cli import flag
 from common.tables import markdown_table
 from data.readers import read_sts, sample_records
@@ -24,9 +25,9 @@ class SpreadConfig(EncoderFlags):
     """The cosine similarity of the STS training pairs (sts-train.csv) in 20 gold-score buckets of 0.25.
 
     Per bucket and encoder: the mean cosine and its standard deviation (Contrastive Tension, Carlsson et
-    al., 2021, Figure 3), and M, the mean cosine of the lowest bucket (gold <= 0.25): the cosine floor that
-    multitask_classifier.py --sts-target cosine-range sets when it starts from that encoder with the same
-    pooling (its residual pair MLP starts as the identity).
+    al., 2021, Figure 3), drawn in a panel per encoder and pooling; and M, the mean cosine of the lowest
+    bucket (gold <= 0.25): the cosine floor that multitask_classifier.py --sts-target cosine-range sets when
+    it starts from that encoder with the same pooling (its residual pair MLP starts as the identity).
 
         python analyze.py spread --models all-MiniLM-L6-v2,runs/multitask/best
     """
@@ -56,51 +57,74 @@ def bucket_statistics(cosines: torch.Tensor, gold: torch.Tensor, width: float = 
 
 # ---- draw ----
 
-def plot_spread(buckets: dict[str, list[dict]], lowest_means: dict[str, float | None], path: Path,
-                title: str) -> Path:
-    """Mean cosine per gold bucket with error bars of one standard deviation, encoders side by side within
-    each bucket; above it, the pairs per bucket (the same pairs for every encoder)."""
-    figure = new_figure(9, 6.5)
-    counts, means = figure.subplots(2, 1, sharex=True, height_ratios=(1, 3))
-    first = next(iter(buckets.values()))
+def draw_spread(buckets: dict[str, dict[str, list[dict]]], lowest_means: dict[str, dict[str, float | None]],
+                title: str) -> Figure:
+    """buckets[encoder][pooling] = bucket_statistics: the mean cosine per gold bucket with error bars of one
+    standard deviation, a panel per encoder (rows) and pooling (columns), all on the same axes; above each
+    column, the pairs per bucket (the same pairs in every panel)."""
+    # A panel each, not every encoder in one with their points dodged: within a bucket 0.25 wide, four encoders'
+    # markers stand about 4 pt apart, as wide as a marker or an error bar's cap, and a thicket of bars is all one
+    # sees. Alone in its panel, an encoder's spread reads at once; the shared axes and their grid still compare
+    # the encoders, row against row.
+    poolings = list(dict.fromkeys(pooling for by_pooling in buckets.values() for pooling in by_pooling))
+    figure = new_figure(max(9.0, 5.0 * len(poolings)), 2.0 + 2.6 * len(buckets))
+    grid = figure.subplots(1 + len(buckets), len(poolings), sharex=True, squeeze=False,
+                           height_ratios=(1, *[2.5] * len(buckets)))
+    first = next(iter(next(iter(buckets.values())).values()))
     centres = np.array([(b["low"] + b["high"]) / 2 for b in first])
     width = first[0]["high"] - first[0]["low"]
-    counts.bar(centres, [b["count"] for b in first], width=0.9 * width, color="0.6")
-    counts.set(ylabel="pairs per bucket", title=title)
-    counts.grid(axis="y", alpha=0.3)
-    # Side by side: each encoder's points shifted within the bucket, so that error bars do not hide each other.
-    offsets = (np.arange(len(buckets)) - (len(buckets) - 1) / 2) * 0.6 * width / max(len(buckets), 1)
-    for number, (name, statistics) in enumerate(buckets.items()):
-        mean = np.array([np.nan if b["mean"] is None else b["mean"] for b in statistics])
-        std = np.array([np.nan if b["std"] is None else b["std"] for b in statistics])
-        lowest = lowest_means.get(name)
-        means.errorbar(centres + offsets[number], mean, yerr=std, marker="o", markersize=4, capsize=2,
-                       color=COLORS(number % 10), label=name + ("" if lowest is None else f" (M = {lowest:.3f})"))
-    means.set(xlabel=f"gold similarity score (0-5), buckets of {width:g}", ylabel="cosine similarity (mean ± 1 s.d.)",
-              xticks=np.arange(0, 5.01, 0.5), xlim=(0, 5))
-    means.grid(alpha=0.3)
-    legend_outside(figure, means)
-    return save(figure, path)
+    for column, counts in enumerate(grid[0]):
+        counts.bar(centres, [b["count"] for b in first], width=0.9 * width, color="0.6")
+        if column:
+            counts.sharey(grid[0, 0])
+        integer_ticks(counts.yaxis)
+        counts.grid(axis="y", alpha=0.3)
+        counts.set(ylabel="pairs per bucket" if column == 0 else "")
+    for number, (encoder, by_pooling) in enumerate(buckets.items()):
+        for column, pooling in enumerate(poolings):
+            panel = grid[1 + number, column]
+            if panel is not grid[1, 0]:
+                panel.sharey(grid[1, 0])
+            panel.grid(alpha=0.3)
+            if pooling not in by_pooling:
+                continue
+            statistics, lowest = by_pooling[pooling], lowest_means[encoder][pooling]
+            mean = np.array([np.nan if b["mean"] is None else b["mean"] for b in statistics])
+            std = np.array([np.nan if b["std"] is None else b["std"] for b in statistics])
+            panel.errorbar(centres, mean, yerr=std, **model_style(number), markersize=4, capsize=2)
+            panel.set_title(f"{encoder}, {POOLING_NAMES[pooling]}: "
+                            + ("no pairs scored <= 0.25" if lowest is None else f"M = {lowest:.3f}"), fontsize="medium")
+            panel.set(ylabel="cosine (mean ± 1 s.d.)" if column == 0 else "")
+    for panel in grid[-1]:
+        panel.set(xlabel=f"gold similarity score (0-5), buckets of {width:g}", xticks=np.arange(0, 5.01, 0.5),
+                  xlim=(0, 5))
+    figure.suptitle(title)
+    return figure
 
 
-# ---- the subcommand: compute, draw, write ----
+# ---- the subcommand: compute and draw ----
 
-def run(config: SpreadConfig) -> list[Path]:
+def build(config: SpreadConfig) -> Report:
     path = Path(config.data_dir) / "sts-train.csv"
     pairs = sample_records(read_sts(path)[0], config.max_pairs)
     gold = torch.tensor([p.label for p in pairs])
-    Path(config.out).mkdir(parents=True, exist_ok=True)
-    buckets, lowest = {}, {}
+    by_encoder, lowest_by_encoder = {}, {}  # encoder -> pooling -> bucket_statistics, M
     for name, encoder, tokenizer in encoders(config):
         for pooling in config.pooling_list:
             first, second = pair_cosines(encoder, tokenizer, pairs, pooling, config.max_length, config.batch_size)
             cosines = (first * second).sum(-1)
-            row = label(name, pooling, config.pooling_list)
-            buckets[row] = bucket_statistics(cosines, gold)
-            lowest[row] = lowest_bucket_mean_cosine(cosines, gold) if buckets[row][0]["count"] else None
+            statistics = bucket_statistics(cosines, gold)
+            by_encoder.setdefault(name, {})[pooling] = statistics
+            lowest_by_encoder.setdefault(name, {})[pooling] = (lowest_bucket_mean_cosine(cosines, gold)
+                                                               if statistics[0]["count"] else None)
     pooling_note = "" if len(config.pooling_list) > 1 else f", {POOLING_NAMES[config.pooling_list[0]]}"
-    picture = plot_spread(buckets, lowest, Path(config.out) / "spread.png",
+    picture = draw_spread(by_encoder, lowest_by_encoder,
                           title=f"Cosine similarity of {len(pairs):,} STS training pairs by gold score{pooling_note}")
+    # the table's and the JSON's columns: an encoder's label, with its pooling where there are several
+    buckets = {label(name, pooling, config.pooling_list): statistics
+               for name, by_pooling in by_encoder.items() for pooling, statistics in by_pooling.items()}
+    lowest = {label(name, pooling, config.pooling_list): m
+              for name, by_pooling in lowest_by_encoder.items() for pooling, m in by_pooling.items()}
     rows = {}
     for bucket in range(NUM_BUCKETS):
         first = next(iter(buckets.values()))[bucket]
@@ -115,4 +139,4 @@ def run(config: SpreadConfig) -> list[Path]:
                 f"{m_line}\n\n" + markdown_table(rows, ["pairs", *buckets], label="gold score"))
     numbers = {"pairs": len(pairs), "M": lowest, "buckets": buckets,
                "models": dict(zip(short_names(config.model_list), config.model_list))}
-    return [picture, *write(config.out, "spread", markdown, numbers, config)]
+    return Report({"spread.png": picture}, markdown, numbers)

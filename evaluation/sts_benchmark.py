@@ -73,10 +73,18 @@ def sts_benchmark(encoder: BertModel, tokenizer: Tokenizer, data_dir: str | Path
     return {**results, **alignment_and_uniformity(*dev_embeddings, sets["sts-dev"])}
 
 
+POSITIVE_SCORE = 4  # the pairs scored this or more are alignment's positives (as in SimCSE)
+
+
+def positive_pairs(pairs: list[PairExample]) -> list[int]:
+    """The positions of the pairs that alignment measures."""
+    return [i for i, p in enumerate(pairs) if p.label >= POSITIVE_SCORE]
+
+
 def alignment_and_uniformity(first: torch.Tensor, second: torch.Tensor, pairs: list[PairExample]) -> dict[str, float]:
-    """Wang & Isola on an STS set's unit-length pair embeddings: positives are the pairs scored >= 4 (as in
-    SimCSE), uniformity over all sentences."""
-    positives = [i for i, p in enumerate(pairs) if p.label >= 4]
+    """Wang & Isola on an STS set's unit-length pair embeddings: alignment over the positive_pairs, uniformity
+    over both sentences of every pair (2 x pairs embeddings: a sentence in two pairs counts twice)."""
+    positives = positive_pairs(pairs)
     return {"alignment": alignment(first[positives], second[positives]),
             "uniformity": uniformity(torch.cat([first, second]))}
 

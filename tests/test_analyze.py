@@ -1,7 +1,9 @@
 """analyze.py and the analysis package: every number against a direct computation (transformers, scipy, sklearn,
-by hand) on tiny inputs; every subcommand's files; bad inputs as one line and exit code 2."""
+by hand) on tiny inputs; every subcommand's files; pictures that stay legible with several models (each its own
+look or panel, integer ticks, titles that count what is plotted); bad inputs as one line and exit code 2."""
 import json
 import random
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,14 +14,20 @@ import scipy.stats
 import sklearn.metrics
 import torch
 import transformers
+from matplotlib.container import BarContainer, ErrorbarContainer
 
 import analyze
+from analysis import curves, embeddings, errors, layers, spread
 from analysis.curves import read_metrics, run_curves
+from analysis.figures import model_style
+from analysis.report import short_names
 from analysis.spread import bucket_statistics
 from heads.similarity import lowest_bucket_mean_cosine
 from tests.conftest import sentence
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
 def write_course_file(path: Path, columns: list[str], rows: list[list]) -> None:
     """The course's format: tab-separated, a leading unnamed index column."""
     lines = ["\t" + "\t".join(columns)] + [f"{i}\t" + "\t".join(map(str, row)) for i, row in enumerate(rows)]
@@ -242,6 +250,126 @@ def test_curves_read_old_eval_lines_and_new_train_lines(tmp_path):
     assert sorted(saved["pictures"]) == ["curves-dev-overall.png", "curves-dev-sst.png", "curves-train-loss-para.png",
                                          "curves-train-loss-sst.png"]
     assert saved["runs"]["new"]["train_loss"]["sst"] == [[5, 1.6], [10, 1.4]]
+
+
+# ---- pictures legible whatever runs they are given ----
+
+@pytest.fixture(scope="module")
+def four_models(varied_model, tiny_model, make_tiny_model) -> list[Path]:
+    """Four tiny random BERTs, two of them the same weights at other scales: models that score alike."""
+    return [varied_model, tiny_model, make_tiny_model(initializer_range=0.3), make_tiny_model(initializer_range=0.1)]
+
+
+def drawn_lines(axes) -> list:
+    """The lines a legend names (matplotlib's own start with an underscore)."""
+    return [line for line in axes.get_lines() if not line.get_label().startswith("_")]
+
+
+def visible_ticks(axis) -> list[tuple[float, str]]:
+    """(position, label) of the major ticks inside the view, as the canvas draws them."""
+    axis.get_figure(root=True).canvas.draw()
+    low, high = sorted(axis.get_view_interval())
+    return [(position, label.get_text()) for position, label in zip(axis.get_majorticklocs(), axis.get_ticklabels())
+            if low <= position <= high]
+
+
+def assert_integer_ticks(axis) -> None:
+    ticks = visible_ticks(axis)
+    assert ticks, "no tick in view"
+    for position, text in ticks:
+        assert float(position).is_integer() and re.fullmatch(r"[−-]?[\d,]+", text), ticks
+
+
+def test_model_style_tells_any_two_models_apart():
+    styles = [model_style(number) for number in range(70)]
+    assert len({(repr(style["linestyle"]), style["marker"]) for style in styles}) == 70
+    assert len({repr(style["linestyle"]) for style in styles[:7]}) == 7
+    assert len({style["marker"] for style in styles[:10]}) == len({style["color"] for style in styles[:10]}) == 10
+    assert model_style(3) == model_style(3)  # the same model, the same look, in every picture
+
+
+def test_layers_picture_gives_every_model_its_own_line_style_and_marker(four_models, sts_data, one_thread):
+    figure = layers.build(layers.LayersConfig(models=",".join(map(str, four_models)), data_dir=str(sts_data),
+                                              sets="sts-dev", poolings="mean,cls", device="cpu")).figures["layers.png"]
+    names = short_names([str(model) for model in four_models])
+    panels = [axes for axes in figure.axes if drawn_lines(axes)]
+    assert [panel.get_title() for panel in panels] == ["mean pooling", "[CLS]"]
+    looks = []
+    for panel in panels:
+        lines = drawn_lines(panel)
+        assert [line.get_label() for line in lines] == names
+        look = [(line.get_linestyle(), line.get_marker(), line.get_color()) for line in lines]
+        # no two lines of a panel share a line style, a marker or a colour, so none hides another
+        assert all(len({item[part] for item in look}) == 4 for part in range(3)), look
+        looks.append(look)
+        assert_integer_ticks(panel.xaxis)
+    assert looks[0] == looks[1]  # a model looks the same in each panel
+    assert [text.get_text() for text in figure.legends[0].get_texts()] == names
+
+
+def test_spread_picture_gives_every_model_and_pooling_its_own_panel(four_models, sts_data, one_thread):
+    models = four_models[:3]
+    report = spread.build(spread.SpreadConfig(models=",".join(map(str, models)), data_dir=str(sts_data),
+                                              poolings="mean,cls", device="cpu"))
+    figure = report.figures["spread.png"]
+    panels = [axes for axes in figure.axes if any(isinstance(c, ErrorbarContainer) for c in axes.containers)]
+    assert len(panels) == 6 and all(len(panel.containers) == 1 for panel in panels)  # one series a panel
+    titles = {panel.get_title() for panel in panels}
+    for name in short_names([str(model) for model in models]):
+        for pooling in ("mean pooling", "[CLS]"):
+            m = report.numbers["M"][f"{name}, {pooling}"]
+            assert f"{name}, {pooling}: M = {m:.3f}" in titles
+    assert all(panel.get_shared_y_axes().joined(panels[0], panel) for panel in panels)  # comparable at a glance
+    counts = [axes for axes in figure.axes if any(isinstance(c, BarContainer) for c in axes.containers)]
+    assert counts and all(sum(bar.get_height() for bar in axes.containers[0]) == 24 for axes in counts)
+    for axes in counts:
+        assert_integer_ticks(axes.yaxis)  # a few pairs a bucket: no half pairs
+    assert "24 STS training pairs" in figure.get_suptitle()
+
+
+def test_embeddings_title_counts_the_pairs_and_sentences_each_measure_uses(four_models, sts_data, one_thread):
+    models = four_models[:2]
+    figure = embeddings.build(embeddings.EmbeddingsConfig(
+        models=",".join(map(str, models)), data_dir=str(sts_data), poolings="mean,cls",
+        device="cpu")).figures["embeddings.png"]
+    pairs = pairs_of(sts_data / "sts-dev.csv")
+    positives = sum(score >= 4 for _, _, score in pairs)
+    assert 0 < positives < len(pairs)  # the two counts differ here, as on the real STS dev (219 of 863)
+    counts = re.search(r"alignment over the ([\d,]+) pairs scored ≥ 4; uniformity over the ([\d,]+) sentences "
+                       r"of all ([\d,]+) pairs", figure.get_suptitle())
+    assert counts, figure.get_suptitle()
+    assert [int(count.replace(",", "")) for count in counts.groups()] == [positives, 2 * len(pairs), len(pairs)]
+    for panel in (axes for axes in figure.axes if drawn_lines(axes)):
+        assert len({line.get_marker() for line in drawn_lines(panel)}) == 2
+
+
+def test_curves_of_a_single_evaluation_tick_whole_steps(tmp_path):
+    few, one = tmp_path / "few", tmp_path / "one"
+    few.mkdir(), one.mkdir()
+    (few / "metrics.jsonl").write_text("\n".join(json.dumps({**EVAL_LINE, "step": step, "dev": {"sst": value}})
+                                                 for step, value in ((3, 0.2), (4, 0.3))) + "\n")
+    (one / "metrics.jsonl").write_text(json.dumps(EVAL_LINE) + "\n")  # one evaluation, at step 10
+    report = curves.build(curves.CurvesConfig(runs=f"{few},{one}"))
+    assert set(report.figures) >= {"curves-dev-sst.png", "curves-dev-overall.png"}
+    for figure in report.figures.values():
+        assert_integer_ticks(figure.axes[0].xaxis)
+    sst, overall = (drawn_lines(report.figures[f"curves-dev-{metric}.png"].axes[0]) for metric in ("sst", "overall"))
+    assert [line.get_label() for line in sst] == ["few (2 evaluations)", "one (1 evaluation)"]
+    assert [line.get_label() for line in overall] == ["one (1 evaluation)"]
+    look = [(line.get_linestyle(), line.get_marker(), line.get_color()) for line in (*sst, *overall)]
+    assert look[0][:2] != look[1][:2] and look[2] == look[1]  # "one" keeps its look where "few" has no line
+
+
+def test_errors_picture_counts_what_each_panel_plots(finished_run):
+    folder, data, outputs, gold = finished_run
+    figure = errors.build(errors.ErrorsConfig(run=str(folder), data_dir=str(data))).figures["errors.png"]
+    sst, para, sts = (axes for axes in figure.axes if axes.get_title())  # the colour bar has none
+    assert sst.get_title().startswith(f"SST-5 dev, {len(gold['sst'])} sentences:")
+    assert para.get_title().startswith(f"Quora dev, {len(gold['para'])} pairs:")
+    assert sts.get_title().startswith(f"STS dev, {len(gold['sts'])} pairs:")
+    assert_integer_ticks(para.yaxis)  # dev pairs per bin: 6 pairs give counts of 0 to 3
+    not_paraphrase, paraphrase = (c for c in para.containers if isinstance(c, BarContainer))
+    assert {bar.get_hatch() for bar in not_paraphrase} != {bar.get_hatch() for bar in paraphrase}
 
 
 @pytest.mark.parametrize("argv, named", [
