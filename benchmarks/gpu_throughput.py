@@ -162,7 +162,7 @@ def settings(args) -> list[Setting]:
     for batches, precision, compiled, side in itertools.product(
             args.batch_kinds, args.precisions, [c == "compiled" for c in args.compile], args.sides):
         for attention in (args.attention if side == "ours" else ["sdpa"]):
-            if attention == "padded" or batches == "real":
+            if batches == "real" or attention in ("padded", "sdpa"):
                 found.append(Setting(side, precision, attention, compiled, batches))
     return found
 
