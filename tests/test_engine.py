@@ -57,7 +57,7 @@ def test_grad_accum_2_with_batch_8_trains_like_batch_16(tiny_model_without_dropo
 
 def test_metrics_log_has_per_step_losses_and_the_learning_rate(tiny_model, course_data, tmp_path):
     multitask_classifier.main(multitask_args(tiny_model, course_data, tmp_path, "--batch-size", "8", "--epochs", "2",
-                                             "--log-every", "3", "--warmup", "0.2"))
+                                             "--log-every", "3", "--warmup", "0.2", "--task-weights", "para=1"))
     lines = [json.loads(line) for line in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
     train = [line for line in lines if line["event"] == "train"]
     evals = [line for line in lines if line["event"] == "eval"]

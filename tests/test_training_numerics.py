@@ -99,7 +99,7 @@ def test_sts_loss_is_the_squared_error_of_the_score_against_the_gold_score(tiny_
     (model / "config.json").write_text(json.dumps({**config, "hidden_dropout_prob": 0.0,
                                                    "attention_probs_dropout_prob": 0.0}))
     multitask_classifier.main(multitask_argv(model, course_data, tmp_path, "--tasks", "sts", "--epochs", "1",
-                                             "--batch-size", "64", "--head-dropout", "0"))
+                                             "--batch-size", "64", "--head-dropout", "0", "--sts-target", "score"))
     logged = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])["train_loss"]["sts"]
     train = pd.read_csv(course_data / "sts-train.csv", sep="\t", index_col=0)
     cosines = pair_cosines(model, train["sentence1"], train["sentence2"])
@@ -139,7 +139,8 @@ def test_precision_step_clips_the_gradient_norm_and_updates_with_the_clipped_gra
 
 
 def test_bf16_training_step_on_cpu_computes_in_bf16_and_stays_close_to_fp32(tiny_model, course_data, tmp_path):
-    # One step of all three tasks (8 examples each, --schedule avg), no weight decay.
+    # One step of all three tasks (8 examples each, --schedule avg), no weight decay; --sts-target score, since the
+    # cosine range's M is measured before training, in fp32.
     def one_step(precision):
         out = tmp_path / precision
         dtypes = []
@@ -148,7 +149,7 @@ def test_bf16_training_step_on_cpu_computes_in_bf16_and_stays_close_to_fp32(tiny
         try:
             multitask_classifier.main(multitask_argv(tiny_model, course_data, out, "--precision", precision,
                                                      "--epochs", "1", "--schedule", "avg", "--max-train-examples", "8",
-                                                     "--weight-decay", "0"))
+                                                     "--weight-decay", "0", "--sts-target", "score"))
         finally:
             hook.remove()
         loss = json.loads((out / "run" / "metrics.jsonl").read_text().splitlines()[0])["train_loss"]
