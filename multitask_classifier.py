@@ -7,7 +7,8 @@ evaluation) and predictions/{sst,para,sts}-{dev,test}-output.csv (the leaderboar
 """
 from common import cli
 from training.engine import Engine
-from training.multitask import MultitaskConfig, MultitaskRun
+from training.multitask import MultitaskRun
+from training.multitask_config import MultitaskConfig
 
 
 def main(argv: list[str] | None = None) -> dict:

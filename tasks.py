@@ -572,3 +572,13 @@ def parse_task_weights(text: str, tasks: Sequence[str], option: str = "--task-we
         raise ValueError(f"{option} {text!r}: every trained task weighs 0, so nothing would be trained; at least one "
                          f"task needs a positive weight")
     return weights
+
+
+def trained_task_weights(text: str, trained: Sequence[str], option: str) -> dict[str, float]:
+    """--task-weights or --loss-weights of a run that trains `trained`: {} for no text; a task it names must be one
+    of those trained, and one of those must weigh more than 0."""
+    values = parse_task_weights(text, TASK_NAMES, option=option, trained=trained) if text else {}
+    untrained = [task for task in values if task not in trained]
+    if untrained:
+        raise ValueError(f"{option} {text!r}: {', '.join(untrained)} is not trained (--tasks {','.join(trained)})")
+    return values

@@ -25,7 +25,7 @@ import predict  # noqa: E402
 import pretrain_contrastive  # noqa: E402
 from common import cli  # noqa: E402
 from training.contrastive import ContrastiveConfig  # noqa: E402
-from training.multitask import MultitaskConfig  # noqa: E402
+from training.multitask_config import MultitaskConfig  # noqa: E402
 
 COMMANDS = {"multitask": multitask_classifier, "pretrain": pretrain_contrastive, "ensemble": ensemble,
             "predict": predict}

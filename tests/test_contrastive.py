@@ -23,7 +23,8 @@ from training import contrastive
 from training.contrastive import Pretraining, backward
 from training.engine import Engine
 from training.methods import ContrastiveConfig
-from training.multitask import MultitaskConfig, MultitaskRun
+from training.multitask import MultitaskRun
+from training.multitask_config import MultitaskConfig
 from training.objectives import ContrastiveTension, SimCSE, max_pooled_layers
 from training.precision import Precision
 

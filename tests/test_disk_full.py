@@ -22,7 +22,8 @@ from tests.conftest import write_course_files
 from training.contrastive import Pretraining
 from training.engine import Engine
 from training.methods import ContrastiveConfig
-from training.multitask import MultitaskConfig, MultitaskRun
+from training.multitask import MultitaskRun
+from training.multitask_config import MultitaskConfig
 
 
 class FullDisk:

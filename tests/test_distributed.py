@@ -324,7 +324,7 @@ import json, os, sys
 sys.path.insert(0, {root!r})
 import torch
 import torch.distributed as dist
-from training import contrastive, engine, multitask
+from training import contrastive, engine, multitask, multitask_config
 
 def other_weights_on_rank_1(build):
     # A process that built other weights (another seed, another copy of the checkpoint): rank 0's must win.
@@ -349,7 +349,8 @@ multitask.build_model = other_weights_on_rank_1(multitask.build_model)
 contrastive.from_pretrained = other_weights_on_rank_1(contrastive.from_pretrained)
 multitask_args, contrastive_args, out = json.loads(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3]
 found = {{}}
-for name, make in (("multitask", lambda: built(multitask.MultitaskConfig(**multitask_args), multitask.MultitaskRun).model),
+for name, make in (("multitask", lambda: built(multitask_config.MultitaskConfig(**multitask_args),
+                                               multitask.MultitaskRun).model),
                    ("contrastive", lambda: built(contrastive.ContrastiveConfig(**contrastive_args),
                                                  contrastive.Pretraining).stages[0].objective)):
     model = make()

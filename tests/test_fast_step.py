@@ -38,7 +38,7 @@ def test_max_tokens_batches_stay_within_budget_and_predictions_keep_their_ids(ti
     # Token-budget evaluation gives every example the output that row-count batches give it.
     from models import Tokenizer
     from model import build_model
-    from training.multitask import MultitaskConfig
+    from training.multitask_config import MultitaskConfig
     from tasks import REGISTRY
     config = MultitaskConfig(model=str(tiny_model), max_length=32)
     model = build_model(config, str(tiny_model)).eval()

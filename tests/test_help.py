@@ -65,7 +65,7 @@ def test_the_readme_recipe_is_what_the_defaults_run():
     from dataclasses import asdict
 
     from common.cli import parse_config
-    from training.multitask import MultitaskConfig
+    from training.multitask_config import MultitaskConfig
 
     recipe = re.search(r"The defaults are the recipe: `([^`]+)`", (ROOT / "README.md").read_text()).group(1)
     flags = dict(zip(recipe.split()[::2], recipe.split()[1::2]))

@@ -14,10 +14,10 @@ import multitask_classifier
 from common import cli
 from common.errors import CheckpointError
 from data.readers import read_quora, read_sentiment, read_sts
-from models import from_pretrained
 from tests.conftest import assert_same_weights, checkpoint_weights, multitask_argv
 from training import multitask
 from training.engine import Engine
+from training.multitask_config import MultitaskConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -118,7 +118,7 @@ def test_init_from_an_encoder_alone_still_sets_the_cosine_floor(tiny_model, cour
     # A contrastive checkpoint has no heads, so M must be measured as for --model, not left at -1.
     def floor(*start):
         argv = multitask_argv(tiny_model, course_data, tmp_path, *start, "--sts-target", "cosine-range", "--overwrite")
-        config = cli.parse_config(multitask.MultitaskConfig, "", argv)
+        config = cli.parse_config(MultitaskConfig, "", argv)
         return multitask.MultitaskRun(config, Engine(config)).model.heads["sts"].cosine_floor.item()
 
     from_model = floor()
@@ -181,7 +181,7 @@ def test_a_zero_loss_weight_leaves_its_head_untouched(tiny_model, course_data, t
 
 
 def test_layer_lr_decay_gives_lower_layers_smaller_rates(tiny_model, course_data, tmp_path):
-    config = multitask.MultitaskConfig(model=str(tiny_model), data_dir=str(course_data), output_dir=str(tmp_path),
+    config = MultitaskConfig(model=str(tiny_model), data_dir=str(course_data), output_dir=str(tmp_path),
                                        device="cpu", lr=1e-3, head_lr=1e-2, layer_lr_decay=0.5)
     run = multitask.MultitaskRun(config, Engine(config))
     rate = {id(p): (group["lr"], group.get("weight_decay", config.weight_decay)) for group in run.parameter_groups()
@@ -216,7 +216,7 @@ def test_task_order_must_match_the_trained_tasks(tmp_path):
 def built(tiny_model, course_data, tmp_path, *flags) -> multitask.MultitaskRun:
     """The run multitask_classifier.py builds from these flags, before it trains (40 training rows a task). A build
     writes run_config.json: --overwrite lets a test build several into its one folder."""
-    config = cli.parse_config(multitask.MultitaskConfig, "",
+    config = cli.parse_config(MultitaskConfig, "",
                               multitask_argv(tiny_model, course_data, tmp_path, "--overwrite", *flags))
     return multitask.MultitaskRun(config, Engine(config))
 

@@ -162,7 +162,7 @@ def test_a_run_resumed_from_a_yaml_config_equals_the_same_flags(tiny_model, cour
 
 def test_command_line_flags_win_over_the_config_file_and_the_recipe_parses(tmp_path):
     from common.cli import parse_config
-    from training.multitask import MultitaskConfig
+    from training.multitask_config import MultitaskConfig
 
     recipe = Path(__file__).resolve().parents[1] / "recipes/mtdnn-minilm.yaml"
     config = parse_config(MultitaskConfig, "", ["--config", str(recipe), "--seed", "7", "--epochs=1"])
@@ -180,7 +180,7 @@ def test_command_line_flags_win_over_the_config_file_and_the_recipe_parses(tmp_p
                                            ("schedule: nope\n", "schedule"), ("- a\n", "not a mapping")])
 def test_a_bad_config_file_is_one_line_naming_the_file_and_the_key(tmp_path, capsys, text, message):
     from common.cli import parse_config
-    from training.multitask import MultitaskConfig
+    from training.multitask_config import MultitaskConfig
 
     bad = tmp_path / "bad.yaml"
     bad.write_text(text)

@@ -7,98 +7,30 @@ warm-up and decay, accumulation, evaluation, checkpoints; training/engine.py) ->
 What is particular to a task (files, head, loss, metric) comes from the registry, tasks.py.
 """
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from common import distributed
-from common.cli import AT_LEAST_0, AT_LEAST_1, POSITIVE, Range, flag
-from common.files import DEFAULT_DATA, check_writable, read_json
-from data.batching import check_token_budget, to_device
+from common.files import check_writable, read_json
 from common.tables import markdown_table
+from data.batching import check_token_budget, to_device
 from data.splits import TaskSplit, TaskStream
 from evaluation.inference import soft_outputs
 from evaluation.outputs import write_outputs
 from evaluation.predictions import SPLITS, prediction_path
-from model import ModelConfig, MultitaskModel, build_model, check_head_flags
+from model import MultitaskModel, build_model, check_head_flags
 from models import Tokenizer, from_pretrained
 from models.checkpoint import load_heads, write_encoder_folder
 from models.shareable import write_shareable_files
-from tasks import (RECIPE_TASK_WEIGHTS, REGISTRY, TASK_NAMES, best_metric, check_best_metric, describe_best_metric,
-                   metric_names, parse_task_order, parse_task_weights, summary)
-from training.engine import Engine, EvaluationConfig, Run, Share, TrainingConfig
-from training.gradient_surgery import METHODS as SURGERY_METHODS
+from tasks import REGISTRY, best_metric, describe_best_metric, metric_names, summary
+from training.engine import Engine, Run, Share
 from training.gradient_surgery import surgery_backward
-from training.schedules import SCHEDULES, check_plan, numbered, plan_epoch
-from training.smart import Smart, SmartConfig
+from training.multitask_config import MultitaskConfig
+from training.schedules import numbered, plan_epoch
+from training.smart import Smart
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class MultitaskConfig(ModelConfig, SmartConfig, EvaluationConfig, TrainingConfig):
-    init: str = flag("", "a checkpoint of ours to start from (e.g. from pretrain_contrastive.py); "
-                           "overrides --model; its heads are loaded too when it has matching ones")
-    option: str = flag("finetune", "finetune: train encoder and heads; pretrain: heads on a frozen encoder",
-                         choices=("finetune", "pretrain"))
-    schedule: str = flag("mtdnn", "which task's batch each step takes: mtdnn, all tasks' batches shuffled together (MT-DNN); avg, "
-                                    "one batch of every task a step, losses averaged; pcgrad, the same with gradient "
-                                    "surgery (--surgery); rr-batch, one batch a task in turn; rr-epoch, a pass over "
-                                    "one task, then the next; sequential, all epochs of one task, then the next", choices=SCHEDULES)
-    task_order: str = flag("", "task order of the rr-batch, rr-epoch and sequential schedules "
-                                 "(empty: the order of --tasks)")
-    task_weights: str = flag("auto", "mtdnn sampling weights, e.g. para=2 (tasks left out weigh 1); auto: the "
-                                     "recipe's " + ",".join(f"{task}={weight:g}" for task, weight in
-                                                          RECIPE_TASK_WEIGHTS.items()) + " under mtdnn, else none")
-    lr: float = flag(5e-5, "peak learning rate of the encoder", range=POSITIVE)
-    loss_weights: str = flag("", "task loss multipliers, e.g. sst=2 (tasks left out weigh 1)")
-    surgery: str = flag("pcgrad", "gradient surgery of --schedule pcgrad (torchjd): pcgrad, projecting conflicting task gradients "
-                                   "(Yu et al.); upgrad, torchjd's UPGrad", choices=SURGERY_METHODS)
-    layer_lr_decay: float = flag(1.0, "layer-wise LR decay: each encoder layer below the top one, and the "
-                                      "embeddings below them, get this factor times the LR above (1 = off)",
-                                 range=Range(0, 1, low_open=True))
-    head_lr: float = flag(1e-3, "peak learning rate of the heads (new, randomly initialised layers)", range=POSITIVE)
-    max_train_examples: int = flag(0, "use a random sample of at most this many training examples per task (0 = all)",
-                                   range=AT_LEAST_0)
-    max_eval_examples: int = flag(0, "use a random sample of at most this many dev/test examples per task (0 = all)",
-                                  range=AT_LEAST_0)
-    eval_batch_size: int = flag(128, "batch size for evaluation", range=AT_LEAST_1)
-    max_tokens: int = flag(0, "batches by token budget: each training batch up to N real tokens (per task, per "
-                              "process; length-grouped), evaluation batches up to N * --eval-batch-size / "
-                              "--batch-size, in order of length (0 = off: --batch-size rows)", range=AT_LEAST_0)
-    data_dir: str = flag(str(DEFAULT_DATA), "folder with the course's data files")
-    predictions_dir: str = flag("predictions", "leaderboard CSVs of the best checkpoint go here")
-
-    RUNTIME_FIELDS = TrainingConfig.RUNTIME_FIELDS + ("predictions_dir", "eval_batch_size")
-    OUTPUTS = TrainingConfig.OUTPUTS + ("best",)
-    PATH_FIELDS = TrainingConfig.PATH_FIELDS + ("init", "data_dir", "predictions_dir")
-
-    def __post_init__(self):
-        super().__post_init__()  # ModelConfig's: every flag's range, the tasks and the head flags
-        self.order = parse_task_order(self.task_order, TASK_NAMES) if self.task_order else self.task_list
-        if set(self.order) != set(self.task_list):
-            raise ValueError(f"--task-order {self.task_order!r} must name each task of --tasks {self.tasks!r}, "
-                             f"and only those")
-        if self.task_weights == "auto":  # the recipe's weights of the tasks trained (saved resolved)
-            self.task_weights = ",".join(f"{task}={weight:g}" for task, weight in RECIPE_TASK_WEIGHTS.items()
-                                         if task in self.task_list and self.schedule == "mtdnn")
-        self.weights = self._task_values(self.task_weights, "--task-weights") or None
-        never = [task for task, weight in (self.weights or {}).items() if weight == 0]
-        if never:
-            raise ValueError(f"--task-weights {self.task_weights!r}: {', '.join(never)} would never be trained, yet "
-                             f"scored and predicted; leave it out of --tasks instead")
-        self.loss_scale = self._task_values(self.loss_weights, "--loss-weights")
-        check_plan(self.schedule, self.task_list, self.epochs, self.order, self.weights)
-        check_best_metric(self.metric_for_best, self.task_list)
-
-    def _task_values(self, text: str, option: str) -> dict[str, float]:
-        """'para=2,sst=0.5' of --task-weights or --loss-weights, for trained tasks only."""
-        values = parse_task_weights(text, TASK_NAMES, option=option, trained=self.task_list) if text else {}
-        untrained = [task for task in values if task not in self.task_list]
-        if untrained:
-            raise ValueError(f"{option} {text!r}: {', '.join(untrained)} is not trained (--tasks {self.tasks})")
-        return values
 
 
 def task_loss(model: MultitaskModel, task: str, batch: dict, smart: Smart | None = None) -> torch.Tensor:

@@ -1,0 +1,70 @@
+"""The flags of multi-task fine-tuning (multitask_classifier.py), which are also its saved run_config.json: the
+model's (model.ModelConfig), SMART's (training/smart.py), evaluation's and every trainer's (training/engine.py),
+and those of the schedule, the data and the outputs, checked together before any data is read."""
+from dataclasses import dataclass
+
+from common.cli import AT_LEAST_0, AT_LEAST_1, POSITIVE, Range, flag
+from common.files import DEFAULT_DATA
+from model import ModelConfig
+from tasks import RECIPE_TASK_WEIGHTS, TASK_NAMES, check_best_metric, parse_task_order, trained_task_weights
+from training.engine import EvaluationConfig, TrainingConfig
+from training.gradient_surgery import METHODS as SURGERY_METHODS
+from training.schedules import SCHEDULES, check_plan
+from training.smart import SmartConfig
+
+
+@dataclass
+class MultitaskConfig(ModelConfig, SmartConfig, EvaluationConfig, TrainingConfig):
+    init: str = flag("", "a checkpoint of ours to start from (e.g. from pretrain_contrastive.py); "
+                           "overrides --model; its heads are loaded too when it has matching ones")
+    option: str = flag("finetune", "finetune: train encoder and heads; pretrain: heads on a frozen encoder",
+                         choices=("finetune", "pretrain"))
+    schedule: str = flag("mtdnn", "which task's batch each step takes: mtdnn, all tasks' batches shuffled together (MT-DNN); avg, "
+                                    "one batch of every task a step, losses averaged; pcgrad, the same with gradient "
+                                    "surgery (--surgery); rr-batch, one batch a task in turn; rr-epoch, a pass over "
+                                    "one task, then the next; sequential, all epochs of one task, then the next", choices=SCHEDULES)
+    task_order: str = flag("", "task order of the rr-batch, rr-epoch and sequential schedules "
+                                 "(empty: the order of --tasks)")
+    task_weights: str = flag("auto", "mtdnn sampling weights, e.g. para=2 (tasks left out weigh 1); auto: the "
+                                     "recipe's " + ",".join(f"{task}={weight:g}" for task, weight in
+                                                          RECIPE_TASK_WEIGHTS.items()) + " under mtdnn, else none")
+    lr: float = flag(5e-5, "peak learning rate of the encoder", range=POSITIVE)
+    loss_weights: str = flag("", "task loss multipliers, e.g. sst=2 (tasks left out weigh 1)")
+    surgery: str = flag("pcgrad", "gradient surgery of --schedule pcgrad (torchjd): pcgrad, projecting conflicting task gradients "
+                                   "(Yu et al.); upgrad, torchjd's UPGrad", choices=SURGERY_METHODS)
+    layer_lr_decay: float = flag(1.0, "layer-wise LR decay: each encoder layer below the top one, and the "
+                                      "embeddings below them, get this factor times the LR above (1 = off)",
+                                 range=Range(0, 1, low_open=True))
+    head_lr: float = flag(1e-3, "peak learning rate of the heads (new, randomly initialised layers)", range=POSITIVE)
+    max_train_examples: int = flag(0, "use a random sample of at most this many training examples per task (0 = all)",
+                                   range=AT_LEAST_0)
+    max_eval_examples: int = flag(0, "use a random sample of at most this many dev/test examples per task (0 = all)",
+                                  range=AT_LEAST_0)
+    eval_batch_size: int = flag(128, "batch size for evaluation", range=AT_LEAST_1)
+    max_tokens: int = flag(0, "batches by token budget: each training batch up to N real tokens (per task, per "
+                              "process; length-grouped), evaluation batches up to N * --eval-batch-size / "
+                              "--batch-size, in order of length (0 = off: --batch-size rows)", range=AT_LEAST_0)
+    data_dir: str = flag(str(DEFAULT_DATA), "folder with the course's data files")
+    predictions_dir: str = flag("predictions", "leaderboard CSVs of the best checkpoint go here")
+
+    RUNTIME_FIELDS = TrainingConfig.RUNTIME_FIELDS + ("predictions_dir", "eval_batch_size")
+    OUTPUTS = TrainingConfig.OUTPUTS + ("best",)
+    PATH_FIELDS = TrainingConfig.PATH_FIELDS + ("init", "data_dir", "predictions_dir")
+
+    def __post_init__(self):
+        super().__post_init__()  # ModelConfig's: every flag's range, the tasks and the head flags
+        self.order = parse_task_order(self.task_order, TASK_NAMES) if self.task_order else self.task_list
+        if set(self.order) != set(self.task_list):
+            raise ValueError(f"--task-order {self.task_order!r} must name each task of --tasks {self.tasks!r}, "
+                             f"and only those")
+        if self.task_weights == "auto":  # the recipe's weights of the tasks trained (saved resolved)
+            self.task_weights = ",".join(f"{task}={weight:g}" for task, weight in RECIPE_TASK_WEIGHTS.items()
+                                         if task in self.task_list and self.schedule == "mtdnn")
+        self.weights = trained_task_weights(self.task_weights, self.task_list, "--task-weights") or None
+        never = [task for task, weight in (self.weights or {}).items() if weight == 0]
+        if never:
+            raise ValueError(f"--task-weights {self.task_weights!r}: {', '.join(never)} would never be trained, yet "
+                             f"scored and predicted; leave it out of --tasks instead")
+        self.loss_scale = trained_task_weights(self.loss_weights, self.task_list, "--loss-weights")
+        check_plan(self.schedule, self.task_list, self.epochs, self.order, self.weights)
+        check_best_metric(self.metric_for_best, self.task_list)
