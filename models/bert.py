@@ -78,6 +78,7 @@ class Packed:
 
     def __init__(self, attention_mask: torch.Tensor, mask: torch.Tensor | None = None):
         self.shape = attention_mask.shape
+        # Sized by the batch's real tokens: on a GPU, one wait for the device a forward pass (padded has none).
         self.indices = attention_mask.flatten().nonzero().squeeze(1)
         self.mask = mask
 
