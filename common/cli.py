@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 import torch
 
+from common import distributed
 from common.errors import UsageError, UserError
 
 
@@ -211,6 +212,7 @@ def run(main: Callable[[], Any]) -> None:
                         format="%(levelname)s %(name)s: %(message)s")
     try:
         main()
+        distributed.exit_finished_process()  # torchrun: every process leaves the group, then exits; else nothing
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)

@@ -17,12 +17,13 @@ process with the whole batch:
     logging    each process keeps its part of the logged losses; they are summed at log lines (sum_over_processes)
     files      rank 0 alone reads and writes the output folder; what it reads or decides reaches the others by
                broadcast (on_main), so machines need not share a disk
+    end        a finished command's processes leave the group together and exit at once (exit_finished_process)
 
 A plain `python ...` run is a world of one process: every function here is then a no-op.
 """
-import atexit
 import logging
 import os
+import sys
 
 import torch
 import torch.distributed as dist
@@ -51,17 +52,25 @@ def setup(device: torch.device) -> torch.device:
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
         torch.cuda.set_device(device)
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-    # Leaving the group before the interpreter ends: a process that exits with the group's threads still running
-    # may abort ("terminate called without an active exception"), and torchrun then reports a finished run as failed.
-    atexit.register(_leave)
     if dist.get_rank() != 0:
         logging.getLogger().setLevel(logging.ERROR)
     return device
 
 
-def _leave() -> None:
-    if dist.is_initialized():
-        dist.destroy_process_group()
+def exit_finished_process() -> None:
+    """The end of a torchrun process whose command finished: the processes leave the group together (a barrier,
+    then destroy_process_group), what is buffered is flushed, and the process exits with code 0 without Python's
+    finalization. A gloo process that ends the usual way may abort there, its work done ("terminate called without
+    an active exception", pytorch/pytorch issue 190489: the group's threads still reach for Python objects while the
+    interpreter is torn down), and torchrun then reports a finished run as failed. Outside torchrun: nothing."""
+    if not dist.is_initialized():
+        return
+    barrier()
+    dist.destroy_process_group()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _check_joined() -> None:

@@ -84,6 +84,21 @@ def contrastive_worker(rank: int, init_file: str, out: str):
     dist.destroy_process_group()
 
 
+def finishing_worker(rank: int, init_file: str, out: str):
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD)
+    dist.all_reduce(torch.ones(3))  # the group has worked, as a run's has
+    Path(out, f"before{rank}").touch()
+    distributed.exit_finished_process()
+    Path(out, f"after{rank}").touch()  # never reached
+
+
+def test_a_finished_process_leaves_the_group_and_exits_at_once_with_code_0(tmp_path):
+    """What ends every torchrun command (common.cli.run): both processes exit with 0 (mp.spawn raises otherwise)
+    right there, past nothing that Python's finalization would run."""
+    mp.spawn(finishing_worker, args=(str(tmp_path / "init"), str(tmp_path)), nprocs=WORLD)
+    assert sorted(path.name for path in tmp_path.glob("*") if path.name != "init") == ["before0", "before1"]
+
+
 def test_all_gathered_negatives_give_the_loss_and_gradients_of_one_big_batch(tmp_path):
     """2 processes x 8 pairs, embeddings all-gathered, gradients averaged = 1 process x 16 pairs."""
     mp.spawn(contrastive_worker, args=(str(tmp_path / "init"), str(tmp_path)), nprocs=WORLD)
@@ -324,6 +339,7 @@ import json, os, sys
 sys.path.insert(0, {root!r})
 import torch
 import torch.distributed as dist
+from common import distributed
 from training import contrastive, engine, multitask, multitask_config
 
 def other_weights_on_rank_1(build):
@@ -360,6 +376,7 @@ for name, make in (("multitask", lambda: built(multitask_config.MultitaskConfig(
 if dist.get_rank() == 0:
     with open(out, "w") as f:
         json.dump(found, f)
+distributed.exit_finished_process()  # as the commands end (common.cli.run)
 """
 
 
