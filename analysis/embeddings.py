@@ -4,8 +4,8 @@ from dataclasses import dataclass
 
 from matplotlib.figure import Figure
 
-from analysis.figures import POOLING_NAMES, legend_outside, model_style, new_figure
-from analysis.report import EncoderFlags, Report, encoders, label, short_names, spearman_x100
+from analysis.figures import POOLING_NAMES, legend_outside, model_style, new_figure, pooling_panels, poolings_in
+from analysis.report import EncoderFlags, Report, encoders, label, short_names, spearman_x100, title_note
 from common.cli import flag
 from common.tables import markdown_table
 from data.readers import sample_records
@@ -31,9 +31,9 @@ def draw_alignment_uniformity(points: dict[str, dict[str, dict[str, float]]], ti
     """points[encoder][pooling] = {alignment, uniformity, sts-dev}: uniformity across, alignment up (SimCSE's
     Figure 2), a panel per pooling on the same axes, and each encoder's point in its colour and marker
     (model_style); lower-left is better. The legend gives each encoder's STS dev Spearman per pooling."""
-    poolings = list(dict.fromkeys(pooling for by_pooling in points.values() for pooling in by_pooling))
+    poolings = poolings_in(points)
     figure = new_figure(max(8.0, 5.0 * len(poolings)), 6)
-    panels = figure.subplots(1, len(poolings), sharex=True, sharey=True, squeeze=False)[0]
+    panels = pooling_panels(figure, poolings)
     for number, (encoder, by_pooling) in enumerate(points.items()):
         scores = ", ".join((f"{POOLING_NAMES[pooling]} " if len(poolings) > 1 else "") + f"{point['sts-dev']:.1f}"
                            for pooling, point in by_pooling.items())
@@ -67,7 +67,7 @@ def build(config: EmbeddingsConfig) -> Report:
                 "sts-dev": spearman_x100((first * second).sum(-1), [p.label for p in pairs])}
     rows = {label(name, pooling, config.pooling_list): point
             for name, by_pooling in points.items() for pooling, point in by_pooling.items()}
-    pooling_note = "" if len(config.pooling_list) > 1 else f", {POOLING_NAMES[config.pooling_list[0]]}"
+    pooling_note = title_note(config.pooling_list)
     # What each measure is taken over (alignment_and_uniformity): the positive pairs; both sentences of every pair.
     positives, sentences = len(positive_pairs(pairs)), 2 * len(pairs)
     picture = draw_alignment_uniformity(

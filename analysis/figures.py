@@ -37,6 +37,16 @@ def integer_ticks(axis) -> None:
     axis.set_major_locator(MaxNLocator(nbins="auto", steps=[1, 2, 2.5, 5, 10], integer=True, min_n_ticks=1))
 
 
+def poolings_in(by_model: dict[str, dict]) -> list[str]:
+    """The poolings of {model: {pooling: ...}}, in the order first met: a panel (or column) each."""
+    return list(dict.fromkeys(pooling for by_pooling in by_model.values() for pooling in by_pooling))
+
+
+def pooling_panels(figure: Figure, poolings: list[str]) -> list:
+    """A row of panels on the same axes, one per pooling."""
+    return figure.subplots(1, len(poolings), sharex=True, sharey=True, squeeze=False)[0]
+
+
 def new_figure(width: float, height: float) -> Figure:
     figure = Figure(figsize=(width, height), layout="constrained")
     FigureCanvasAgg(figure)

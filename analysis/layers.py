@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 from matplotlib.figure import Figure
 
-from analysis.figures import POOLING_NAMES, integer_ticks, legend_outside, model_style, new_figure
+from analysis.figures import (POOLING_NAMES, integer_ticks, legend_outside, model_style, new_figure, pooling_panels,
+                              poolings_in)
 from analysis.report import EncoderFlags, Report, distinct, encoders, items, short_names, spearman_x100
 from common.cli import flag
 from common.tables import markdown_table
@@ -74,9 +75,9 @@ def draw_layers(results: dict[str, dict[str, list[float]]], ylabel: str, title: 
     """results[encoder][pooling] = one value per layer: a panel per pooling, on the same axes, and in each a line
     per encoder in that encoder's colour, line style and marker (model_style), so that the lines of encoders that
     score alike stay apart; `note` goes under the panels."""
-    poolings = list(dict.fromkeys(pooling for by_pooling in results.values() for pooling in by_pooling))
+    poolings = poolings_in(results)
     figure = new_figure(max(9.0, 2.5 + 4.5 * len(poolings)), 5.5)
-    panels = figure.subplots(1, len(poolings), sharex=True, sharey=True, squeeze=False)[0]
+    panels = pooling_panels(figure, poolings)
     for panel, pooling in zip(panels, poolings):
         for number, (encoder, by_pooling) in enumerate(results.items()):
             if pooling in by_pooling:

@@ -80,6 +80,12 @@ def label(encoder: str, pooling: str, poolings: list[str]) -> str:
     return encoder if len(poolings) == 1 else f"{encoder}, {POOLING_NAMES[pooling]}"
 
 
+def title_note(poolings: list[str]) -> str:
+    """What a title adds of the pooling: its name where the picture has one pooling, nothing where it has several
+    (their panels or labels name them)."""
+    return "" if len(poolings) > 1 else f", {POOLING_NAMES[poolings[0]]}"
+
+
 def spearman_x100(cosines: torch.Tensor, gold: Sequence[float]) -> float:
     """Spearman x 100; nan, quietly, where the cosines are all equal (layer 0's [CLS] vector is the same
     for every sentence: the [CLS] token at position 0)."""

@@ -8,8 +8,8 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
-from analysis.figures import POOLING_NAMES, integer_ticks, model_style, new_figure
-from analysis.report import EncoderFlags, Report, encoders, label, short_names
+from analysis.figures import POOLING_NAMES, integer_ticks, model_style, new_figure, poolings_in
+from analysis.report import EncoderFlags, Report, encoders, label, short_names, title_note
 from common.cli import flag
 from common.tables import markdown_table
 from data.readers import read_sts, sample_records
@@ -66,7 +66,7 @@ def draw_spread(buckets: dict[str, dict[str, list[dict]]], lowest_means: dict[st
     # markers stand about 4 pt apart, as wide as a marker or an error bar's cap, and a thicket of bars is all one
     # sees. Alone in its panel, an encoder's spread reads at once; the shared axes and their grid still compare
     # the encoders, row against row.
-    poolings = list(dict.fromkeys(pooling for by_pooling in buckets.values() for pooling in by_pooling))
+    poolings = poolings_in(buckets)
     figure = new_figure(max(9.0, 5.0 * len(poolings)), 2.0 + 2.6 * len(buckets))
     grid = figure.subplots(1 + len(buckets), len(poolings), sharex=True, squeeze=False,
                            height_ratios=(1, *[2.5] * len(buckets)))
@@ -117,7 +117,7 @@ def build(config: SpreadConfig) -> Report:
             by_encoder.setdefault(name, {})[pooling] = statistics
             lowest_by_encoder.setdefault(name, {})[pooling] = (lowest_bucket_mean_cosine(cosines, gold)
                                                                if statistics[0]["count"] else None)
-    pooling_note = "" if len(config.pooling_list) > 1 else f", {POOLING_NAMES[config.pooling_list[0]]}"
+    pooling_note = title_note(config.pooling_list)
     picture = draw_spread(by_encoder, lowest_by_encoder,
                           title=f"Cosine similarity of {len(pairs):,} STS training pairs by gold score{pooling_note}")
     # the table's and the JSON's columns: an encoder's label, with its pooling where there are several
