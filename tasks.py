@@ -574,6 +574,11 @@ def parse_task_weights(text: str, tasks: Sequence[str], option: str = "--task-we
     return weights
 
 
+def task_weights_text(weights: dict[str, float]) -> str:
+    """{'para': 0.8} -> 'para=0.8': weights as --task-weights takes them (parse_task_weights reads them back)."""
+    return ",".join(f"{task}={weight:g}" for task, weight in weights.items())
+
+
 def trained_task_weights(text: str, trained: Sequence[str], option: str) -> dict[str, float]:
     """--task-weights or --loss-weights of a run that trains `trained`: {} for no text; a task it names must be one
     of those trained, and one of those must weigh more than 0."""

@@ -12,7 +12,7 @@ import torch
 from analysis.errors import PANELS
 from data.contrastive import PairSet, SentenceSet
 from data.readers import PairExample, SentenceExample
-from tasks import (COURSE_TASKS, CONTRASTIVE_DATA, REGISTRY, parse_task_order, parse_task_weights,
+from tasks import (COURSE_TASKS, CONTRASTIVE_DATA, REGISTRY, parse_task_order, parse_task_weights, task_weights_text,
                    selection_score, summary)
 from tests.conftest import rows_of, write_course_files
 
@@ -139,6 +139,12 @@ def test_selection_score_is_the_mean_of_the_trained_tasks_scores_on_0_to_1():
 def test_parse_task_weights():
     assert parse_task_weights("para=2,sst=1", TASKS) == {"para": 2.0, "sst": 1.0}
     assert parse_task_weights(" sts = 0.5 ", TASKS) == {"sts": 0.5}
+
+
+def test_task_weights_text_is_what_parse_task_weights_reads_back():
+    assert task_weights_text({"para": 0.8, "sst": 2.0}) == "para=0.8,sst=2"
+    weights = {"sts": 0.125, "para": 3.0}
+    assert parse_task_weights(task_weights_text(weights), TASKS) == weights
 
 
 @pytest.mark.parametrize("text, message", [

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from common.cli import AT_LEAST_0, AT_LEAST_1, POSITIVE, Range, flag
 from common.files import DEFAULT_DATA
 from model import ModelConfig
-from tasks import RECIPE_TASK_WEIGHTS, TASK_NAMES, check_best_metric, parse_task_order, trained_task_weights
+from tasks import (RECIPE_TASK_WEIGHTS, TASK_NAMES, check_best_metric, parse_task_order, task_weights_text,
+                   trained_task_weights)
 from training.engine import EvaluationConfig, TrainingConfig
 from training.gradient_surgery import METHODS as SURGERY_METHODS
 from training.schedules import SCHEDULES, check_plan
@@ -26,8 +27,7 @@ class MultitaskConfig(ModelConfig, SmartConfig, EvaluationConfig, TrainingConfig
     task_order: str = flag("", "task order of the rr-batch, rr-epoch and sequential schedules "
                                  "(empty: the order of --tasks)")
     task_weights: str = flag("auto", "mtdnn sampling weights, e.g. para=2 (tasks left out weigh 1); auto: the "
-                                     "recipe's " + ",".join(f"{task}={weight:g}" for task, weight in
-                                                          RECIPE_TASK_WEIGHTS.items()) + " under mtdnn, else none")
+                                     f"recipe's {task_weights_text(RECIPE_TASK_WEIGHTS)} under mtdnn, else none")
     lr: float = flag(5e-5, "peak learning rate of the encoder", range=POSITIVE)
     loss_weights: str = flag("", "task loss multipliers, e.g. sst=2 (tasks left out weigh 1)")
     surgery: str = flag("pcgrad", "gradient surgery of --schedule pcgrad (torchjd): pcgrad, projecting conflicting task gradients "
@@ -58,8 +58,8 @@ class MultitaskConfig(ModelConfig, SmartConfig, EvaluationConfig, TrainingConfig
             raise ValueError(f"--task-order {self.task_order!r} must name each task of --tasks {self.tasks!r}, "
                              f"and only those")
         if self.task_weights == "auto":  # the recipe's weights of the tasks trained (saved resolved)
-            self.task_weights = ",".join(f"{task}={weight:g}" for task, weight in RECIPE_TASK_WEIGHTS.items()
-                                         if task in self.task_list and self.schedule == "mtdnn")
+            recipe = {task: weight for task, weight in RECIPE_TASK_WEIGHTS.items() if task in self.task_list}
+            self.task_weights = task_weights_text(recipe) if self.schedule == "mtdnn" else ""
         self.weights = trained_task_weights(self.task_weights, self.task_list, "--task-weights") or None
         never = [task for task, weight in (self.weights or {}).items() if weight == 0]
         if never:
