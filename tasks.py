@@ -36,6 +36,7 @@ from heads.paraphrase import CrossEncodedPairHead, ParaphraseHead
 from heads.sentiment import SentimentHead
 from heads.similarity import (
     LOWEST_BUCKET_WIDTH,
+    MAX_COSINE_FLOOR,
     MAX_SCORE,
     CrossEncodedSimilarityHead,
     SimilarityHead,
@@ -399,7 +400,13 @@ class Similarity(Task):
                         "mean cosine of the %d scored <= %g (a larger --max-train-examples gives the usual bucket)",
                         len(split), self.name.upper(), LOWEST_BUCKET_WIDTH, len(low), width)
         cosines = head.cosine(*embed(low).chunk(2)).cpu()
-        head.set_cosine_floor(lowest_bucket_mean_cosine(cosines, gold[low], bucket_width=width))
+        floor = lowest_bucket_mean_cosine(cosines, gold[low], bucket_width=width)
+        if floor > MAX_COSINE_FLOOR:
+            log.warning("--sts-target cosine-range: the encoder's embeddings of the %d lowest-scored %s training "
+                        "pairs are all but parallel (mean cosine %.6f); M is capped at %g", len(low),
+                        self.name.upper(), floor, MAX_COSINE_FLOOR)
+            floor = MAX_COSINE_FLOOR
+        head.set_cosine_floor(floor)
 
     def loss(self, raw, labels):
         return F.mse_loss(raw.float(), labels)

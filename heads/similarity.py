@@ -20,15 +20,20 @@ from heads.paraphrase import CrossEncodedPairHead
 
 MAX_SCORE = 5.0
 LOWEST_BUCKET_WIDTH = MAX_SCORE / 20  # Contrastive Tension (Carlsson et al.) splits [0, 5] into 20 buckets
+# The highest M the cosine-range mode takes. As M nears 1 the whole 0-5 scale maps onto a sliver of cosines and
+# the loss's scale (5 / (1 - M))^2 grows without bound (at M = 1 it divides by zero): an encoder whose unrelated
+# sentences are all but parallel (a random one, say) gets M = 0.99 and a warning instead.
+MAX_COSINE_FLOOR = 0.99
 
 
 def lowest_bucket_mean_cosine(cosines: torch.Tensor, gold: torch.Tensor,
                               bucket_width: float = LOWEST_BUCKET_WIDTH) -> float:
-    """M for the cosine-range mode: the mean cosine of the pairs whose gold score is <= bucket_width."""
+    """M for the cosine-range mode: the mean cosine of the pairs whose gold score is <= bucket_width. Cosines are
+    clamped to [-1, 1] first: rounding gives parallel fp32 vectors a cosine a few ulps above 1."""
     in_bucket = gold <= bucket_width
     if not in_bucket.any():
         raise ValueError(f"no pair has a gold score <= {bucket_width}; cannot measure the lowest bucket")
-    return cosines[in_bucket].float().mean().item()
+    return cosines[in_bucket].float().clamp(-1.0, 1.0).mean().item()
 
 
 class SimilarityHead(nn.Module):

@@ -140,6 +140,16 @@ def test_lowest_bucket_mean_uses_pairs_with_gold_at_most_a_quarter():
         lowest_bucket_mean_cosine(cosines, gold + 1)
 
 
+def test_lowest_bucket_mean_of_parallel_vectors_is_at_most_1():
+    """Rounding gives parallel fp32 vectors a cosine just above 1 (here 1.0000001); M is clamped into [-1, 1]."""
+    u = torch.tensor([[0.1, 0.7, 0.3]]).repeat(4, 1)
+    v = u * torch.tensor([[3.0], [7.0], [11.0], [13.0]])
+    cosines = torch.nn.functional.cosine_similarity(u, v)
+    gold = torch.zeros(4)
+    assert lowest_bucket_mean_cosine(cosines, gold) == 1.0
+    assert lowest_bucket_mean_cosine(torch.tensor([1.0 + 2e-7, -1.0 - 2e-7]), torch.zeros(2)) == 0.0
+
+
 def test_share_none_gives_disjoint_parameters():
     para_mlp, sts_mlp = pair_mlps("none", H, mlp_hidden=6)
     assert not parameter_ids(para_mlp) & parameter_ids(sts_mlp)

@@ -10,7 +10,7 @@ from common import cli
 from common.errors import CheckpointError
 from data.splits import TaskSplit, encode_views
 from heads.paraphrase import CrossEncodedPairHead, ParaphraseHead
-from heads.similarity import CrossEncodedSimilarityHead, SimilarityHead
+from heads.similarity import MAX_COSINE_FLOOR, CrossEncodedSimilarityHead, SimilarityHead
 from model import ModelConfig, build_model, check_head_flags, encoder_depth
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -93,6 +93,25 @@ def test_without_pairs_in_the_lowest_bucket_calibration_takes_the_lowest_bucket_
         first, second = model.embed(split.batch([0, 2], tokenizer.pad_id)["inputs"]).chunk(2)
     expected = torch.nn.functional.cosine_similarity(model.heads["sts"].mlp(first), model.heads["sts"].mlp(second))
     assert model.heads["sts"].cosine_floor.item() == pytest.approx(expected.mean().item(), abs=1e-6)
+
+
+def test_an_encoder_whose_sentences_are_all_parallel_gets_the_highest_floor_and_a_warning(tiny_model, tokenizer,
+                                                                                          caplog):
+    """A random encoder can map unrelated sentences onto one direction: M would be 1 (or, rounded, above it) and
+    the score's map would divide by zero; the run goes on with M = MAX_COSINE_FLOOR and says so."""
+    model = built(tiny_model, "--tasks", "sts", "--sts-target", "cosine-range")
+    texts = [("a cat sat", "a dog ran"), ("the red car", "a big tree")]
+    split = TaskSplit("sts", ["0", "1"], encode_views(tokenizer, texts, "bi", 32, source=None), torch.tensor([0.0, 0.1]))
+
+    class OneDirection(nn.Module):  # each embedding onto one direction, at its own length
+        def forward(self, embedding):
+            return embedding.norm(dim=-1, keepdim=True) * torch.tensor([0.3, 0.1, 0.7])
+
+    model.heads["sts"].mlp = OneDirection()
+    with caplog.at_level("WARNING"):
+        model.calibrate({"sts": split}, tokenizer.pad_id)
+    assert model.heads["sts"].cosine_floor.item() == pytest.approx(MAX_COSINE_FLOOR)
+    assert "all but parallel" in caplog.text and f"M is capped at {MAX_COSINE_FLOOR:g}" in caplog.text
 
 
 def test_heads_of_other_head_flags_are_refused(tmp_path):
