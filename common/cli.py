@@ -66,7 +66,7 @@ class Parser(argparse.ArgumentParser):
     bury the one that says what is wrong); --help still prints everything."""
 
     def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        distributed.refuse(f"{self.prog}: error: {message} (see {self.prog} --help)")  # torchrun: once
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
@@ -214,8 +214,10 @@ def run(main: Callable[[], Any]) -> None:
         main()
         distributed.exit_finished_process()  # torchrun: every process leaves the group, then exits; else nothing
     except UserError as error:
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(2)
+        distributed.refuse(f"error: {error}", error)  # torchrun: once, not by every process
+    except distributed.ProcessStopped as error:
+        print(f"torchrun: {error}", file=sys.stderr)
+        distributed.exit_process(1)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        sys.exit(130)
+        distributed.exit_process(130)
