@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from common.cli import Range, check_ranges, flag
+from common.cli import Range, check_ranges, flag, parse_task_order
 from common.errors import CheckpointError
 from common.files import read_json
 from data.splits import PAIR_ENCODINGS, TaskSplit
@@ -21,8 +21,7 @@ from heads.paraphrase import CrossEncodedPairHead
 from models import POOLINGS, from_pretrained
 from models.bert import BertModel
 from models.sentence_embedding import pool
-from tasks import (COURSE_TASKS, RECIPE_PAIR_ENCODING, REGISTRY, SIMILARITY, STS_TARGETS, TASK_NAMES, HeadOptions,
-                   parse_task_order)
+from tasks import COURSE_TASKS, RECIPE_PAIR_ENCODING, REGISTRY, SIMILARITY, STS_TARGETS, TASK_NAMES, HeadOptions
 
 
 @dataclass

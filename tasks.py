@@ -1,10 +1,11 @@
-"""The task registry: everything that is particular to one fine-tuning task, in one place.
+"""The task registry: what training and prediction need to know of each fine-tuning task, in one place.
 
 A Task says where its files are and how to read them, whether an example is one sentence or a pair, which
 head it gets, its loss, how the head's raw outputs become soft outputs (what ensembles average) and hard
 predictions (what the leaderboard gets), its metric, its leaderboard file, and how its predictions read in
-words and its dev errors in a report. Heads, trainer, evaluation, predictions, ensembles and the analysis ask
-the registry; none of them knows a task by name or kind.
+words. Heads, trainer, evaluation, predictions and ensembles ask the registry; none of them knows a task by name
+or kind. Reporting is the analysis's: each kind's dev errors, their report and their panel are in
+analysis/errors.py.
 
     sst     SST-5 sentiment, 5 classes, accuracy                  (the course's first task)
     para    Quora paraphrase detection, 0/1, accuracy              (second)
@@ -20,14 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from common.cli import parse_task_weights
 from common.errors import DataError
-from common.metrics import accuracy, confusion_matrix, mean_score, overall_score, pearson, row_normalised
-from common.tables import cell, markdown_table
+from common.metrics import accuracy, mean_score, overall_score, pearson
 from data.contrastive import ContrastiveData, Encode, PairSet, SentenceSet, Source, usable
 from data.readers import read_quora, read_sentiment, read_sts, sample_records
 from data.splits import TaskSplit, encode_views
@@ -146,20 +146,6 @@ class Task:
         """Soft outputs in words, one dict an example (what predict.py prints)."""
         raise NotImplementedError
 
-    # ---- dev errors (analyze.py errors) ----
-    def errors(self, records: list, soft: torch.Tensor, tolerance: float) -> dict:
-        """The numbers of its errors on dev records; "wrong": one bool an example (for the tasks' comparison).
-        tolerance: how far a regression's prediction may be from gold before it counts as wrong."""
-        raise NotImplementedError
-
-    def error_report(self, result: dict, top: int) -> list[str]:
-        """Markdown sections of errors(...)'s result; lists cut to `top` rows."""
-        raise NotImplementedError
-
-    def error_panel(self, result: dict, records: list, soft: torch.Tensor) -> tuple[str, dict]:
-        """Its panel of the errors picture: a kind of drawing (analysis/errors.py) and its arguments."""
-        raise NotImplementedError
-
     # ---- metric ----
     loss_description = ""  # the training loss, for axis labels
     metric_name = "accuracy"
@@ -236,39 +222,6 @@ class Classification(Task):
         return [{"class": label, "name": self.class_names[label], "probabilities": row}
                 for label, row in zip(self.hard(soft).tolist(), soft.tolist())]
 
-    def errors(self, records, soft, tolerance):
-        """Accuracy, the confusion matrix (counts and row-normalised), and the misclassified sentences, the
-        most confident first (confidence: the predicted class's probability)."""
-        predicted, gold = self.hard(soft).tolist(), [r.label for r in records]
-        counts = confusion_matrix(gold, predicted, self.num_classes)
-        misclassified = [{"id": r.id, "sentence": r.sentence, "gold": g, "predicted": p,
-                          "confidence": soft[i, p].item()}
-                         for i, (r, g, p) in enumerate(zip(records, gold, predicted)) if g != p]
-        return {"accuracy": accuracy(predicted, gold), "confusion": counts.tolist(),
-                "confusion_normalised": row_normalised(counts).tolist(),
-                "misclassified": sorted(misclassified, key=lambda e: -e["confidence"]),
-                "wrong": [g != p for g, p in zip(gold, predicted)]}
-
-    def error_report(self, result, top):
-        names = [f"{number} {name}" for number, name in enumerate(self.class_names)]
-        counts = {names[g]: dict(zip(names, row)) for g, row in enumerate(result["confusion"])}
-        fractions = {names[g]: dict(zip(names, row)) for g, row in enumerate(result["confusion_normalised"])}
-        wrong = {e["id"]: {**e, "sentence": cell(e["sentence"]), "gold": names[e["gold"]],
-                           "predicted": names[e["predicted"]]} for e in result["misclassified"][:top]}
-        return [f"## {self.title}: accuracy {result['accuracy']:.4f}\n",
-                "Counts (rows: gold class, columns: predicted):\n",
-                markdown_table(counts, names, label="gold \\ predicted"),
-                "\nEach gold class's row as fractions (recall on the diagonal):\n",
-                markdown_table(fractions, names, label="gold \\ predicted", digits=3),
-                (f"\n{len(result['misclassified'])} misclassified; the {min(top, len(wrong))} most confident "
-                 f"(confidence: the predicted class's probability):\n"),
-                markdown_table(wrong, ["sentence", "gold", "predicted", "confidence"], label="id", digits=3)]
-
-    def error_panel(self, result, records, soft):
-        return "confusion", {"counts": np.array(result["confusion"]), "title": self.title,
-                             "fractions": np.array(result["confusion_normalised"]),
-                             "classes": list(self.class_names), "accuracy": result["accuracy"]}
-
 
 @dataclass(frozen=True)
 class Paraphrase(Task):
@@ -315,35 +268,6 @@ class Paraphrase(Task):
 
     def describe(self, soft):
         return [{"paraphrase": label, "probability": p} for label, p in zip(self.hard(soft).tolist(), soft.tolist())]
-
-    def errors(self, records, soft, tolerance):
-        """Accuracy, the false positives and false negatives, the most confident first (confidence: the
-        probability given to the wrong answer)."""
-        predicted, gold = self.hard(soft).tolist(), [int(r.label) for r in records]
-        errors = {"false_positives": [], "false_negatives": []}
-        for r, g, p, probability in zip(records, gold, predicted, soft.tolist()):
-            if g != p:
-                errors["false_positives" if p else "false_negatives"].append(
-                    {"id": r.id, "sentence1": r.sentence1, "sentence2": r.sentence2, "gold": g,
-                     "p_paraphrase": probability, "confidence": probability if p else 1 - probability})
-        return {"accuracy": accuracy(predicted, gold),
-                **{kind: sorted(rows, key=lambda e: -e["confidence"]) for kind, rows in errors.items()},
-                "wrong": [g != p for g, p in zip(gold, predicted)]}
-
-    def error_report(self, result, top):
-        sections = [f"## {self.title}: accuracy {result['accuracy']:.4f}\n"]
-        for kind, words in (("false_positives", "false positives (gold: not paraphrase)"),
-                            ("false_negatives", "false negatives (gold: paraphrase)")):
-            rows = {e["id"]: {**e, "sentence1": cell(e["sentence1"]), "sentence2": cell(e["sentence2"])}
-                    for e in result[kind][:top]}
-            sections += [f"\n{len(result[kind])} {words}; the {len(rows)} most confident:\n",
-                         markdown_table(rows, ["sentence1", "sentence2", "p_paraphrase"], label="id", digits=3,
-                                        headers=["question 1", "question 2", "P(paraphrase)"])]
-        return sections
-
-    def error_panel(self, result, records, soft):
-        return "probabilities", {"p_paraphrase": soft.numpy(), "gold": np.array([r.label for r in records]),
-                                 "title": self.title, "accuracy": result["accuracy"]}
 
 
 @dataclass(frozen=True)
@@ -427,26 +351,6 @@ class Similarity(Task):
 
     def describe(self, soft):
         return [{"similarity": score} for score in self.hard(soft).tolist()]
-
-    def errors(self, records, soft, tolerance):
-        """Pearson r, and every pair with its absolute error, the largest first; a pair counts as wrong when its
-        error exceeds `tolerance`."""
-        gold = [r.label for r in records]
-        pairs = [{"id": r.id, "sentence1": r.sentence1, "sentence2": r.sentence2, "gold": g, "predicted": s,
-                  "error": abs(s - g)} for r, g, s in zip(records, gold, soft.tolist())]
-        return {"pearson": pearson(soft, gold), "largest_errors": sorted(pairs, key=lambda e: -e["error"]),
-                "wrong": [e["error"] > tolerance for e in pairs]}
-
-    def error_report(self, result, top):
-        rows = {e["id"]: {**e, "sentence1": cell(e["sentence1"]), "sentence2": cell(e["sentence2"])}
-                for e in result["largest_errors"][:top]}
-        return [f"## {self.title}: Pearson r {result['pearson']:.4f}\n",
-                f"The {len(rows)} pairs with the largest absolute error:\n",
-                markdown_table(rows, ["sentence1", "sentence2", "gold", "predicted", "error"], label="id")]
-
-    def error_panel(self, result, records, soft):
-        return "scatter", {"predicted": soft.numpy(), "gold": np.array([r.label for r in records]),
-                           "title": self.title, "r": result["pearson"]}
 
     def metric(self, soft, labels):
         return pearson(soft, labels)
@@ -534,56 +438,6 @@ def selection_score(metrics: dict[str, float]) -> float:
     tasks, the course's overall score)."""
     scores = [REGISTRY[name].score(value) for name, value in metrics.items() if name in REGISTRY]
     return sum(scores) / len(scores)
-
-
-# ---- task lists of the command line ----
-
-def _split_option(text: str, option: str) -> list[str]:
-    items = [item.strip() for item in text.split(",")]
-    if not text.strip() or any(not item for item in items):
-        raise ValueError(f"{option} {text!r}: expected a comma-separated list without empty entries")
-    return items
-
-
-def parse_task_order(text: str, tasks: Sequence[str], option: str = "--task-order") -> tuple[str, ...]:
-    """'sst,para,sts' -> ('sst', 'para', 'sts'), for the flag `option`; repeats are allowed (a --task-order may
-    name a task twice: training/schedules.py)."""
-    order = tuple(_split_option(text, option))
-    unknown = [task for task in order if task not in tasks]
-    if unknown:
-        raise ValueError(f"{option} {text!r}: unknown task {unknown[0]!r}; known tasks: {', '.join(tasks)}")
-    return order
-
-
-def parse_task_weights(text: str, tasks: Sequence[str], option: str = "--task-weights",
-                       trained: Sequence[str] | None = None) -> dict[str, float]:
-    """'para=2,sst=0.5' -> {'para': 2.0, 'sst': 0.5}, for the flag `option`. Tasks left out weigh 1. trained: the
-    tasks a run trains (default: all of `tasks`), of which at least one must weigh more than 0."""
-    weights: dict[str, float] = {}
-    for item in _split_option(text, option):
-        task, equals, value = (part.strip() for part in item.partition("="))
-        if not equals or not task or not value:
-            raise ValueError(f"{option} {text!r}: {item!r} is not of the form task=weight")
-        if task not in tasks:
-            raise ValueError(f"{option} {text!r}: unknown task {task!r}; known tasks: {', '.join(tasks)}")
-        if task in weights:
-            raise ValueError(f"{option} {text!r}: task {task!r} is given twice")
-        try:
-            weight = float(value)
-        except ValueError:
-            raise ValueError(f"{option} {text!r}: weight {value!r} of {task!r} is not a number") from None
-        if not math.isfinite(weight) or weight < 0:
-            raise ValueError(f"{option} {text!r}: weight of {task!r} must be a finite number >= 0, got {value}")
-        weights[task] = weight
-    if not any(weights.get(task, 1.0) for task in (tasks if trained is None else trained)):
-        raise ValueError(f"{option} {text!r}: every trained task weighs 0, so nothing would be trained; at least one "
-                         f"task needs a positive weight")
-    return weights
-
-
-def task_weights_text(weights: dict[str, float]) -> str:
-    """{'para': 0.8} -> 'para=0.8': weights as --task-weights takes them (parse_task_weights reads them back)."""
-    return ",".join(f"{task}={weight:g}" for task, weight in weights.items())
 
 
 def trained_task_weights(text: str, trained: Sequence[str], option: str) -> dict[str, float]:

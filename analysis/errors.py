@@ -1,13 +1,17 @@
-"""errors: a finished multi-task run's dev errors, each task's as its kind describes them (tasks.Task.errors,
-error_report, error_panel: the SST confusion matrix, Quora's false positives and negatives, STS predicted
-against gold), and whether errors fall on the sentences the tasks share."""
+"""errors: a finished multi-task run's dev errors, each task's as its kind calls for (task_errors, error_report,
+error_panel: a classification's confusion matrix, a paraphrase task's false positives and negatives, a similarity
+task's predictions against gold), and whether errors fall on the sentences the tasks share. A new kind of task
+(tasks.py) registers its three here."""
+import functools
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import combinations
 from pathlib import Path
 
 import matplotlib
 import numpy as np
+import torch
 from matplotlib.figure import Figure
 
 from analysis.figures import counted, integer_ticks, new_figure
@@ -15,9 +19,10 @@ from analysis.report import Report, short_names
 from common.cli import flag
 from common.errors import DataError
 from common.files import DEFAULT_DATA
-from common.tables import markdown_table
+from common.metrics import accuracy, confusion_matrix, pearson, row_normalised
+from common.tables import cell, markdown_table
 from evaluation.outputs import dev_records, load_member
-from tasks import REGISTRY
+from tasks import REGISTRY, Classification, Paraphrase, Similarity, Task
 
 FEW_SHARED = 30  # below this many sentences shared by two dev sets, their errors say nothing about each other
 
@@ -42,6 +47,126 @@ class ErrorsConfig:
     def __post_init__(self):
         if self.top < 1:
             raise ValueError("--top must be at least 1")
+
+
+# ---- compute and report: each kind of task's errors ----
+
+@functools.singledispatch
+def task_errors(task: Task, records: list, soft: torch.Tensor, tolerance: float) -> dict:
+    """The numbers of a task's errors on dev records; "wrong": one bool an example (for the tasks' comparison).
+    tolerance: how far a regression's prediction may be from gold before it counts as wrong."""
+    raise NotImplementedError(f"no error analysis for a {type(task).__name__} task")
+
+
+@functools.singledispatch
+def error_report(task: Task, result: dict, top: int) -> list[str]:
+    """Markdown sections of task_errors(...)'s result; lists cut to `top` rows."""
+    raise NotImplementedError(f"no error report for a {type(task).__name__} task")
+
+
+@functools.singledispatch
+def error_panel(task: Task, result: dict, records: list, soft: torch.Tensor) -> tuple[Callable, dict]:
+    """Its panel of the errors picture: the drawing (below) and its arguments."""
+    raise NotImplementedError(f"no error panel for a {type(task).__name__} task")
+
+
+@task_errors.register
+def _classification_errors(task: Classification, records, soft, tolerance):
+    """Accuracy, the confusion matrix (counts and row-normalised), and the misclassified sentences, the most
+    confident first (confidence: the predicted class's probability)."""
+    predicted, gold = task.hard(soft).tolist(), [r.label for r in records]
+    counts = confusion_matrix(gold, predicted, task.num_classes)
+    misclassified = [{"id": r.id, "sentence": r.sentence, "gold": g, "predicted": p, "confidence": soft[i, p].item()}
+                     for i, (r, g, p) in enumerate(zip(records, gold, predicted)) if g != p]
+    return {"accuracy": accuracy(predicted, gold), "confusion": counts.tolist(),
+            "confusion_normalised": row_normalised(counts).tolist(),
+            "misclassified": sorted(misclassified, key=lambda e: -e["confidence"]),
+            "wrong": [g != p for g, p in zip(gold, predicted)]}
+
+
+@error_report.register
+def _classification_report(task: Classification, result, top):
+    names = [f"{number} {name}" for number, name in enumerate(task.class_names)]
+    counts = {names[g]: dict(zip(names, row)) for g, row in enumerate(result["confusion"])}
+    fractions = {names[g]: dict(zip(names, row)) for g, row in enumerate(result["confusion_normalised"])}
+    wrong = {e["id"]: {**e, "sentence": cell(e["sentence"]), "gold": names[e["gold"]],
+                       "predicted": names[e["predicted"]]} for e in result["misclassified"][:top]}
+    return [f"## {task.title}: accuracy {result['accuracy']:.4f}\n",
+            "Counts (rows: gold class, columns: predicted):\n",
+            markdown_table(counts, names, label="gold \\ predicted"),
+            "\nEach gold class's row as fractions (recall on the diagonal):\n",
+            markdown_table(fractions, names, label="gold \\ predicted", digits=3),
+            (f"\n{len(result['misclassified'])} misclassified; the {min(top, len(wrong))} most confident "
+             f"(confidence: the predicted class's probability):\n"),
+            markdown_table(wrong, ["sentence", "gold", "predicted", "confidence"], label="id", digits=3)]
+
+
+@error_panel.register
+def _classification_panel(task: Classification, result, records, soft):
+    return confusion_panel, {"counts": np.array(result["confusion"]), "title": task.title,
+                             "fractions": np.array(result["confusion_normalised"]),
+                             "classes": list(task.class_names), "accuracy": result["accuracy"]}
+
+
+@task_errors.register
+def _paraphrase_errors(task: Paraphrase, records, soft, tolerance):
+    """Accuracy, the false positives and false negatives, the most confident first (confidence: the probability
+    given to the wrong answer)."""
+    predicted, gold = task.hard(soft).tolist(), [int(r.label) for r in records]
+    errors = {"false_positives": [], "false_negatives": []}
+    for r, g, p, probability in zip(records, gold, predicted, soft.tolist()):
+        if g != p:
+            errors["false_positives" if p else "false_negatives"].append(
+                {"id": r.id, "sentence1": r.sentence1, "sentence2": r.sentence2, "gold": g,
+                 "p_paraphrase": probability, "confidence": probability if p else 1 - probability})
+    return {"accuracy": accuracy(predicted, gold),
+            **{kind: sorted(rows, key=lambda e: -e["confidence"]) for kind, rows in errors.items()},
+            "wrong": [g != p for g, p in zip(gold, predicted)]}
+
+
+@error_report.register
+def _paraphrase_report(task: Paraphrase, result, top):
+    sections = [f"## {task.title}: accuracy {result['accuracy']:.4f}\n"]
+    for kind, words in (("false_positives", "false positives (gold: not paraphrase)"),
+                        ("false_negatives", "false negatives (gold: paraphrase)")):
+        rows = {e["id"]: {**e, "sentence1": cell(e["sentence1"]), "sentence2": cell(e["sentence2"])}
+                for e in result[kind][:top]}
+        sections += [f"\n{len(result[kind])} {words}; the {len(rows)} most confident:\n",
+                     markdown_table(rows, ["sentence1", "sentence2", "p_paraphrase"], label="id", digits=3,
+                                    headers=["question 1", "question 2", "P(paraphrase)"])]
+    return sections
+
+
+@error_panel.register
+def _paraphrase_panel(task: Paraphrase, result, records, soft):
+    return probabilities_panel, {"p_paraphrase": soft.numpy(), "gold": np.array([r.label for r in records]),
+                                 "title": task.title, "accuracy": result["accuracy"]}
+
+
+@task_errors.register
+def _similarity_errors(task: Similarity, records, soft, tolerance):
+    """Pearson r, and every pair with its absolute error, the largest first; a pair counts as wrong when its error
+    exceeds `tolerance`."""
+    gold = [r.label for r in records]
+    pairs = [{"id": r.id, "sentence1": r.sentence1, "sentence2": r.sentence2, "gold": g, "predicted": s,
+              "error": abs(s - g)} for r, g, s in zip(records, gold, soft.tolist())]
+    return {"pearson": pearson(soft, gold), "largest_errors": sorted(pairs, key=lambda e: -e["error"]),
+            "wrong": [e["error"] > tolerance for e in pairs]}
+
+
+@error_report.register
+def _similarity_report(task: Similarity, result, top):
+    rows = {e["id"]: {**e, "sentence1": cell(e["sentence1"]), "sentence2": cell(e["sentence2"])}
+            for e in result["largest_errors"][:top]}
+    return [f"## {task.title}: Pearson r {result['pearson']:.4f}\n",
+            f"The {len(rows)} pairs with the largest absolute error:\n",
+            markdown_table(rows, ["sentence1", "sentence2", "gold", "predicted", "error"], label="id")]
+
+
+@error_panel.register
+def _similarity_panel(task: Similarity, result, records, soft):
+    return scatter_panel, {"predicted": soft.numpy(), "gold": np.array([r.label for r in records]),
+                           "title": task.title, "r": result["pearson"]}
 
 
 # ---- compute: do two tasks get the same sentences wrong? ----
@@ -102,7 +227,7 @@ def overlap_section(overlap: list[dict], sts_error: float) -> list[str]:
                                     "neither wrong", "error rate a", "error rate b"])]
 
 
-# ---- draw: the kinds of panel a task's error_panel names ----
+# ---- draw: the panels error_panel names ----
 
 def confusion_panel(axes, counts: np.ndarray, fractions: np.ndarray, classes: list[str], accuracy: float,
                     title: str) -> None:
@@ -146,12 +271,8 @@ def scatter_panel(axes, predicted: np.ndarray, gold: np.ndarray, r: float, title
     axes.legend(fontsize="small", loc="upper left")
 
 
-PANELS = {"confusion": confusion_panel, "probabilities": probabilities_panel, "scatter": scatter_panel}
-
-
-def draw_errors(title: str, panels: list[tuple[str, dict]]) -> Figure:
-    """A panel per task the run has: (kind of panel, its arguments)."""
-    panels = [(PANELS[kind], arguments) for kind, arguments in panels]
+def draw_errors(title: str, panels: list[tuple[Callable, dict]]) -> Figure:
+    """A panel per task the run has: (its drawing, its arguments)."""
     # Larger type than the other pictures: three panels side by side are shrunk the most in a report. A text takes
     # its size when it is made, here (ticks made later copy the first), so the figure keeps it when saved outside.
     with matplotlib.rc_context({"font.size": 12}):
@@ -173,11 +294,11 @@ def build(config: ErrorsConfig) -> Report:
     for name in (name for name in REGISTRY if name in member):
         task, saved = REGISTRY[name], member[name]["dev"]
         records, soft = dev_records(config.data_dir, name, saved["ids"]), saved["outputs"].float()
-        result = task.errors(records, soft, config.sts_error)
-        panels.append(task.error_panel(result, records, soft))
+        result = task_errors(task, records, soft, config.sts_error)
+        panels.append(error_panel(task, result, records, soft))
         sentences[name] = sentence_errors([task.texts(r) for r in records], result.pop("wrong"))
         results[name] = result
-        sections += ["", *task.error_report(result, config.top)]
+        sections += ["", *error_report(task, result, config.top)]
     picture = draw_errors(f"Dev errors of {short_names([config.run])[0]}", panels)
     overlap = cross_task_overlap(sentences)
     if len(sentences) > 1:

@@ -15,9 +15,9 @@ from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common.cli import HelpFormatter  # noqa: E402
+from common.cli import HelpFormatter, parse_task_weights  # noqa: E402
 from common.tables import markdown_table  # noqa: E402
-from tasks import COURSE_TASKS, parse_task_weights  # noqa: E402
+from tasks import COURSE_TASKS  # noqa: E402
 
 METRICS = (*COURSE_TASKS, "overall")
 

@@ -1,4 +1,5 @@
-"""What every command shares: flags generated from a config dataclass, the device, logging, clean errors.
+"""What every command shares: flags generated from a config dataclass, the device, logging, clean errors, and the
+lists of tasks that flags name.
 
 Each field of a command's config dataclass becomes a flag (`max_length` -> `--max-length`); its
 `help` metadata is the flag's help and its default the flag's default, so configuration lives in
@@ -9,10 +10,12 @@ import argparse
 import dataclasses
 import inspect
 import logging
+import math
 import os
 import shlex
 import sys
 import typing
+from collections.abc import Sequence
 from typing import Any, Callable
 
 import torch
@@ -66,7 +69,7 @@ class Parser(argparse.ArgumentParser):
     bury the one that says what is wrong); --help still prints everything."""
 
     def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        distributed.refuse(f"{self.prog}: error: {message} (see {self.prog} --help)")  # torchrun: once
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
@@ -214,8 +217,60 @@ def run(main: Callable[[], Any]) -> None:
         main()
         distributed.exit_finished_process()  # torchrun: every process leaves the group, then exits; else nothing
     except UserError as error:
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(2)
+        distributed.refuse(f"error: {error}", error)  # torchrun: once, not by every process
+    except distributed.ProcessStopped as error:
+        print(f"torchrun: {error}", file=sys.stderr)
+        distributed.exit_process(1)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        sys.exit(130)
+        distributed.exit_process(130)
+
+
+# ---- lists of tasks that flags name (--tasks, --task-order, --task-weights, --loss-weights) ----
+
+def _split_option(text: str, option: str) -> list[str]:
+    items = [item.strip() for item in text.split(",")]
+    if not text.strip() or any(not item for item in items):
+        raise ValueError(f"{option} {text!r}: expected a comma-separated list without empty entries")
+    return items
+
+
+def parse_task_order(text: str, tasks: Sequence[str], option: str = "--task-order") -> tuple[str, ...]:
+    """'sst,para,sts' -> ('sst', 'para', 'sts'), for the flag `option`; repeats are allowed (a --task-order may
+    name a task twice: training/schedules.py)."""
+    order = tuple(_split_option(text, option))
+    unknown = [task for task in order if task not in tasks]
+    if unknown:
+        raise ValueError(f"{option} {text!r}: unknown task {unknown[0]!r}; known tasks: {', '.join(tasks)}")
+    return order
+
+
+def parse_task_weights(text: str, tasks: Sequence[str], option: str = "--task-weights",
+                       trained: Sequence[str] | None = None) -> dict[str, float]:
+    """'para=2,sst=0.5' -> {'para': 2.0, 'sst': 0.5}, for the flag `option`. Tasks left out weigh 1. trained: the
+    tasks a run trains (default: all of `tasks`), of which at least one must weigh more than 0."""
+    weights: dict[str, float] = {}
+    for item in _split_option(text, option):
+        task, equals, value = (part.strip() for part in item.partition("="))
+        if not equals or not task or not value:
+            raise ValueError(f"{option} {text!r}: {item!r} is not of the form task=weight")
+        if task not in tasks:
+            raise ValueError(f"{option} {text!r}: unknown task {task!r}; known tasks: {', '.join(tasks)}")
+        if task in weights:
+            raise ValueError(f"{option} {text!r}: task {task!r} is given twice")
+        try:
+            weight = float(value)
+        except ValueError:
+            raise ValueError(f"{option} {text!r}: weight {value!r} of {task!r} is not a number") from None
+        if not math.isfinite(weight) or weight < 0:
+            raise ValueError(f"{option} {text!r}: weight of {task!r} must be a finite number >= 0, got {value}")
+        weights[task] = weight
+    if not any(weights.get(task, 1.0) for task in (tasks if trained is None else trained)):
+        raise ValueError(f"{option} {text!r}: every trained task weighs 0, so nothing would be trained; at least one "
+                         f"task needs a positive weight")
+    return weights
+
+
+def task_weights_text(weights: dict[str, float]) -> str:
+    """{'para': 0.8} -> 'para=0.8': weights as --task-weights takes them (parse_task_weights reads them back)."""
+    return ",".join(f"{task}={weight:g}" for task, weight in weights.items())

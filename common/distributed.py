@@ -17,13 +17,22 @@ process with the whole batch:
     logging    each process keeps its part of the logged losses; they are summed at log lines (sum_over_processes)
     files      rank 0 alone reads and writes the output folder; what it reads or decides reaches the others by
                broadcast (on_main), so machines need not share a disk
+    refusals   printed once: by rank 0 where every process refuses alike (on_main), else by each machine's first
+               process (refuse)
+    a failure  a collective that fails because processes stopped (killed, crashed, their machine gone) raises
+               ProcessStopped, which names their ranks (each process beats in the group's store, and the failing
+               process looks whose beat stopped); a process that waits longer than --dist-timeout fails too
     end        a finished command's processes leave the group together and exit at once (exit_finished_process)
 
 A plain `python ...` run is a world of one process: every function here is then a no-op.
 """
+import contextlib
+import datetime
 import logging
 import os
 import sys
+import threading
+import time
 
 import torch
 import torch.distributed as dist
@@ -40,8 +49,9 @@ def launched_by_torchrun() -> bool:
     return int(os.environ.get("WORLD_SIZE", "1")) > 1
 
 
-def setup(device: torch.device) -> torch.device:
-    """Join torchrun's process group (NCCL on GPUs, gloo on CPU); returns this process's device.
+def setup(device: torch.device, timeout: float) -> torch.device:
+    """Join torchrun's process group (NCCL on GPUs, gloo on CPU); returns this process's device. `timeout`: the
+    seconds a collective waits for the other processes (--dist-timeout) before it fails.
 
     The other processes then log errors only: they read the same data and train the same model, so their
     warnings and reports would repeat rank 0's.
@@ -51,26 +61,79 @@ def setup(device: torch.device) -> torch.device:
     if device.type == "cuda":
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
         torch.cuda.set_device(device)
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=datetime.timedelta(seconds=timeout))
+    _start_heartbeat()
     if dist.get_rank() != 0:
         logging.getLogger().setLevel(logging.ERROR)
     return device
 
 
-def exit_finished_process() -> None:
-    """The end of a torchrun process whose command finished: the processes leave the group together (a barrier,
-    then destroy_process_group), what is buffered is flushed, and the process exits with code 0 without Python's
-    finalization. A gloo process that ends the usual way may abort there, its work done ("terminate called without
-    an active exception", pytorch/pytorch issue 190489: the group's threads still reach for Python objects while the
-    interpreter is torn down), and torchrun then reports a finished run as failed. Outside torchrun: nothing."""
-    if not dist.is_initialized():
-        return
-    barrier()
-    dist.destroy_process_group()
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+# ---- a process that stops ----
+
+# How often each process adds 1 to its counter in the job's store (from a thread of its own, so that a process busy
+# in a long evaluation beats too), and how long a process whose collective failed watches the counters before it
+# names those that did not move: three beats, so that a process slowed down by a busy machine still counts as alive.
+BEAT_SECONDS = 1.0
+ROLL_CALL_SECONDS = 3 * BEAT_SECONDS
+_heartbeats = None  # the counters in the store, once this process has joined the group
+
+
+class ProcessStopped(Exception):
+    """Other processes of the job stopped (killed, crashed, refused on their own, or their machine is gone), and so
+    a collective of this process failed: its message, one line, names them and this process."""
+
+
+def _start_heartbeat() -> None:
+    global _heartbeats
+    # The store the processes met in to form the group: torchrun's of rank 0's machine (or rank 0 itself, where
+    # torchrun keeps none), which every process reaches. torch has no public way to it.
+    _heartbeats = dist.PrefixStore("heartbeat", dist.distributed_c10d._get_default_store())
+    key = str(dist.get_rank())
+
+    def beat():
+        try:
+            while True:
+                _heartbeats.add(key, 1)
+                time.sleep(BEAT_SECONDS)
+        except RuntimeError:  # the store is gone, and with it whoever would read the beats
+            return
+
+    threading.Thread(target=beat, name="heartbeat", daemon=True).start()
+
+
+def _stopped_ranks() -> list[int] | None:
+    """The ranks whose counters did not move over ROLL_CALL_SECONDS; None where the store is gone."""
+    keys = [str(rank) for rank in range(dist.get_world_size())]
+    try:
+        before = [_heartbeats.add(key, 0) for key in keys]
+        time.sleep(ROLL_CALL_SECONDS)
+        after = [_heartbeats.add(key, 0) for key in keys]
+    except RuntimeError:
+        return None
+    return [rank for rank, (then, now) in enumerate(zip(before, after)) if then == now]
+
+
+@contextlib.contextmanager
+def _collective():
+    """Around every collective: its failure because other processes stopped becomes ProcessStopped, naming them.
+    Any other failure (a bug; a process that hangs past --dist-timeout, beating still) keeps its traceback."""
+    try:
+        yield
+    except RuntimeError as error:  # gloo's failures are RuntimeErrors; NCCL's and the store's subclass it
+        if _heartbeats is None:  # a group this module did not set up: no beats to tell who stopped
+            raise
+        stopped = _stopped_ranks()
+        if stopped == []:
+            raise
+        # The backend's first sentence, without its source file: e.g. "Read error [10.0.0.2]:51234: Connection reset
+        # by peer" (gloo), or "Timed out waiting 1800000ms for recv operation to complete".
+        reason = str(error).strip().splitlines()[0].split("] ", 1)[-1].split(". ")[0]
+        if stopped is None:  # it lives with rank 0's torchrun, or with rank 0
+            who = "the process of rank 0, or its torchrun, stopped (the job's store, which they keep, is gone; "
+        else:
+            who = (f"the process{'es' * (len(stopped) > 1)} of rank{'s' * (len(stopped) > 1)} "
+                   f"{', '.join(map(str, stopped))} stopped (")
+        raise ProcessStopped(f"{who}{reason}); this process (rank {dist.get_rank()}) ends too") from error
 
 
 def _check_joined() -> None:
@@ -94,6 +157,7 @@ def is_main() -> bool:
     return rank() == 0
 
 
+@_collective()
 def barrier() -> None:
     if world_size() > 1:
         dist.barrier()
@@ -106,8 +170,84 @@ def _device() -> torch.device:
     return torch.device("cpu")
 
 
+# ---- refusals, and the end ----
+
+def processes() -> str:
+    """This job's processes as torchrun's flags count them: "2 x 4 = 8 processes (--nnodes x --nproc-per-node)"
+    ("8 processes" where the machines run different numbers; "1 process" without torchrun). Read from torchrun's
+    environment, so it can be said before joining the group."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1:
+        return "1 process"
+    nodes, per_node = int(os.environ.get("GROUP_WORLD_SIZE", "1")), int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    if nodes * per_node != world:
+        return f"{world} processes"
+    return f"{nodes} x {per_node} = {world} processes (--nnodes x --nproc-per-node)"
+
+
+def on_every_process(error: Exception) -> Exception:
+    """Mark a refusal that every process raises alike, as it follows from what rank 0 decided or from what all of
+    them share: rank 0 alone prints it (refuse)."""
+    error.on_every_process = True
+    return error
+
+
+# How long a torchrun process that leaves a refusal to another process of its machine waits before it exits:
+# torchrun ends a machine's processes as soon as one of them exits, and would end the one that prints before it
+# printed, had a silent one exited first. The one that prints reaches the same refusal within seconds (a process
+# that started later, or reads the data more slowly) and exits; torchrun ends this one meanwhile.
+SILENT_WAIT_SECONDS = 60
+
+
+def refuse(line: str, error: Exception | None = None) -> None:
+    """End this process with a refusal: `line` on stderr, exit code 2 (cli.run; cli.Parser for the command line,
+    error None). Under torchrun the line is printed once, not once a process: a refusal marked by on_every_process
+    by rank 0, after which every process leaves at once (a barrier: none exits before rank 0 has printed); any
+    other (a flag, a data file, the device) by the first process of each machine (LOCAL_RANK 0), since a machine's
+    processes run one command on the same files and devices and so refuse alike, while another machine may refuse
+    what rank 0 accepts and must say so itself. The others end silently."""
+    every = getattr(error, "on_every_process", False)
+    prints = os.environ.get("RANK" if every else "LOCAL_RANK", "0") == "0"  # torchrun's: known before joining too
+    if prints:
+        print(line, file=sys.stderr, flush=True)
+    if every:
+        barrier()
+    elif not prints:
+        time.sleep(SILENT_WAIT_SECONDS)
+    exit_process(2)
+
+
+def _end_now(code: int) -> None:
+    # Without Python's finalization: a gloo process that ends the usual way may abort there ("terminate called
+    # without an active exception", pytorch/pytorch issue 190489: the group's threads still reach for Python objects
+    # while the interpreter is torn down), which replaces its exit code (a finished run's then reads as failed).
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def exit_process(code: int) -> None:
+    """Exit with `code`: a process of torchrun's group at once, what is buffered flushed; any other by sys.exit (a
+    command called in Python raises SystemExit)."""
+    if dist.is_initialized():
+        _end_now(code)
+    sys.exit(code)
+
+
+def exit_finished_process() -> None:
+    """The end of a torchrun process whose command finished: the processes leave the group together (a barrier,
+    then destroy_process_group) and each exits at once with code 0. Outside torchrun: nothing."""
+    if not dist.is_initialized():
+        return
+    barrier()
+    dist.destroy_process_group()
+    _end_now(0)
+
+
 # ---- rank 0's files and decisions ----
 
+@_collective()
 def all_gather_objects(value) -> list:
     """Every process's `value`, in rank order (e.g. each one's random state, for a checkpoint)."""
     if world_size() == 1:
@@ -117,6 +257,7 @@ def all_gather_objects(value) -> list:
     return values
 
 
+@_collective()
 def broadcast_object(value):
     """Rank 0's `value` on every process (e.g. a decision only rank 0 can make)."""
     if world_size() == 1:
@@ -128,7 +269,8 @@ def broadcast_object(value):
 
 def on_main(read):
     """read() on rank 0 (a file of the output folder, which only its machine need have), its value on every
-    process. A UserError it raises is raised on every process, so that all of them stop with its message."""
+    process. A UserError it raises is raised on every process, so that all of them stop, and rank 0 alone prints
+    it (on_every_process)."""
     if world_size() == 1:
         return read()
     outcome = None
@@ -139,7 +281,7 @@ def on_main(read):
             outcome = (None, error)
     value, error = broadcast_object(outcome)
     if error is not None:
-        raise error
+        raise on_every_process(error)
     return value
 
 
@@ -154,6 +296,7 @@ def _unique_tensors(modules) -> list[torch.Tensor]:
     return list(tensors.values())
 
 
+@_collective()
 def _broadcast_flat(tensors: list[torch.Tensor]) -> None:
     """Rank 0's values of `tensors` on every process, one broadcast per dtype."""
     for dtype in dict.fromkeys(t.dtype for t in tensors):
@@ -193,6 +336,7 @@ def rows_to_compute(piece: list, rows: list) -> list | None:
     return rows[:1] if world_size() > 1 else None
 
 
+@_collective()
 def sum_over_processes(values: list) -> list[float]:
     """Each value (a number or a one-element tensor) summed over the processes, in one all_reduce: the whole
     step's losses and examples at a log line. Reading them waits for the device, so call it at log lines only."""
@@ -205,6 +349,7 @@ def sum_over_processes(values: list) -> list[float]:
 
 # ---- gradients ----
 
+@_collective()
 def average_gradients(parameters) -> None:
     """Replace every gradient by its mean over the processes, in one all_reduce of a flat buffer.
 
@@ -273,6 +418,7 @@ class _OverlappedAverage:
         self.missing[self.bucket_of[id(parameter)]].discard(id(parameter))
         self._send_complete()
 
+    @_collective()
     def _send_complete(self) -> None:
         while len(self.sent) < len(self.buckets) and not self.missing[len(self.sent)]:
             bucket = [p for p in self.buckets[len(self.sent)] if p.grad is not None]
@@ -280,6 +426,7 @@ class _OverlappedAverage:
             work = dist.all_reduce(flat, async_op=True) if bucket else None
             self.sent.append((bucket, work, flat))
 
+    @_collective()
     def finish(self) -> None:
         """Wait for every bucket and write the averages into .grad."""
         for hook in self.hooks:
@@ -343,6 +490,7 @@ class _GatherRows(torch.autograd.Function):
     """
 
     @staticmethod
+    @_collective()
     def forward(ctx, rows: torch.Tensor) -> torch.Tensor:
         sizes = [torch.zeros(1, dtype=torch.long, device=rows.device) for _ in range(world_size())]
         dist.all_gather(sizes, torch.tensor([len(rows)], device=rows.device))

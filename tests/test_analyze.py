@@ -22,10 +22,79 @@ from analysis.curves import read_metrics, run_curves
 from analysis.figures import model_style
 from analysis.report import short_names
 from analysis.spread import bucket_statistics
+from data.readers import PairExample, SentenceExample
 from heads.similarity import lowest_bucket_mean_cosine
+from tasks import REGISTRY
 from tests.conftest import sentence
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+# ---- each kind of task's dev errors (analysis/errors.py) ----
+
+SST, PARA, STS = (REGISTRY[name] for name in ("sst", "para", "sts"))
+
+
+def test_classification_errors_against_sklearn_and_confidence_by_hand():
+    rng = np.random.default_rng(0)
+    probabilities = torch.tensor(rng.dirichlet(np.ones(5), size=40), dtype=torch.float)
+    gold = rng.integers(0, 5, 40)
+    gold[gold == 4] = 3  # a class with no gold example: its row of fractions stays zero
+    records = [SentenceExample(f"s{i}", f"sentence {i}", int(g)) for i, g in enumerate(gold)]
+    result = errors.task_errors(SST, records, probabilities, tolerance=1.0)
+    predicted = probabilities.argmax(-1).numpy()
+    assert result["accuracy"] == pytest.approx(sklearn.metrics.accuracy_score(gold, predicted))
+    assert result["confusion"] == sklearn.metrics.confusion_matrix(gold, predicted, labels=range(5)).tolist()
+    with np.errstate(invalid="ignore"):
+        fractions = np.nan_to_num(sklearn.metrics.confusion_matrix(gold, predicted, labels=range(5), normalize="true"))
+    assert np.allclose(result["confusion_normalised"], fractions)
+    wrong = [i for i in range(40) if gold[i] != predicted[i]]
+    assert result["wrong"] == [gold[i] != predicted[i] for i in range(40)]
+    confidences = [e["confidence"] for e in result["misclassified"]]
+    assert sorted(e["id"] for e in result["misclassified"]) == sorted(f"s{i}" for i in wrong)
+    assert confidences == sorted(confidences, reverse=True)
+    assert confidences[0] == pytest.approx(max(probabilities[i].max().item() for i in wrong))
+
+
+def test_paraphrase_errors_split_false_positives_and_negatives_by_hand():
+    p = torch.tensor([0.9, 0.6, 0.4, 0.1, 0.8, 0.3])
+    gold = [0, 0, 1, 1, 1, 0]  # false positives: 0 (0.9), 1 (0.6); false negatives: 2 (0.4), 3 (0.1)
+    records = [PairExample(f"q{i}", f"a{i}", f"b{i}", float(g)) for i, g in enumerate(gold)]
+    result = errors.task_errors(PARA, records, p, tolerance=1.0)
+    assert result["accuracy"] == pytest.approx(2 / 6)
+    assert [e["id"] for e in result["false_positives"]] == ["q0", "q1"]
+    assert [e["id"] for e in result["false_negatives"]] == ["q3", "q2"]  # the most confident first: 1 - 0.1
+    assert [e["confidence"] for e in result["false_negatives"]] == pytest.approx([0.9, 0.6])
+    assert result["wrong"] == [True, True, True, True, False, False]
+
+
+def test_similarity_errors_against_scipy_and_the_tolerance():
+    scores = torch.tensor([4.0, 1.0, 2.5, 0.0])
+    gold = [3.5, 2.5, 2.5, 0.2]
+    records = [PairExample(f"p{i}", f"a{i}", f"b{i}", g) for i, g in enumerate(gold)]
+    result = errors.task_errors(STS, records, scores, tolerance=1.0)
+    assert result["pearson"] == pytest.approx(scipy.stats.pearsonr(scores.numpy(), gold).statistic)
+    assert [e["id"] for e in result["largest_errors"]] == ["p1", "p0", "p3", "p2"]
+    assert [e["error"] for e in result["largest_errors"]] == pytest.approx([1.5, 0.5, 0.2, 0.0])
+    assert result["wrong"] == [False, True, False, False]
+    assert errors.task_errors(STS, records, scores, tolerance=0.4)["wrong"] == [True, True, False, False]
+
+
+@pytest.mark.parametrize("name", REGISTRY)
+def test_every_kind_of_task_reports_its_errors_and_draws_its_panel(name):
+    task, rng = REGISTRY[name], random.Random(0)
+    if task.pair:
+        records = [PairExample(f"x{i}", f"a | {i}", f"b {i}", float(rng.randint(0, 1))) for i in range(6)]
+        soft = torch.rand(6, generator=torch.Generator().manual_seed(0)) * (5 if task.metric_name == "pearson" else 1)
+    else:
+        records = [SentenceExample(f"x{i}", f"a | {i}", rng.randrange(task.num_classes)) for i in range(6)]
+        soft = torch.softmax(torch.randn(6, task.num_classes, generator=torch.Generator().manual_seed(0)), -1)
+    result = errors.task_errors(task, records, soft, tolerance=1.0)
+    report = "\n".join(errors.error_report(task, result, top=2))
+    assert report.startswith(f"## {task.title}") and "a \\| " in report  # a | in a sentence cannot end its cell
+    [panel] = errors.draw_errors("errors", [errors.error_panel(task, result, records, soft)]).axes[:1]
+    assert panel.get_title().startswith(f"{task.title} dev, 6 ")
+
 
 
 def write_course_file(path: Path, columns: list[str], rows: list[list]) -> None:

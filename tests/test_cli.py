@@ -1,9 +1,9 @@
-"""Flags generated from a config dataclass: types, defaults in --help, usage errors."""
+"""Flags generated from a config dataclass: types, defaults in --help, usage errors; the lists of tasks flags name."""
 from dataclasses import dataclass
 
 import pytest
 
-from common.cli import build_parser, flag, parse_config
+from common.cli import build_parser, flag, parse_config, parse_task_order, parse_task_weights, task_weights_text
 
 
 @dataclass
@@ -72,3 +72,47 @@ def test_a_device_this_machine_does_not_have_is_a_usage_error(name, message):
     with pytest.raises(UsageError, match=message.replace("(", r"\(")):
         resolve_device(name)
     assert resolve_device("cpu").type == "cpu"
+
+
+# ---- lists of tasks that flags name ----
+
+TASKS = ("sst", "para", "sts")
+
+
+def test_parse_task_weights():
+    assert parse_task_weights("para=2,sst=1", TASKS) == {"para": 2.0, "sst": 1.0}
+    assert parse_task_weights(" sts = 0.5 ", TASKS) == {"sts": 0.5}
+
+
+def test_task_weights_text_is_what_parse_task_weights_reads_back():
+    assert task_weights_text({"para": 0.8, "sst": 2.0}) == "para=0.8,sst=2"
+    weights = {"sts": 0.125, "para": 3.0}
+    assert parse_task_weights(task_weights_text(weights), TASKS) == weights
+
+
+@pytest.mark.parametrize("text, message", [
+    ("para2", "task=weight"),
+    ("para=", "task=weight"),
+    ("=2", "task=weight"),
+    ("nli=2", "unknown task 'nli'"),
+    ("para=two", "not a number"),
+    ("para=-1", ">= 0"),
+    ("para=nan", ">= 0"),
+    ("para=inf", ">= 0"),
+    ("para=1,para=2", "given twice"),
+    ("para=1,,sst=2", "empty entries"),
+    ("", "empty entries"),
+    ("sst=0,para=0,sts=0", "positive weight"),
+])
+def test_parse_task_weights_errors_name_the_problem(text, message):
+    with pytest.raises(ValueError, match=message):
+        parse_task_weights(text, TASKS)
+
+
+def test_parse_task_order():
+    assert parse_task_order("sst, para,sts", TASKS) == ("sst", "para", "sts")
+    assert parse_task_order("sts,sst,sts", TASKS) == ("sts", "sst", "sts")
+    with pytest.raises(ValueError, match="unknown task 'quora'"):
+        parse_task_order("sst,quora", TASKS)
+    with pytest.raises(ValueError, match="--tasks 'sst,x': unknown task 'x'"):
+        parse_task_order("sst,x", TASKS, option="--tasks")

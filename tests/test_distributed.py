@@ -5,9 +5,12 @@ import json
 import math
 import os
 import random
+import re
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -247,10 +250,12 @@ def torchrun(*args):
     return run(sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(WORLD), *args)
 
 
-def two_machines(script: Path, args: list[str], folders: list[Path], logs: Path) -> list[int]:
+def start_two_machines(script: Path, args: list[str], folders: list[Path], logs: Path,
+                       workers_apart: bool = False) -> list[subprocess.Popen]:
     """Two torchrun invocations, as on two machines of one process each that share no disk: each runs in its own
     working folder (relative paths in `args` land there). Static rendezvous: node 0, the master, runs rank 0.
-    Returns their exit codes; each one's output is in logs/node{n}.log."""
+    Each one's output goes to logs/node{n}.log; with workers_apart, its worker's stderr to
+    logs/node{n}-worker/.../stderr.log instead (worker_stderr)."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -261,9 +266,21 @@ def two_machines(script: Path, args: list[str], folders: list[Path], logs: Path)
         with open(logs / f"node{node}.log", "w") as log:
             nodes.append(subprocess.Popen(
                 [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", "1",
-                 "--node-rank", str(node), "--master-addr", "127.0.0.1", "--master-port", str(port), str(script),
-                 *args], cwd=folder, stdout=log, stderr=subprocess.STDOUT, env=ENV))
-    return [node.wait(timeout=600) for node in nodes]
+                 "--node-rank", str(node), "--master-addr", "127.0.0.1", "--master-port", str(port),
+                 *(["--log-dir", str(logs / f"node{node}-worker"), "--redirects", "2"] if workers_apart else []),
+                 str(script), *args], cwd=folder, stdout=log, stderr=subprocess.STDOUT, env=ENV))
+    return nodes
+
+
+def worker_stderr(logs: Path, node: int) -> list[str]:
+    """What the worker of a node started with workers_apart wrote on stderr, but for its log records."""
+    text = next((logs / f"node{node}-worker").rglob("stderr.log")).read_text()
+    return [line for line in text.splitlines() if not line.startswith(("INFO ", "WARNING "))]
+
+
+def two_machines(script: Path, args: list[str], folders: list[Path], logs: Path) -> list[int]:
+    """start_two_machines, and their exit codes."""
+    return [node.wait(timeout=600) for node in start_two_machines(script, args, folders, logs)]
 
 
 def final_weights(out: Path) -> dict[str, torch.Tensor]:
@@ -527,3 +544,89 @@ def test_a_worker_killed_on_one_of_two_machines_ends_the_job_and_the_run_resumes
                        metrics(tmp_path / "full/run/metrics.jsonl", "eval"), key="train_loss",
                        scales=output_scales(tmp_path / "full/run"))
     assert list(machines[1].iterdir()) == []
+
+
+# ---- a process that stops, and refusals ----
+
+STOPS_AT_STEP_2 = """
+import os, signal, sys, time
+sys.path.insert(0, {root!r})
+from common import cli
+from training import multitask
+import multitask_classifier
+step = multitask.MultitaskRun.step
+def stops(self, item, share):
+    if self.engine.step == 2 and os.environ["RANK"] == "1":
+        with open({record!r}, "w") as record:
+            record.write(f"{{os.getpid()}} {{time.time()}}")
+        {how}
+    return step(self, item, share)
+multitask.MultitaskRun.step = stops
+cli.run(lambda: multitask_classifier.main(sys.argv[1:]))  # as the command ends
+"""
+DIST_TIMEOUT = 15  # seconds: more than the two processes' start can differ by, on a busy machine
+
+
+@pytest.mark.parametrize("how", [
+    # Killed: its machine closes its connections, and rank 0's next collective fails at once.
+    "os._exit(137)",
+    # Frozen, as on a machine that is gone: nothing closes its connections, rank 0 waits for --dist-timeout.
+    "os.kill(os.getpid(), signal.SIGSTOP)",
+], ids=["killed", "frozen"])
+def test_a_process_that_stops_ends_the_other_with_one_line_naming_its_rank(tiny_model, data_48, tmp_path, how):
+    script, record = tmp_path / "stops.py", tmp_path / "stopped"
+    script.write_text(STOPS_AT_STEP_2.format(root=str(ROOT), record=str(record), how=how))
+    logs = tmp_path / "logs"
+    args = multitask_args(tiny_model, data_48, Path("."), 4, "--dist-timeout", str(DIST_TIMEOUT))
+    nodes = start_two_machines(script, args, [tmp_path / "machine0", tmp_path / "machine1"], logs, workers_apart=True)
+    try:
+        code = nodes[0].wait(timeout=600)
+        ended = time.time()
+    finally:
+        if record.exists() and "SIGSTOP" in how:
+            os.kill(int(record.read_text().split()[0]), signal.SIGKILL)  # the frozen process, which we stopped
+        nodes[1].wait(timeout=600)
+    stopped = float(record.read_text().split()[1])
+    assert code != 0
+    [line] = worker_stderr(logs, 0)
+    reason = re.fullmatch(r"torchrun: the process of rank 1 stopped \((.+)\); this process \(rank 0\) ends too",
+                          line).group(1)
+    if "SIGSTOP" in how:  # it waited for --dist-timeout, then ended
+        assert reason == f"Timed out waiting {DIST_TIMEOUT * 1000}ms for recv operation to complete"
+        assert DIST_TIMEOUT - 1 < ended - stopped < DIST_TIMEOUT + distributed.ROLL_CALL_SECONDS + 15
+    else:
+        assert "Timed out" not in reason and ended - stopped < DIST_TIMEOUT
+
+
+def test_torchruns_processes_count_as_nnodes_x_nproc_per_node(monkeypatch):
+    for name, value in {"WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4", "GROUP_WORLD_SIZE": "2"}.items():
+        monkeypatch.setenv(name, value)
+    assert distributed.processes() == "2 x 4 = 8 processes (--nnodes x --nproc-per-node)"
+    monkeypatch.setenv("WORLD_SIZE", "7")  # machines of 4 and 3 processes (an elastic job)
+    assert distributed.processes() == "7 processes"
+
+
+def test_a_flag_refused_by_every_process_is_printed_once(tiny_model, data_48, tmp_path):
+    """Three processes on one machine refuse the command line alike: its first process prints the refusal."""
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "3",
+         "multitask_classifier.py", *multitask_args(tiny_model, data_48, tmp_path, 8, "--epochs", "0")],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, env=ENV)
+    assert result.returncode != 0
+    assert (result.stdout + result.stderr).count("error: --epochs must be >= 1, got 0") == 1
+
+
+def test_a_refusal_of_rank_0_is_printed_by_rank_0_alone_naming_the_processes(tiny_model, data_48, tmp_path):
+    """A run trained by one process, resumed by two on two machines: rank 0 reads its checkpoint and refuses, every
+    process ends with code 2, and only rank 0's machine prints it."""
+    machines, logs = [tmp_path / "machine0", tmp_path / "machine1"], tmp_path / "logs"
+    args = multitask_args(tiny_model, data_48, Path("."), 8, "--max-steps", "1")
+    machines[0].mkdir()
+    subprocess.run([sys.executable, str(ROOT / "multitask_classifier.py"), *args], cwd=machines[0], check=True,
+                   capture_output=True, timeout=600, env=ENV)
+    assert two_machines(ROOT / "multitask_classifier.py", [*args, "--resume"], machines, logs) == [1, 1]
+    refusal = ("error: --resume: this is 2 x 1 = 2 processes (--nnodes x --nproc-per-node), but the run was trained "
+               "by 1; resume it with as many")
+    assert (logs / "node0.log").read_text().count(refusal) == 1
+    assert "error:" not in (logs / "node1.log").read_text()
+    assert "exitcode  : 2" in (logs / "node1.log").read_text()  # torchrun's report of its process

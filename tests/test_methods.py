@@ -1,6 +1,9 @@
 """training/methods.py, the contrastive method registry, through the config pretrain_contrastive.py builds from its
-flags and the pretraining it sets up: each method's papers' defaults, its flags reaching its objective, the flags it
-refuses, its learning rates and its stages."""
+flags and the pretraining it sets up: each method's papers' defaults (and the --help that lists them), its flags
+reaching its objective, the flags it refuses, its learning rates and its stages."""
+import dataclasses
+import re
+
 import pytest
 from torch import nn
 
@@ -31,6 +34,30 @@ PAPERS = {"simcse": dict(batch_size=64, max_length=32, pooling="cls", temperatur
           "sg": dict(batch_size=16, max_length=64, pooling="cls", temperature=0.01, warmup=0.0),
           "sg-opt": dict(batch_size=16, max_length=64, pooling="cls", temperature=0.01, warmup=0.0),
           "consert": dict(batch_size=96, max_length=64, pooling="mean", temperature=0.1, warmup=0.1)}
+
+
+def listed_defaults(flag: str) -> dict[str, str]:
+    """Each method's default as the flag's --help lists it: "(default per method: a, b 16; c 64)" -> a, b: 16; c: 64."""
+    text = next(field.metadata["help"] for field in dataclasses.fields(ContrastiveConfig) if field.name == flag)
+    listed = {}
+    for group in re.search(r"\(default per method: ([^)]*?)(; ct has [^)]*)?\)", text).group(1).split("; "):
+        *names, last = group.split(", ")
+        last_name, value = last.split(" ")
+        listed |= dict.fromkeys([*names, last_name], value)
+    return listed
+
+
+@pytest.mark.parametrize("flag", ["batch_size", "max_length", "pooling", "temperature", "warmup"])
+def test_the_help_lists_each_methods_papers_default(flag):
+    assert listed_defaults(flag) == {method: f"{value:g}" if isinstance(value, float) else str(value)
+                                     for method, values in PAPERS.items() if (value := values[flag]) is not None}
+
+
+def test_the_help_lists_each_methods_learning_rates_and_projection():
+    helps = {field.name: field.metadata["help"] for field in dataclasses.fields(ContrastiveConfig)}
+    assert ("(default per method and data: simcse 5e-5 NLI, 2e-5 Quora, 3e-5 sentences; mnrl 2e-5; ct 1e-5; "
+            "sg, sg-opt 5e-5; consert 2e-5 NLI, 5e-7 unsup)") in helps["lr"]
+    assert "auto: on for simcse, off for mnrl, consert; ct, sg, sg-opt score in their own way" in helps["projection"]
 
 
 @pytest.mark.parametrize("method", METHODS)

@@ -98,10 +98,14 @@ class TrainingConfig:
                           choices=ATTENTION)
     compile: bool = flag(False, "torch.compile the encoder's layers (dynamic shapes: compiled once, at the first "
                                 "step)")
+    dist_timeout: float = flag(1800.0, "torchrun: seconds a process waits for the others at a collective before "
+                                       "the run fails. They wait while rank 0 evaluates and saves: for bert-base, "
+                                       "seconds on a GPU; on one CPU thread about 8 minutes (the dev sets), 10 (the "
+                                       "test predictions), 15 (--eval's STS benchmark)", range=POSITIVE)
 
     # What --resume may change without changing the run.
     RUNTIME_FIELDS = ("resume", "overwrite", "allow_changed_data", "device", "save_every", "log_every", "tensorboard",
-                      "quiet")
+                      "quiet", "dist_timeout")
     # What a run writes in --output-dir (a command adds its own): --overwrite removes these, and nothing else.
     OUTPUTS = ("last", "metrics.jsonl")
     # Flags that name files or folders: --resume compares where they point, not how they are spelled.
@@ -248,7 +252,7 @@ class Engine:
         self.config = config
         if config.quiet:  # before joining torchrun's group, which quiets its other processes further
             logging.getLogger().setLevel(logging.WARNING)
-        self.device = distributed.setup(resolve_device(config.device))
+        self.device = distributed.setup(resolve_device(config.device), config.dist_timeout)
         self.precision = Precision(config.precision, self.device)
         self.output_dir = Path(config.output_dir)
         self.is_main = distributed.is_main()
@@ -465,8 +469,10 @@ class Engine:
         if bad:
             last = self.output_dir / "last"
             saved = f"the last good checkpoint is {last}" if (last / STATE_FILE).exists() else "no checkpoint was saved"
-            raise UserError(f"step {self.step}: the {', '.join(bad)} loss is not finite ({losses[bad[0]]}); the run "
-                            f"stopped; {saved} (a lower --lr, or --precision fp32, may help)")
+            # torchrun: the losses are every process's summed, so every process stops here.
+            raise distributed.on_every_process(UserError(
+                f"step {self.step}: the {', '.join(bad)} loss is not finite ({losses[bad[0]]}); the run stopped; "
+                f"{saved} (a lower --lr, or --precision fp32, may help)"))
 
     def write_record(self, record: dict) -> None:
         """A line of metrics.jsonl, and its numbers in TensorBoard (rank 0 only)."""
@@ -510,8 +516,9 @@ class Engine:
     def _restore(self, state: dict, run: Run) -> None:
         """Continue from a training state of save_last (after _prepare, with the same parameters)."""
         if len(state["rng"]) != distributed.world_size():
-            raise CheckpointError(f"--resume: the run was trained by {len(state['rng'])} processes, this is "
-                                  f"{distributed.world_size()}; resume with the same --nproc_per_node")
+            raise distributed.on_every_process(CheckpointError(
+                f"--resume: this is {distributed.processes()}, but the run was trained by {len(state['rng'])}; "
+                f"resume it with as many"))
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.precision.load_state_dict(state["scaler"])

@@ -2,8 +2,9 @@
 
 An entry holds what is particular to a method: its papers' defaults, its default learning rate, the flags that
 are its own (every other method refuses them), what else it refuses, its stages, and how its objective is
-built (training/objectives.py, training/consert.py). A new method is one entry here, its flags in
-ContrastiveConfig, and its objective; the pretraining run (training/contrastive.py) knows no method by name.
+built (training/objectives.py, training/consert.py); the flags' help lists the defaults from the entries. A new
+method is one entry here, its flags in ContrastiveConfig, and its objective; the pretraining run
+(training/contrastive.py) knows no method by name.
 
     simcse   SimCSE (Gao et al. 2021; Chen's CS224N report): dropout views, NLI hard negatives, Quora negative pairs
     mnrl     multiple negatives ranking loss (Mohammed and Sabane's CS224N report; sentence-transformers)
@@ -29,37 +30,48 @@ from training.objectives import ContrastiveTension, MultipleNegatives, Objective
 DATA_NAMES = CONTRASTIVE_DATA.names
 
 
+def _number(value: float) -> str:
+    """5e-05 as 5e-5, 0.1 as 0.1: as a flag is written."""
+    return f"{value:g}".replace("e-0", "e-")
+
+
+@dataclass(frozen=True)
+class RateBy:
+    """A default learning rate that depends on the stage: the rate of the name pick(datasets, stage) gives."""
+    rates: dict[str, float]
+    pick: Callable[[list[Dataset], str], str]
+
+    def __call__(self, datasets: list[Dataset], stage: str) -> float:
+        return self.rates[self.pick(datasets, stage)]
+
+    def __str__(self) -> str:
+        return ", ".join(f"{_number(rate)} {name}" for name, rate in self.rates.items())
+
+
 @dataclass(frozen=True)
 class Method:
     name: str
     build: Callable[["ContrastiveConfig", BertModel, str], Objective]  # (config, encoder, stage) -> the objective
     defaults: dict  # its papers' values of the flags left to a default (None): batch_size, max_length, ...
-    lr: float | Callable[[list[Dataset], str], float]  # the default --lr, or the rule that picks it by data and stage
+    lr: float | RateBy  # the default --lr
     flags: tuple[str, ...] = ()  # its own flags
     stages: Callable[["ContrastiveConfig"], tuple[str, ...]] = lambda config: ("train",)
     # The data of a stage: --data, unless a stage needs another kind.
     stage_data: Callable[["ContrastiveConfig", str], str] = lambda config, stage: config.data
     check: Callable[["ContrastiveConfig"], None] = lambda config: None
     projection: bool = False  # --projection auto turns the projection MLP on
+    own_scoring: str = ""  # what it scores embeddings with instead, where it refuses --projection on
 
     def default_lr(self, datasets: list[Dataset], stage: str) -> float:
         return self.lr(datasets, stage) if callable(self.lr) else self.lr
 
 
-def _simcse_lr(datasets, stage):
-    # SimCSE: 5e-5 supervised (NLI), 3e-5 unsupervised (bert-base); Chen's CS224N report Table 10: 2e-5 with Quora.
+def _simcse_data(datasets, stage):
     kinds = {type(d) for d in datasets}
-    return 5e-5 if TripletSet in kinds else 2e-5 if PairSet in kinds else 3e-5
-
-
-def _own_scoring(config: "ContrastiveConfig") -> None:
-    if config.projection == "on":
-        raise ValueError(f"--projection on: {config.method} defines its own scoring "
-                         "(ct: raw dot products; sg: its own 4096-wide head)")
+    return "NLI" if TripletSet in kinds else "Quora" if PairSet in kinds else "sentences"
 
 
 def _check_ct(config: "ContrastiveConfig") -> None:
-    _own_scoring(config)
     if config.batch_size % (config.negatives_per_positive + 1):
         raise ValueError(f"ct: --batch-size {config.batch_size} is not a multiple of K + 1 = "
                          f"{config.negatives_per_positive + 1}")
@@ -100,17 +112,19 @@ def _self_guided(name: str) -> "Method":
     return Method(name, lambda config, encoder, stage: SelfGuided(encoder, name == "sg-opt", config.pooling,
                                                                   config.temperature, config.sg_lambda),
                   dict(batch_size=16, max_length=64, pooling="cls", temperature=0.01, warmup=0.0), 5e-5,
-                  flags=("temperature", "sg_lambda"), check=_own_scoring)
+                  flags=("temperature", "sg_lambda"), own_scoring="its own 4096-wide head")
 
 
 # Defaults: the papers' values, with batch sizes a CPU can run (use --batch-size and --grad-cache-chunk for the
 # papers' large batches on a GPU).
 METHODS: dict[str, Method] = {method.name: method for method in (
     # SimCSE (Gao et al. 2021, Chen's CS224N report): [CLS] + MLP in training, tau 0.05, 32 tokens, no warm-up;
-    # batch 64 as in unsupervised SimCSE (supervised SimCSE used 512).
+    # batch 64 as in unsupervised SimCSE (supervised SimCSE used 512); lr 5e-5 supervised (NLI), 3e-5 unsupervised
+    # (bert-base), and Chen's report Table 10: 2e-5 with Quora.
     Method("simcse", lambda config, encoder, stage: SimCSE(encoder, config.pooling, config.use_projection,
                                                            config.temperature, config.negatives),
-           dict(batch_size=64, max_length=32, pooling="cls", temperature=0.05, warmup=0.0), _simcse_lr,
+           dict(batch_size=64, max_length=32, pooling="cls", temperature=0.05, warmup=0.0),
+           RateBy({"NLI": 5e-5, "Quora": 2e-5, "sentences": 3e-5}, _simcse_data),
            flags=("temperature", "negatives"), projection=True),
     # MNRL (Mohammed and Sabane's CS224N report; sentence-transformers' recipe): mean pooling, scale 20, lr 2e-5,
     # 10% warm-up.
@@ -122,13 +136,13 @@ METHODS: dict[str, Method] = {method.name: method for method in (
     Method("ct", lambda config, encoder, stage: ContrastiveTension(encoder, config.pooling,
                                                                    config.negatives_per_positive),
            dict(batch_size=16, max_length=75, pooling="mean", warmup=0.0), 1e-5,
-           flags=("negatives_per_positive",), check=_check_ct),
+           flags=("negatives_per_positive",), check=_check_ct, own_scoring="raw dot products"),
     _self_guided("sg"),
     _self_guided("sg-opt"),
     # ConSERT (Yan et al.) Implementation Details: batch 96, 64 tokens, mean pooling, tau 0.1, 10% warm-up; lr 5e-7
     # for its unsupervised runs, the reference code's default 2e-5 for its NLI runs.
     Method("consert", _build_consert, dict(batch_size=96, max_length=64, pooling="mean", temperature=0.1, warmup=0.1),
-           lambda datasets, stage: 5e-7 if stage == "unsup" else 2e-5,
+           RateBy({"NLI": 2e-5, "unsup": 5e-7}, lambda datasets, stage: "unsup" if stage == "unsup" else "NLI"),
            flags=("temperature", "aug1", "aug2", "consert_schedule", "alpha", "fgv_epsilon"),
            stages=lambda config: SCHEDULES[config.consert_schedule], stage_data=_consert_stage_data,
            check=_check_consert),
@@ -136,6 +150,27 @@ METHODS: dict[str, Method] = {method.name: method for method in (
 # A method's own flag -> the methods that take it.
 OWN_FLAGS = {name: [m.name for m in METHODS.values() if name in m.flags]
              for name in dict.fromkeys(name for m in METHODS.values() for name in m.flags)}
+
+
+def _by_method(value: Callable[[Method], object]) -> str:
+    """What `value` gives for each method, for --help: methods with the same value together, in METHODS' order
+    ("simcse 64; mnrl 32; ct, sg, sg-opt 16"); methods it gives None for left out."""
+    groups: dict[str, list[str]] = {}
+    for method in METHODS.values():
+        found = value(method)
+        if found is not None:
+            groups.setdefault(_number(found) if isinstance(found, float) else str(found), []).append(method.name)
+    return "; ".join(f"{', '.join(names)} {text}" for text, names in groups.items())
+
+
+def _defaults(name: str) -> str:
+    """Each method's default of the flag `name`, for its --help."""
+    return _by_method(lambda method: method.defaults.get(name))
+
+
+def _methods_where(holds: Callable[[Method], bool]) -> str:
+    """The methods for which `holds` is true, for --help."""
+    return ", ".join(m.name for m in METHODS.values() if holds(m))
 
 
 @dataclass
@@ -148,11 +183,14 @@ class ContrastiveConfig(TrainingConfig):
                             "Chen's report), or a file in one of their formats")
     data_dir: str = flag(str(DEFAULT_DATA), "folder with the data files (and sts-eval/, sts-dev.csv for --eval)")
     pooling: str | None = flag(None, "sentence embedding: cls, the [CLS] vector; mean, the mean of the tokens; "
-                                     "pooler, BERT's pooler output (default: cls for simcse, sg; mean otherwise)",
-                               choices=POOLINGS)
+                                     "pooler, BERT's pooler output (default per method: "
+                                     f"{_defaults('pooling')})", choices=POOLINGS)
     projection: str = flag("auto", "2-layer MLP on the embeddings in training only (SimCLR's projection head); "
-                                   "auto: on for simcse, off for mnrl and consert", choices=("auto", "on", "off"))
-    temperature: float | None = flag(None, "tau of simcse (0.05), sg (0.01), consert (0.1)", range=POSITIVE)
+                                   f"auto: on for {_methods_where(lambda m: m.projection)}, off for "
+                                   f"{_methods_where(lambda m: not m.projection and not m.own_scoring)}; "
+                                   f"{_methods_where(lambda m: m.own_scoring)} score in their own way and refuse on",
+                           choices=("auto", "on", "off"))
+    temperature: float | None = flag(None, f"tau (default per method: {_defaults('temperature')})", range=POSITIVE)
     scale: float = flag(20.0, "mnrl: scale of the cosine similarities", range=POSITIVE)
     negatives: bool = flag(True, "simcse on quora: push the non-duplicate pairs apart (Chen's report); "
                                  "--no-negatives leaves them out (its ablation)")
@@ -185,17 +223,16 @@ class ContrastiveConfig(TrainingConfig):
     eval_batch_size: int = flag(128, "batch size of --eval", range=AT_LEAST_1)
     # Defaults that differ from the multitask command's:
     epochs: int = flag(1, "passes over the data (per stage)", range=AT_LEAST_1)
-    batch_size: int | None = flag(None, "batch size per process (default per method: simcse 64, mnrl 32, ct 16, "
-                                        "sg 16, consert 96)", range=AT_LEAST_1)
-    lr: float | None = flag(None, "peak learning rate (default per method and data: simcse 5e-5 NLI, 2e-5 Quora, "
-                                  "3e-5 sentences; mnrl 2e-5; ct 1e-5; sg 5e-5; consert 2e-5 NLI, 5e-7 unsup)",
-                                  range=POSITIVE)
-    warmup: float | None = flag(None, "fraction of steps of linear warm-up before linear decay "
-                                      "(default: 0.1 for mnrl and consert, else 0; ct has its own schedule)",
-                                      range=FRACTION)
+    batch_size: int | None = flag(None, "batch size per process (default per method: "
+                                        f"{_defaults('batch_size')})", range=AT_LEAST_1)
+    lr: float | None = flag(None, f"peak learning rate (default per method and data: {_by_method(lambda m: m.lr)})",
+                            range=POSITIVE)
+    warmup: float | None = flag(None, "fraction of steps of linear warm-up before linear decay (default per method: "
+                                      f"{_defaults('warmup')}; ct has a schedule of its own)",
+                                range=FRACTION)
     weight_decay: float = flag(0.0, "AdamW decoupled weight decay", range=AT_LEAST_0)
-    max_length: int | None = flag(None, "tokens per sentence (default per method: simcse 32, ct 75, else 64)",
-                                  range=MIN_LENGTH)
+    max_length: int | None = flag(None, "tokens per sentence (default per method: "
+                                        f"{_defaults('max_length')})", range=MIN_LENGTH)
     output_dir: str = flag("", "checkpoint folder (default runs/pretrain-METHOD); ct writes OUT/model1, OUT/model2")
 
     RUNTIME_FIELDS = TrainingConfig.RUNTIME_FIELDS + ("eval", "eval_batch_size")
@@ -210,6 +247,8 @@ class ContrastiveConfig(TrainingConfig):
             if getattr(self, name) != defaults[name]:
                 raise ValueError(f"{as_flag(name, getattr(self, name))}: a flag of {', '.join(OWN_FLAGS[name])}, "
                                  f"not of {self.method}")
+        if method.own_scoring and self.projection == "on":
+            raise ValueError(f"--projection on: {self.method} defines its own scoring ({method.own_scoring})")
         for name, value in method.defaults.items():
             if getattr(self, name) is None:
                 setattr(self, name, value)

@@ -3,11 +3,10 @@ model's (model.ModelConfig), SMART's (training/smart.py), evaluation's and every
 and those of the schedule, the data and the outputs, checked together before any data is read."""
 from dataclasses import dataclass
 
-from common.cli import AT_LEAST_0, AT_LEAST_1, POSITIVE, Range, flag
+from common.cli import AT_LEAST_0, AT_LEAST_1, POSITIVE, Range, flag, parse_task_order, task_weights_text
 from common.files import DEFAULT_DATA
 from model import ModelConfig
-from tasks import (RECIPE_TASK_WEIGHTS, TASK_NAMES, check_best_metric, parse_task_order, task_weights_text,
-                   trained_task_weights)
+from tasks import RECIPE_TASK_WEIGHTS, TASK_NAMES, check_best_metric, trained_task_weights
 from training.engine import EvaluationConfig, TrainingConfig
 from training.gradient_surgery import METHODS as SURGERY_METHODS
 from training.schedules import SCHEDULES, check_plan
