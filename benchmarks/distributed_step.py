@@ -6,8 +6,10 @@ in the same run on processes of this machine (gloo), as a ratio.
     python benchmarks/distributed_step.py --layers 12 --hidden 768 --heads 12 --intermediate 3072   # bert-base
 
 A step here is the part that differs: forward, backward and the averaged gradients (the optimizer step is the same
-either way). The two ways alternate step by step, so a load that comes and goes slows both alike; each process
-times its steps and the slowest process's time counts (the others wait for it at the next collective).
+either way). The ways alternate step by step, so a load that comes and goes slows them alike; each process times
+its steps and the slowest process's time counts (the others wait for it at the next collective). The overlapped
+way runs twice: with the word embeddings' gradient sent whole, and by the rows the batch's tokens touched (what
+the trainers do, common.distributed._sent_by_rows).
 """
 import argparse
 import socket
@@ -25,19 +27,20 @@ from common import distributed  # noqa: E402
 from common.tables import markdown_table  # noqa: E402
 from models import BertConfig, BertModel, pool  # noqa: E402
 
-WAYS = ("flat all_reduce after the backward pass", "buckets overlapped with the backward pass")
+WAYS = ("flat all_reduce after the backward pass", "buckets overlapped, word embeddings whole",
+        "buckets overlapped, word embeddings by rows")
 
 
-def step(model, sync: distributed.GradientSync, inputs: dict, overlapped: bool) -> float:
+def step(model, syncs: dict, inputs: dict, way: str) -> float:
     dist.barrier()  # every process starts the step together
     start = time.perf_counter()
     loss = pool(model(**inputs), inputs["attention_mask"], "mean").pow(2).mean()
-    if overlapped:
-        sync.backward(loss)
-        sync.average()
+    if way in syncs:
+        syncs[way].backward(loss)
+        syncs[way].average()
     else:
         loss.backward()
-        distributed.average_gradients(sync.parameters)
+        distributed.average_gradients(list(model.parameters()))
     seconds = time.perf_counter() - start
     model.zero_grad(set_to_none=True)
     return seconds
@@ -49,22 +52,27 @@ def worker(rank: int, args, port: int, results):
     torch.manual_seed(0)
     model = BertModel(BertConfig(hidden_size=args.hidden, num_hidden_layers=args.layers, num_attention_heads=args.heads,
                                  intermediate_size=args.intermediate))
-    sync = distributed.GradientSync(list(model.parameters()), bucket_bytes=args.bucket_mb * 2**20)
+    bucket_bytes = args.bucket_mb * 2**20
+    syncs = {WAYS[1]: distributed.GradientSync(list(model.parameters()), bucket_bytes, by_rows=False),
+             WAYS[2]: distributed.GradientSync(list(model.parameters()), bucket_bytes)}
     ids = torch.randint(1000, 30000, (args.batch_size, args.tokens), generator=torch.Generator().manual_seed(rank))
     inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "token_type_ids": torch.zeros_like(ids)}
-    times = {way: [] for way in WAYS}
-    for index in range(2 * (args.warmup + args.steps)):
-        way = WAYS[index % 2]
-        seconds = step(model, sync, inputs, overlapped=way == WAYS[1])
-        if index >= 2 * args.warmup:
-            times[way].append(seconds)
+    times = {way: [] for way in WAYS}  # per repeat, per step
+    for repeat in range(args.repeats):
+        for way in WAYS:
+            times[way].append([])
+        for index in range(len(WAYS) * (args.warmup + args.steps)):
+            way = WAYS[index % len(WAYS)]
+            seconds = step(model, syncs, inputs, way)
+            if index >= len(WAYS) * args.warmup:
+                times[way][repeat].append(seconds)
     slowest = [None] * args.processes
     dist.all_gather_object(slowest, times)
     if rank == 0:
-        results.update({way: [max(process[way][i] for process in slowest) for i in range(args.steps)]
-                        for way in WAYS})
-        results["buckets"] = len(sync.buckets)
-        results["parameters"] = sum(p.numel() for p in sync.parameters)
+        results.update({way: [[max(process[way][r][i] for process in slowest) for i in range(args.steps)]
+                              for r in range(args.repeats)] for way in WAYS})
+        results["buckets"] = len(syncs[WAYS[2]].buckets)
+        results["parameters"] = sum(p.numel() for p in model.parameters())
     dist.destroy_process_group()
 
 
@@ -80,22 +88,30 @@ def main():
     parser.add_argument("--batch-size", type=int, default=8, help="rows per process")
     parser.add_argument("--tokens", type=int, default=64, help="tokens a row (default: %(default)s)")
     parser.add_argument("--bucket-mb", type=int, default=distributed.BUCKET_BYTES // 2**20,
-                        help="MB of gradients an all_reduce of the overlapped way sends (default: %(default)s)")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed steps of each way")
-    parser.add_argument("--steps", type=int, default=10, help="timed steps of each way")
+                        help="MB of gradients an all_reduce of the overlapped ways sends (default: %(default)s)")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed steps of each way, each repeat")
+    parser.add_argument("--steps", type=int, default=10, help="timed steps of each way, each repeat")
+    parser.add_argument("--repeats", type=int, default=5, help="repeats; the table gives the median ratio over them "
+                                                              "and its range (default: %(default)s)")
     args = parser.parse_args()
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     results = mp.Manager().dict()
     mp.spawn(worker, args=(args, port, results), nprocs=args.processes)
-    flat = statistics.median(results[WAYS[0]])
-    rows = {way: {"median step (ms)": 1000 * statistics.median(results[way]),
-                  "ratio to flat": statistics.median(results[way]) / flat} for way in WAYS}
+    # Each repeat's ratio of medians; over the repeats, their median and range.
+    flat = [statistics.median(steps) for steps in results[WAYS[0]]]
+    rows = {}
+    for way in WAYS:
+        medians = [statistics.median(steps) for steps in results[way]]
+        ratios = [median / reference for median, reference in zip(medians, flat)]
+        rows[way] = {"median step (ms)": 1000 * statistics.median(medians),
+                     "ratio to flat": statistics.median(ratios),
+                     "range over repeats": f"{min(ratios):.2f}-{max(ratios):.2f}"}
     print(f"{args.processes} processes (gloo, {args.threads} thread each), {results['parameters'] / 1e6:.1f}M "
           f"parameters in {results['buckets']} buckets of {args.bucket_mb} MB, {args.batch_size} x {args.tokens} "
-          f"tokens a process, {args.steps} steps each way\n")
-    print(markdown_table(rows, ["median step (ms)", "ratio to flat"], label="gradient averaging"))
+          f"tokens a process, {args.repeats} repeats of {args.steps} steps each way\n")
+    print(markdown_table(rows, ["median step (ms)", "ratio to flat", "range over repeats"], label="gradient averaging"))
 
 
 if __name__ == "__main__":

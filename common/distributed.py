@@ -383,15 +383,29 @@ def _parameters_reached(loss: torch.Tensor) -> set[int]:
 
 
 def _buckets(parameters: list[torch.Tensor], bucket_bytes: int) -> list[list[torch.Tensor]]:
-    """Consecutive runs of parameters of one dtype and device, of about bucket_bytes each."""
+    """Consecutive runs of parameters of one dtype and device, of about bucket_bytes each; a matrix larger than a
+    bucket in a bucket of its own (it is sent by rows: _sent_by_rows)."""
     buckets, size = [], 0
     for p in parameters:
-        if not buckets or size >= bucket_bytes or (p.dtype, p.device) != (buckets[-1][0].dtype, buckets[-1][0].device):
+        alone = _sent_by_rows([p], bucket_bytes)
+        if (not buckets or alone or size >= bucket_bytes or _sent_by_rows(buckets[-1], bucket_bytes)
+                or (p.dtype, p.device) != (buckets[-1][0].dtype, buckets[-1][0].device)):
             buckets.append([])
             size = 0
         buckets[-1].append(p)
         size += p.numel() * p.element_size()
     return buckets
+
+
+def _sent_by_rows(bucket: list[torch.Tensor], bucket_bytes: int) -> bool:
+    """Whether a bucket is one matrix larger than a bucket, whose gradient is averaged by its nonzero rows.
+
+    In BERT that is the word embeddings (30522 rows: 94 MB in bert-base, a third of all the gradients). Their
+    gradient is the last that a backward pass produces (the embedding layer is the first of the forward pass), so
+    its all_reduce can overlap with nothing and makes the step wait alone at the end; but it is zero except in
+    the rows of the tokens in the batch (a few thousand): sending the rows that some process touched averages
+    the same numbers in a small part of the time."""
+    return len(bucket) == 1 and bucket[0].dim() == 2 and bucket[0].numel() * bucket[0].element_size() > bucket_bytes
 
 
 class _OverlappedAverage:
@@ -404,9 +418,10 @@ class _OverlappedAverage:
     and those with a gradient from an earlier pass of the step (accumulation), which are final already.
     """
 
-    def __init__(self, buckets: list[list[torch.Tensor]], loss: torch.Tensor):
+    def __init__(self, buckets: list[list[torch.Tensor]], by_rows: list[bool], loss: torch.Tensor):
         reached = _parameters_reached(loss)
         self.buckets = [[p for p in bucket if id(p) in reached or p.grad is not None] for bucket in buckets]
+        self.by_rows = by_rows
         self.missing = [{id(p) for p in bucket if id(p) in reached} for bucket in self.buckets]
         self.bucket_of = {id(p): index for index, bucket in enumerate(self.buckets) for p in bucket}
         self.sent = []  # (bucket, all_reduce in flight, its flat buffer), in bucket order
@@ -421,10 +436,19 @@ class _OverlappedAverage:
     @_collective()
     def _send_complete(self) -> None:
         while len(self.sent) < len(self.buckets) and not self.missing[len(self.sent)]:
-            bucket = [p for p in self.buckets[len(self.sent)] if p.grad is not None]
-            flat = torch._utils._flatten_dense_tensors([p.grad for p in bucket]) if bucket else None
+            index = len(self.sent)
+            bucket = [p for p in self.buckets[index] if p.grad is not None]
+            rows = None
+            if bucket and self.by_rows[index]:
+                # The rows any process touched (one small all_reduce, waited for: their number sizes the next).
+                touched = bucket[0].grad.ne(0).any(dim=1).to(torch.int32)
+                dist.all_reduce(touched)
+                rows = touched.nonzero().squeeze(1)
+                flat = bucket[0].grad.index_select(0, rows)
+            else:
+                flat = torch._utils._flatten_dense_tensors([p.grad for p in bucket]) if bucket else None
             work = dist.all_reduce(flat, async_op=True) if bucket else None
-            self.sent.append((bucket, work, flat))
+            self.sent.append((bucket, work, flat, rows))
 
     @_collective()
     def finish(self) -> None:
@@ -437,11 +461,14 @@ class _OverlappedAverage:
             missing.clear()
         self._send_complete()
         world = world_size()
-        for bucket, work, flat in self.sent:
+        for bucket, work, flat, rows in self.sent:
             if not bucket:
                 continue
             work.wait()
             flat /= world
+            if rows is not None:  # the untouched rows are zero on every process: their average too
+                bucket[0].grad.index_copy_(0, rows, flat)
+                continue
             grads = [p.grad for p in bucket]
             for grad, averaged in zip(grads, torch._utils._unflatten_dense_tensors(flat, grads)):
                 grad.copy_(averaged)
@@ -456,17 +483,20 @@ class GradientSync:
         sync.backward(loss)                  # the step's last pass: buckets leave as their gradients are ready
         sync.average()                       # before clipping and the optimizer step
 
-    Buckets follow the parameters in reverse: a backward pass produces the last layers' gradients first.
+    Buckets follow the parameters in reverse: a backward pass produces the last layers' gradients first. The word
+    embeddings, whose gradient comes last of all, go by their touched rows (_sent_by_rows).
     """
 
-    def __init__(self, parameters: list[torch.Tensor], bucket_bytes: int = BUCKET_BYTES):
+    def __init__(self, parameters: list[torch.Tensor], bucket_bytes: int = BUCKET_BYTES, by_rows: bool = True):
+        """by_rows=False: every bucket sent whole (benchmarks/distributed_step.py compares the two)."""
         self.parameters = [p for p in parameters if p.requires_grad]
         self.buckets = _buckets(self.parameters[::-1], bucket_bytes)
+        self.by_rows = [by_rows and _sent_by_rows(bucket, bucket_bytes) for bucket in self.buckets]
         self.overlapped = None
 
     def backward(self, loss: torch.Tensor, overlap: bool = True) -> None:
         if overlap and world_size() > 1:
-            self.overlapped = _OverlappedAverage(self.buckets, loss)
+            self.overlapped = _OverlappedAverage(self.buckets, self.by_rows, loss)
         loss.backward()
 
     def average(self) -> None:

@@ -175,7 +175,19 @@ def gradient_sync_worker(rank: int, init_file: str, out: str):
     for parameter in model.parameters():
         parameter.register_post_accumulate_grad_hook(count)
     overlapped = train_steps(model, rank, sync)
-    torch.save({"flat": flat, "overlapped": overlapped, "sent when ready": sent_when_ready}, f"{out}/rank{rank}.pt")
+    # Buckets of 2 kB: the word embeddings (50 x 16 floats, 3.2 kB) are larger than one, and go by their rows.
+    model = encoder_and_unused_head()
+    sync, rows_sent = distributed.GradientSync(list(model.parameters()), bucket_bytes=2048), []
+    finish = distributed._OverlappedAverage.finish
+
+    def finish_and_record(self):
+        finish(self)
+        rows_sent.append([rows.tolist() for *_, rows in self.sent if rows is not None])
+
+    distributed._OverlappedAverage.finish = finish_and_record
+    by_rows = train_steps(model, rank, sync)
+    torch.save({"flat": flat, "overlapped": overlapped, "sent when ready": sent_when_ready, "by rows": by_rows,
+                "rows sent": rows_sent}, f"{out}/rank{rank}.pt")
     dist.destroy_process_group()
 
 
@@ -198,7 +210,7 @@ def test_uneven_shares_averaged_as_they_are_computed_give_the_gradient_of_one_pr
         gradient_sync_runs):
     ranks, whole = gradient_sync_runs
     for result in ranks:
-        for way in ("flat", "overlapped"):
+        for way in ("flat", "overlapped", "by rows"):
             gradients = result[way]["first gradients"]
             assert gradients["unused.weight"] is None, "a parameter no pass reaches stays without a gradient"
             for name, gradient in whole.items():
@@ -210,10 +222,18 @@ def test_uneven_shares_averaged_as_they_are_computed_give_the_gradient_of_one_pr
         assert max(result["sent when ready"]) > 0
 
 
+def test_word_embeddings_larger_than_a_bucket_are_averaged_by_the_rows_of_the_steps_tokens(gradient_sync_runs):
+    """Their gradient is zero but in the rows of the tokens some process has: only those rows are sent."""
+    ranks, _ = gradient_sync_runs
+    for result in ranks:
+        assert result["rows sent"] == [[sorted(set(step_batch(step).flatten().tolist()))] for step in range(STEPS)]
+
+
 def test_overlapped_and_flat_averaging_end_with_the_same_weights(gradient_sync_runs):
     ranks, _ = gradient_sync_runs
     for result in ranks:
         assert_same_weights(result["overlapped"]["weights"], result["flat"]["weights"], atol=1e-6)
+        assert_same_weights(result["by rows"]["weights"], result["flat"]["weights"], atol=1e-6)
     assert_same_weights(ranks[0]["overlapped"]["weights"], ranks[1]["overlapped"]["weights"], atol=0)
 
 
