@@ -29,7 +29,8 @@ from training import multitask
 
 TASKS = ("sst", "para", "sts")
 # --max-length 8 cuts the longer sentences (up to 11 tokens): what reads the run must cut them where it did.
-FLAGS = ("--epochs", "1", "--eval-every", "2", "--patience", "2", "--metric-for-best", "sst", "--max-length", "8")
+FLAGS = ("--epochs", "1", "--eval-every", "2", "--patience", "2", "--metric-for-best", "sst", "--max-length", "8",
+         "--log-every", "1")
 BEST_STEP, LAST_STEP = 2, 6
 # The soft outputs of one checkpoint computed twice (in the run, then by predict.py) agree to float32 rounding
 # through two tiny layers; best/ and last/ must differ by far more for the comparisons to mean anything.
@@ -72,9 +73,13 @@ def run(tiny_model, data, tmp_path_factory, one_thread) -> Finished:
     return Finished(out / "run", out / "predictions", metrics, printed.getvalue())
 
 
-def evaluations(folder: Path) -> list[dict]:
+def log_lines(folder: Path, event: str) -> list[dict]:
     lines = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
-    return [line for line in lines if line["event"] == "eval"]
+    return [line for line in lines if line["event"] == event]
+
+
+def evaluations(folder: Path) -> list[dict]:
+    return log_lines(folder, "eval")
 
 
 def examples(path: Path, task: str) -> tuple[list[str], list]:
@@ -108,6 +113,17 @@ def test_the_dev_scores_cannot_change_so_the_fixture_holds_on_any_machine(run):
 def test_patience_stops_the_run_two_evaluations_after_its_best_one(run):
     assert [record["step"] for record in evaluations(run.folder)] == [2, 4, 6]  # --eval-every 2, then --patience 2
     assert read_json(run.folder / "last/metrics.json")["step"] == LAST_STEP
+
+
+def test_each_evaluations_training_losses_are_the_means_over_the_epoch_so_far(run):
+    """Not since the previous evaluation: with --log-every 1 each train line holds one step's loss of its task."""
+    steps = log_lines(run.folder, "train")
+    assert [line["step"] for line in steps] == list(range(1, LAST_STEP + 1))
+    for record in evaluations(run.folder):
+        so_far = [line["loss"] for line in steps if line["step"] <= record["step"]]
+        expected = {task: sum(losses) / len(losses) for task in TASKS
+                    if (losses := [loss[task] for loss in so_far if task in loss])}
+        assert record["train_loss"] == pytest.approx(expected, rel=1e-9), record["step"]
 
 
 def test_an_equal_score_does_not_replace_best(run):
