@@ -4,12 +4,14 @@ import json
 
 import pytest
 import torch
+import transformers
 from sentence_transformers import SentenceTransformer
 
 import multitask_classifier
 import pretrain_contrastive
 from common.cli import parse_config
 from common.files import read_json
+from data.splits import encode_views
 from model import MultitaskModel
 from models import Tokenizer, embed_sentences, from_pretrained
 from models.shareable import write_shareable_files
@@ -96,6 +98,45 @@ def test_max_tokens_counts_the_real_tokens_of_every_view_of_a_pair(tiny_model, c
         # As full as the examples allow: none holds more than 22 tokens (two sentences of up to 11), so every batch
         # but a pass's last holds more than 64 - 22.
         assert sum(tokens) / len(tokens) > budget / 2, task
+
+
+# ---- --epochs: each epoch shuffles anew ----
+
+def test_each_mtdnn_epoch_draws_a_new_order_of_steps_and_new_batches(tiny_model, course_data, tmp_path,
+                                                                    monkeypatch):
+    """Seen at the model: the task of each training forward pass and its rows (their token ids). Both epochs
+    have the same number of steps of each task, in another order and, for each task, other batches."""
+    steps = []
+    forward = MultitaskModel.forward
+
+    def spy(self, task, inputs, perturbation=None):
+        if self.training:
+            steps.append((task, tuple(map(tuple, inputs["input_ids"].tolist()))))
+        return forward(self, task, inputs, perturbation)
+
+    monkeypatch.setattr(MultitaskModel, "forward", spy)
+    multitask_classifier.main(run_args(tiny_model, course_data, tmp_path, "--epochs", "2", "--schedule", "mtdnn"))
+    assert len(steps) % 2 == 0
+    first, second = steps[:len(steps) // 2], steps[len(steps) // 2:]
+    tasks = lambda epoch: [task for task, _ in epoch]  # noqa: E731
+    assert sorted(tasks(first)) == sorted(tasks(second)) and tasks(first) != tasks(second)
+    for task in ("sst", "para", "sts"):
+        assert [rows for name, rows in first if name == task] != [rows for name, rows in second if name == task], task
+
+
+# ---- --pair-encoding ----
+
+def test_a_pairs_views_are_what_transformers_tokenizer_makes_of_it(tiny_model, tokenizer):
+    """cross: "[CLS] s1 [SEP] s2 [SEP]" and the other order; bi: each sentence alone."""
+    pairs = [("a cat sat on the mat", "the dog ran"), ("big red car", "a small house on a tree")]
+    firsts, seconds = [a for a, _ in pairs], [b for _, b in pairs]
+    theirs = transformers.AutoTokenizer.from_pretrained(tiny_model)
+
+    def ids(encoding):
+        return [[e.input_ids for e in view] for view in encode_views(tokenizer, pairs, encoding, 32, source="test")]
+
+    assert ids("cross") == [theirs(firsts, seconds)["input_ids"], theirs(seconds, firsts)["input_ids"]]
+    assert ids("bi") == [theirs(firsts)["input_ids"], theirs(seconds)["input_ids"]]
 
 
 # ---- what an exported folder inherits: Normalize, pooling ----
