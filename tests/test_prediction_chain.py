@@ -79,9 +79,11 @@ def test_soft_outputs_and_hard_predictions_on_hand_picked_values():
         assert row == pytest.approx([v / sum(exp) for v in exp], rel=1e-6)
     assert REGISTRY["sst"].hard(REGISTRY["sst"].soft(sst)).tolist() == [0, 3]
     # Logits 0.3 and 0.45 are below 0.5 but their probabilities are above: a threshold on logits says 0.
-    para = torch.tensor([0.3, 0.45, -0.2, 2.0, -3.0])
+    # Logit 0 is P = 0.5 exactly, which the course starter's sigmoid().round() (half to even) calls 0.
+    para = torch.tensor([0.3, 0.45, -0.2, 2.0, -3.0, 0.0])
     assert REGISTRY["para"].soft(para).tolist() == pytest.approx([sigmoid(x) for x in para.tolist()], rel=1e-6)
-    assert REGISTRY["para"].hard(REGISTRY["para"].soft(para)).tolist() == [1, 1, 0, 1, 0]
+    assert REGISTRY["para"].hard(REGISTRY["para"].soft(para)).tolist() == [1, 1, 0, 1, 0, 0]
+    assert para.sigmoid().round().tolist() == [1, 1, 0, 1, 0, 0]
     sts = torch.tensor([-0.7, 0.0, 2.3, 5.0, 6.2])
     assert REGISTRY["sts"].soft(sts).tolist() == pytest.approx([0.0, 0.0, 2.3, 5.0, 5.0])
     assert REGISTRY["sts"].hard(REGISTRY["sts"].soft(sts)).tolist() == pytest.approx([0.0, 0.0, 2.3, 5.0, 5.0])
