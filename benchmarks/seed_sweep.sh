@@ -1,8 +1,9 @@
 #!/bin/bash
 # How much the documented mtdnn run moves with the seed (and with a few flags): every argument
 # "NAME|FLAGS" is one run of the README's command plus FLAGS and --eval-every 379, all started at once
-# (one GPU holds a dozen all-MiniLM-L6-v2 runs). Their dev metrics go, one JSON line per evaluation,
-# to $RESULTS; benchmarks/summarize_sweep.py tables them.
+# (one GPU holds a dozen all-MiniLM-L6-v2 runs), each on one CPU thread. Every line of each run's metrics.jsonl
+# goes to $RESULTS with the run's name and flags, then a line saying how the run ended ("event": "exit", its
+# exit code: 124 when LIMIT stopped it); benchmarks/summarize_sweep.py tables them.
 #
 #   DEVICE=cuda bash benchmarks/seed_sweep.sh "base-s1|--seed 1" "lw2-s1|--seed 1 --loss-weights sst=2"
 #
@@ -28,24 +29,34 @@ PYTHON=${PYTHON:-$(command -v .venv/bin/python || command -v python3)}
 BASE="--model $MODEL --data-dir $DATA --device $DEVICE --precision $PRECISION --schedule mtdnn --option finetune
       --pair-encoding para=cross,sts=bi --sts-target cosine-range --task-weights para=0.8 --lr 5e-5 --epochs 3
       --eval-every 379"
+# A dozen processes share the machine's cores: torch's thread pool in each would only make them wait for each other.
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 mkdir -p "$RUNS"
+pids=()
 for spec in "$@"; do
   name="${spec%%|*}"; flags="${spec#*|}"
   timeout "${LIMIT:-0}" "$PYTHON" multitask_classifier.py $BASE $flags --output-dir "$RUNS/$name" \
     --predictions-dir "$RUNS/$name/predictions" > "$RUNS/$name.log" 2>&1 &
+  pids+=($!)
 done
-wait
-"$PYTHON" - "$RUNS" "$@" > "$RESULTS" <<'PY'
+codes=()
+for pid in "${pids[@]}"; do
+  rc=0; wait "$pid" || rc=$?
+  codes+=($rc)
+done
+"$PYTHON" - "$RUNS" "${codes[*]}" "$@" > "$RESULTS" <<'PY'
 import json, sys
-runs, specs = sys.argv[1], sys.argv[2:]
-for spec in specs:
+runs, codes, specs = sys.argv[1], sys.argv[2].split(), sys.argv[3:]
+for spec, rc in zip(specs, codes):
     name, _, flags = spec.partition("|")
     try:
         lines = open(f"{runs}/{name}/metrics.jsonl", encoding="utf-8").read().splitlines()
     except FileNotFoundError:
-        print(f"{name}: no metrics (see {runs}/{name}.log)", file=sys.stderr)
-        continue
+        lines = []
     for line in lines:
         print(json.dumps({"run": name, "flags": flags.strip(), **json.loads(line)}))
+    print(json.dumps({"run": name, "flags": flags.strip(), "event": "exit", "rc": int(rc), "log": f"{runs}/{name}.log"}))
+    if rc != "0":
+        print(f"{name}: exit code {rc} (124: stopped at LIMIT); see {runs}/{name}.log", file=sys.stderr)
 PY
 echo "results: $RESULTS"
