@@ -15,6 +15,7 @@
 #   RUNS       each run's folder goes to RUNS/NAME, its log to RUNS/NAME.log [runs/sweep]
 #   RESULTS    the JSON lines file of dev metrics [RUNS/sweep.jsonl]
 #   LIMIT      stop each run after this many seconds; 0: no limit [0]
+#   EXTRA      flags added to every run, e.g. --max-train-examples 64 for a quick try [none]
 #   PYTHON     the Python to run [.venv/bin/python, else python3]
 #
 # usage: bash benchmarks/seed_sweep.sh "NAME|FLAGS" ...
@@ -23,6 +24,7 @@ case "$1" in
   -h|--help) sed -n '1d; /^#/!q; s/^# \{0,1\}//p' "$0"; exit 0 ;;
   -*) echo "seed_sweep.sh: unknown option $1; arguments are NAME|FLAGS (see --help)" >&2; exit 2 ;;
 esac
+set -eo pipefail
 MODEL=${MODEL:-all-MiniLM-L6-v2} DATA=${DATA:-../shared/data} DEVICE=${DEVICE:-auto}
 PRECISION=${PRECISION:-fp32} RUNS=${RUNS:-runs/sweep} RESULTS=${RESULTS:-$RUNS/sweep.jsonl}
 PYTHON=${PYTHON:-$(command -v .venv/bin/python || command -v python3)}
@@ -35,7 +37,7 @@ mkdir -p "$RUNS"
 pids=()
 for spec in "$@"; do
   name="${spec%%|*}"; flags="${spec#*|}"
-  timeout "${LIMIT:-0}" "$PYTHON" multitask_classifier.py $BASE $flags --output-dir "$RUNS/$name" \
+  timeout "${LIMIT:-0}" "$PYTHON" multitask_classifier.py $BASE $flags ${EXTRA:-} --output-dir "$RUNS/$name" \
     --predictions-dir "$RUNS/$name/predictions" > "$RUNS/$name.log" 2>&1 &
   pids+=($!)
 done

@@ -44,7 +44,8 @@ def is_evaluation(record: dict) -> bool:
 
 
 def group_name(flags: str) -> str:
-    return re.sub(r"--seed\s+\d+", "", flags).strip() or "(documented command)"
+    """The flags without the seed, nor --eval-every 0 (an evaluation after each epoch, as the documented command)."""
+    return " ".join(re.sub(r"--seed\s+\d+|--eval-every\s+0\b", "", flags).split()) or "(documented command)"
 
 
 def ending(exit_record: dict | None, evaluations: list[dict]) -> str | None:
