@@ -11,7 +11,7 @@
 #   MODEL      starting weights: hub id, checkpoint folder, or all-MiniLM-L6-v2 [all-MiniLM-L6-v2]
 #   DATA       folder with the course's data files [../shared/data]
 #   DEVICE     cpu, cuda, cuda:1, ... or auto (cuda when present) [auto]
-#   PRECISION  fp32, bf16 or fp16 (autocast on a GPU), or auto [fp32]
+#   PRECISION  fp32, tf32 (fp32 with TF32 matrix products), bf16 or fp16 (autocast on a GPU), or auto [fp32]
 #   RUNS       each run's folder goes to RUNS/NAME, its log to RUNS/NAME.log [runs/sweep]
 #   RESULTS    the JSON lines file of dev metrics [RUNS/sweep.jsonl]
 #   LIMIT      stop each run after this many seconds; 0: no limit [0]

@@ -91,7 +91,8 @@ class TrainingConfig:
     quiet: bool = flag(False, "print only warnings, errors and the summary at the end (no progress, no log lines)")
     device: str = flag("auto", "cpu, cuda, cuda:1, ... (auto: cuda when present; under torchrun each process "
                                "takes its own GPU)")
-    precision: str = flag("auto", "auto: bf16 (or fp16) autocast on GPUs, fp32 on CPU", choices=PRECISIONS)
+    precision: str = flag("auto", "auto: bf16 (or fp16) autocast on GPUs, fp32 on CPU; tf32: fp32 with TF32 matrix "
+                                  "products on a GPU", choices=PRECISIONS)
     attention: str = flag("auto", "how the encoder runs a padded batch: padded, every sentence padded to the "
                                   "batch's longest, with an additive mask; packed, only the real tokens through "
                                   "every layer but attention, which runs padded; unpadded, only the real tokens, "
