@@ -17,7 +17,7 @@
 #   list      the campaign's runs, one a line (call1's solo run first)
 # Each call ends by bundling every result so far into OUT (the device tool's $OUT): tables.md, tables.json, the
 # call's log and results.tar.gz (logs, each run's metrics.jsonl, soft outputs and leaderboard files). A step that
-# fails or overruns its limit is recorded (its exit code, its log) and the call goes on.
+# fails or overruns its limit is recorded (its exit code, its log) and the call goes on, then exits with 1.
 #
 #   source .device/setup.sh && bash benchmarks/gpu_suite.sh call1
 #   source .device/setup.sh && bash benchmarks/gpu_suite.sh call2
@@ -72,7 +72,9 @@ export DATA
 mkdir -p "$PLAN_DIR/logs" "$RUNS" "$OUT"
 
 # timed NAME LIMIT COMMAND...: COMMAND stopped after LIMIT seconds (exit code 124), its output in logs/NAME.log;
-# a line of steps.jsonl says how long it took and how it ended. A failed step is reported, never fatal.
+# a line of steps.jsonl says how long it took and how it ended. A failed step is reported, never fatal, and makes
+# the call's exit code 1 once it has bundled.
+failed=0
 timed() {
   local name=$1 limit=$2 start milliseconds rc=0
   shift 2
@@ -83,7 +85,8 @@ timed() {
   milliseconds=$(( ($(date +%s%N) - start) / 1000000 ))
   printf '{"call": "%s", "step": "%s", "seconds": %d.%03d, "limit": %d, "rc": %d}\n' "$call" "$name" \
     $((milliseconds / 1000)) $((milliseconds % 1000)) "$limit" "$rc" >> "$PLAN_DIR/steps.jsonl"
-  [ $rc -eq 0 ] || echo "  $name: exit code $rc (124: its $limit s limit); see $PLAN_DIR/logs/$name.log" >&2
+  [ $rc -eq 0 ] || { echo "  $name: exit code $rc (124: its $limit s limit); see $PLAN_DIR/logs/$name.log" >&2
+                     failed=1; }
   last_rc=$rc
 }
 
@@ -137,6 +140,7 @@ case $call in
       echo "$(date +%T) call2: waiting for the campaign (until $(date -d @$until +%T) at most)"
       wait_for_campaign $until
       [ -f "$PLAN_DIR/campaign.rc" ] || echo "  the campaign is past its deadline: its tables from what is there" >&2
+      [ "$(cat "$PLAN_DIR/campaign.rc" 2>/dev/null)" = 0 ] || failed=1
     else
       echo "call2: no campaign was started (call1 first): tables of what is there" >&2
     fi
@@ -148,3 +152,4 @@ case $call in
       --compile compiled --out "$PLAN_DIR/compiled.json"
     bundle ;;
 esac
+exit $failed

@@ -1,5 +1,6 @@
 """benchmarks/gpu_suite.sh, the GPU plan, and benchmarks/rehearse_gpu_plan.sh, its rehearsal on the CPU: the plan's
 two calls run as the GPU machine will run them, and their bundle is complete; --help and bad input start nothing."""
+import json
 import os
 import subprocess
 import sys
@@ -78,3 +79,13 @@ def test_list_names_the_campaign_the_session_fits(tmp_path):
         "rr-batch-s1"]
     assert bash(PLAN, tmp_path, "list", env={"SCALE": "tiny"}).stdout.split()[:3] == ["base-s1", "base-s2", "smart-s1"]
     assert not any(tmp_path.iterdir())
+
+
+def test_a_failed_step_is_recorded_and_the_call_exits_1_after_it(tmp_path):
+    """Here the compiled call's Python cannot even start: its step is a line with its exit code, and the call ends
+    with exit code 1 for the device tool to show."""
+    result = bash(PLAN, tmp_path, "compiled", env={"MODEL": "/tmp/minilm", "DATA": "/data", "PYTHON": "false"})
+    assert result.returncode == 1
+    assert "compiled: exit code 1 (124: its 240 s limit); see" in result.stdout
+    step = json.loads((tmp_path / "results" / "steps.jsonl").read_text())
+    assert (step["call"], step["step"], step["limit"], step["rc"]) == ("compiled", "compiled", 240, 1)
