@@ -51,7 +51,7 @@ done
 cd "$HERE/.."
 export PYTHON=${PYTHON:-python3} PRECISION=${PRECISION:-bf16} PLAN_DIR=${PLAN_DIR:-/tmp/gpu_plan} SCALE=${SCALE:-full}
 export RUNS=$PLAN_DIR/runs MODEL DEVICE=${DEVICE:-auto}
-OUT=${OUT:-$PLAN_DIR/out-$call} CALL1_SECONDS=${CALL1_SECONDS:-510}
+CALL1_SECONDS=${CALL1_SECONDS:-510}
 # The campaign's deadline: call1's end, 30 s to issue call2, then 420 s of call2's (whose tables and bundle take
 # well under its last 90 s of 9 minutes).
 CALL2_WAIT=420
@@ -63,13 +63,17 @@ if [ "$SCALE" = tiny ]; then
   BASELINE_FLAGS="--max-train-examples 8 --batch-size 8 --max-length 16"
   export EXTRA="--max-train-examples 8 --batch-size 8 --eval-batch-size 24 --max-length 16 --quiet"
   CALL1_SECONDS=0
-  # The first rows of each staged file (the sts-eval sets are not used here).
-  mkdir -p "$PLAN_DIR/data"
-  for file in "$DATA"/*.csv; do head -n 25 "$file" > "$PLAN_DIR/data/$(basename "$file")"; done
+  # The first rows of each staged file (the sts-eval sets are not used here), made once: the campaign started by
+  # call1 inherits DATA as this folder.
+  if [ ! -f "$PLAN_DIR/data/.made" ]; then
+    mkdir -p "$PLAN_DIR/data"
+    for file in "$DATA"/*.csv; do head -n 25 "$file" > "$PLAN_DIR/data/$(basename "$file")"; done
+    touch "$PLAN_DIR/data/.made"
+  fi
   DATA=$PLAN_DIR/data
 fi
 export DATA
-mkdir -p "$PLAN_DIR/logs" "$RUNS" "$OUT"
+mkdir -p "$PLAN_DIR/logs" "$RUNS"
 
 # timed NAME LIMIT COMMAND...: COMMAND stopped after LIMIT seconds (exit code 124), its output in logs/NAME.log;
 # a line of steps.jsonl says how long it took and how it ended. A failed step is reported, never fatal, and makes
@@ -90,8 +94,9 @@ timed() {
   last_rc=$rc
 }
 
-bundle() {
-  "$PYTHON" benchmarks/gpu_report.py bundle "$PLAN_DIR" "$OUT" "$call" || echo "  bundling failed" >&2
+bundle() {  # into the device tool's $OUT (elsewhere PLAN_DIR/out-CALL)
+  "$PYTHON" benchmarks/gpu_report.py bundle "$PLAN_DIR" "${OUT:-$PLAN_DIR/out-$call}" "$call" ||
+    { echo "  bundling failed" >&2; failed=1; }
 }
 
 # wait_for_campaign UNTIL: until the campaign is done or the clock reaches UNTIL (seconds since 1970), a line a minute.
