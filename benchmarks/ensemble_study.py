@@ -2,7 +2,8 @@
 
     python benchmarks/ensemble_study.py --runs runs/quality
 
-Every folder under --runs with saved outputs (OUTPUT_DIR/best/outputs-*.pt, see ensemble.py) is a member. For
+Every folder under --runs with saved outputs (OUTPUT_DIR/best/outputs-*.pt, see ensemble.py) is a member; one
+whose outputs are incomplete (a run stopped before its test predictions) is left out, and named. For
 the members of each group (all runs, and each group of runs whose names share a prefix before "-s<seed>"), per
 task: the best member, the plain mean (ensemble.py --method mean) and the weights fitted on dev by greedy
 selection (--method weighted), all scored on dev. The best member and the weighted ensemble are chosen on the
@@ -19,6 +20,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from common.errors import CheckpointError  # noqa: E402
 from common.files import DEFAULT_DATA, write_json  # noqa: E402
 from common.tables import markdown_table  # noqa: E402
 from ensemble import aligned, combine, dev_score, fit_weights  # noqa: E402
@@ -68,13 +70,24 @@ def main(argv=None):
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA, help="the course's data (dev labels)")
     parser.add_argument("--rounds", type=int, default=20, help="rounds of greedy selection of the weighted ensemble")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random split of dev into halves")
-    parser.add_argument("--out", type=Path, help="also write every table's numbers here as JSON")
+    parser.add_argument("--out", type=Path, help="also write every table's numbers here as JSON (groups, and the "
+                                                 "runs left out with why)")
     args = parser.parse_args(argv)
     names = sorted(path.parent.parent.name for path in args.runs.glob("*/best/outputs-*-dev.pt"))
     names = list(dict.fromkeys(names))
     if not names:
         parser.exit(2, f"{args.runs}: no run folder with best/outputs-*.pt\n")
-    members = {name: load_member(args.runs / name) for name in names}
+    members, left_out = {}, {}
+    for name in names:
+        try:
+            members[name] = load_member(args.runs / name)
+        except CheckpointError as error:
+            left_out[name] = str(error)
+    if left_out:
+        print("Left out, their outputs incomplete:\n" + "\n".join(f"- {name}: {why}" for name, why in left_out.items()))
+    names = list(members)
+    if not names:
+        parser.exit(2, f"{args.runs}: no run folder with complete outputs\n")
     report = {}
     for group, group_names in groups_of(names).items():
         report[group] = study({n: members[n] for n in group_names}, args.data_dir, args.rounds, args.seed)
@@ -82,7 +95,7 @@ def main(argv=None):
         print(markdown_table(report[group], [*COURSE_TASKS, "overall"], label="ensemble", digits=4,
                              headers=[*(REGISTRY[name].title for name in COURSE_TASKS), "overall"]))
     if args.out:
-        write_json(args.out, report)
+        write_json(args.out, {"groups": report, "left_out": left_out})
 
 
 if __name__ == "__main__":

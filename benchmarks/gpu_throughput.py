@@ -1,7 +1,9 @@
 """Training throughput of our encoder against a tuned `transformers` loop on the same batches.
 
 The `transformers` side is what a careful user would write: BertModel with attn_implementation="sdpa",
-torch.optim.AdamW(fused=True) on CUDA, the same autocast. Both sides train (dropout on) on the same batches:
+torch.optim.AdamW(fused=True) on CUDA, the same autocast. Our side runs as the trainer runs it: told on the host
+whether a batch is padded (BertModel.padding_known), so a step never waits for the GPU. Both sides train (dropout
+on) on the same batches:
 fixed shapes without padding (e.g. 32 x 128) and real ones (sentences drawn from the course's training files,
 so their lengths, and their padding, are the course's). Each configuration prints tokens a second (real tokens,
 padding not counted), step time, MFU (the model's FLOPs, attention included, over the GPU's dense bf16 peak)
@@ -9,12 +11,14 @@ and peak memory; both sides for fp32 and bf16, ours padded, packed and unpadded,
 compiled.
 
     python benchmarks/gpu_throughput.py --model /tmp/minilm --out results/throughput.json
-    python benchmarks/gpu_throughput.py --shape tiny --model none --device cpu --steps 2    # a smoke test
+    python benchmarks/gpu_throughput.py --shape tiny --model /tmp/minilm --device cpu --steps 2    # a smoke test
 
 Prints a Markdown table (the last column: tokens a second as a ratio to `transformers` in the same
-configuration) and writes the numbers as JSON (--out).
+configuration) and writes the numbers as JSON (--out), rewritten after every configuration. A configuration that
+fails (a compiler error, out of memory) is a row saying why; the others are still measured.
 """
 import argparse
+import contextlib
 import itertools
 import random
 import sys
@@ -28,8 +32,8 @@ import transformers
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common.cli import resolve_device  # noqa: E402
-from common.errors import FlagError  # noqa: E402
 from common.files import write_json  # noqa: E402
+from common.tables import cell  # noqa: E402
 from models import AdamW, Tokenizer, compile_encoder, from_pretrained  # noqa: E402
 from models.loading import resolve_checkpoint  # noqa: E402
 from models.sentence_embedding import masked_mean  # noqa: E402
@@ -100,6 +104,11 @@ def real_batches(tokenizer: Tokenizer, data: Path, count: int, batch_size: int, 
     return [collate(encoded[i:i + batch_size], tokenizer.pad_id) for i in range(0, len(encoded), batch_size)]
 
 
+def has_padding(batch: dict) -> bool:
+    """Read on the host, before the batch goes to the device (as the trainer knows it from its batching)."""
+    return not bool(batch["attention_mask"].all())
+
+
 def fixed_batch(shape: str, vocab_size: int) -> dict:
     rows, tokens = map(int, shape.split("x"))
     generator = torch.Generator().manual_seed(0)
@@ -123,15 +132,18 @@ def build(setting: Setting, folder: Path, device: torch.device):
     return model, torch.optim.AdamW(model.parameters(), lr=1e-5, fused=device.type == "cuda")
 
 
-def measure(setting: Setting, folder: Path, batches: list[dict], args) -> dict:
+def measure(setting: Setting, folder: Path, batches: list[tuple[dict, bool]], args) -> dict:
     """Seconds, tokens and FLOPs of `args.steps` training steps after `args.warmup` untimed ones (compiling
-    happens there), cycling through `batches`."""
+    happens there), cycling through `batches`: (batch on the device, whether it has padding)."""
     device = args.device
     model, optimizer = build(setting, folder, device)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=setting.precision == "bf16")
+    # Ours as the trainer runs it: the padding known on the host. transformers has no such switch.
+    known = model.padding_known if setting.side == "ours" else lambda padded: contextlib.nullcontext()
 
-    def step(batch):
-        with autocast:
+    def step(batch_and_padding):
+        batch, padded = batch_and_padding
+        with autocast, known(padded):
             hidden = model(**batch).last_hidden_state
         # The same loss on both sides, over real tokens only (the unpadded path leaves zeros at padding).
         masked_mean(hidden.float(), batch["attention_mask"]).pow(2).mean().backward()
@@ -149,7 +161,7 @@ def measure(setting: Setting, folder: Path, batches: list[dict], args) -> dict:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     seconds = time.perf_counter() - start
-    timed = [batches[i % len(batches)] for i in range(args.steps)]
+    timed = [batches[i % len(batches)][0] for i in range(args.steps)]
     lengths = [n for batch in timed for n in batch["attention_mask"].sum(1).tolist()]
     return {"seconds": seconds, "tokens": sum(lengths), "flops": training_flops(lengths, model.config),
             "peak_memory_gib": torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None}
@@ -172,7 +184,7 @@ def markdown(rows: list[dict]) -> str:
              "| vs transformers |", "|" + " --- |" * 11]
     for r in rows:
         if "error" in r:
-            cells = [r["error"]] + [""] * 4
+            cells = [cell(r["error"])] + [""] * 4
         else:
             cells = [f"{r['tokens_per_s']:,.0f}", f"{r['step_ms']:.1f}",
                      "n/a" if r["mfu"] is None else f"{100 * r['mfu']:.1f}",
@@ -206,9 +218,9 @@ def parse_args(argv=None):
     parser.add_argument("--heads", type=int, help="attention heads of the random model, instead of the shape's")
     parser.add_argument("--intermediate", type=int,
                         help="feed-forward width of the random model, instead of the shape's (default: 4 x hidden)")
-    parser.add_argument("--tokenizer", default="all-MiniLM-L6-v2",
-                        help="whose tokenizer cuts the real sentences into tokens (BERT's uncased vocabulary) "
-                             "(default: %(default)s)")
+    parser.add_argument("--tokenizer",
+                        help="whose tokenizer cuts the real sentences into tokens, a folder or a name as --model takes "
+                             "(default: --model's; with --model none, give one with BERT's uncased vocabulary)")
     parser.add_argument("--data", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "data",
                         help="the folder of the course's data files (default: ../shared/data)")
     parser.add_argument("--fixed", type=comma_list(), default=["32x128"],
@@ -246,6 +258,9 @@ def parse_args(argv=None):
            for shape in args.fixed):
         parser.error(f"--fixed takes shapes like 32x128, got {','.join(args.fixed)}")
     args.batch_kinds = args.fixed + (["real"] if args.real_batches else [])
+    args.tokenizer = args.tokenizer or (None if args.model == "none" else args.model)
+    if args.real_batches and args.tokenizer is None:
+        parser.error("--model none measures real batches with --tokenizer FOLDER (or use --real-batches 0)")
     return args
 
 
@@ -253,9 +268,8 @@ def main(argv=None):
     args = parse_args(argv)
     args.device = resolve_device(args.device)
     device_name, peak = describe(args.device, args.peak_tflops)
-    tokenizer = Tokenizer.from_pretrained(args.tokenizer)
-    real = real_batches(tokenizer, args.data, args.real_batches, args.batch_size, args.max_length,
-                        args.seed) if args.real_batches else []
+    real = real_batches(Tokenizer.from_pretrained(args.tokenizer), args.data, args.real_batches, args.batch_size,
+                        args.max_length, args.seed) if args.real_batches else []
     shape = dict(SHAPES[args.shape])
     for key, flag in (("hidden_size", "hidden"), ("num_hidden_layers", "layers"), ("num_attention_heads", "heads"),
                       ("intermediate_size", "intermediate")):
@@ -266,6 +280,8 @@ def main(argv=None):
           f"{torch.__version__}, transformers {transformers.__version__}; {args.steps} steps after {args.warmup}",
           flush=True)
     rows = []
+    header = {"device": device_name, "peak_bf16_tflops": peak, "torch": torch.__version__,
+              "transformers": transformers.__version__, "steps": args.steps, "warmup": args.warmup}
     with tempfile.TemporaryDirectory() as temp:
         shape_name = args.shape if shape == SHAPES[args.shape] else "random " + "/".join(
             str(shape[k]) for k in ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size"))
@@ -276,37 +292,50 @@ def main(argv=None):
             vocab_size = transformers.BertConfig.from_pretrained(folder).vocab_size
             batch_sets = {kind: real if kind == "real" else [fixed_batch(kind, vocab_size)]
                           for kind in args.batch_kinds}
-            batch_sets = {kind: [{k: v.to(args.device) for k, v in b.items()} for b in batches]
+            batch_sets = {kind: [({k: v.to(args.device) for k, v in b.items()}, has_padding(b)) for b in batches]
                           for kind, batches in batch_sets.items()}
             for setting in settings(args):
-                row = {"model": model_name, **vars(setting)}
-                try:
-                    result = measure(setting, folder, batch_sets[setting.batches], args)
-                except FlagError as error:  # compiling or unpadding impossible here: say so, measure the rest
-                    rows.append({**row, "error": str(error)})
-                    print(f"{setting}: {error}", flush=True)
-                    continue
-                finally:
-                    if args.device.type == "cuda":
-                        torch.cuda.empty_cache()
-                achieved = result["flops"] / result["seconds"]
-                rows.append({**row, **result, "tokens_per_s": result["tokens"] / result["seconds"],
-                             "step_ms": 1000 * result["seconds"] / args.steps, "tflops": achieved / 1e12,
-                             "mfu": achieved / (peak * 1e12) if peak else None})
-                print(f"{model_name} {setting}: {rows[-1]['tokens_per_s']:,.0f} tokens/s", flush=True)
+                rows.append(measured_row({"model": model_name, **vars(setting)}, setting, folder,
+                                         batch_sets[setting.batches], args, peak))
+                compare_with_transformers(rows)
+                if args.out:  # as it goes: a session cut short keeps every configuration measured so far
+                    write_json(args.out, {**header, "rows": rows})
+    print(f"\n{device_name}; MFU against " + (f"{peak:g} TFLOP/s dense bf16\n" if peak else "no known peak "
+                                                "(--peak-tflops)\n"))
+    print(markdown(rows))
+
+
+def measured_row(row: dict, setting: Setting, folder: Path, batches: list[tuple[dict, bool]], args,
+                 peak: float | None) -> dict:
+    """`row` with the setting's numbers, or with "error": why it could not be measured."""
+    if setting.compiled:  # each compiled setting starts from nothing, not from the last one's graphs and guards
+        torch._dynamo.reset()
+    try:
+        result = measure(setting, folder, batches, args)
+    except Exception as error:  # a compiler error, out of memory, unpadding impossible here: say so, go on
+        lines = str(error).strip().splitlines()
+        reason = f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
+        print(f"{row['model']} {setting}: {reason}", flush=True)
+        return {**row, "error": reason}
+    finally:
+        if args.device.type == "cuda":
+            torch.cuda.empty_cache()
+    achieved = result["flops"] / result["seconds"]
+    print(f"{row['model']} {setting}: {result['tokens'] / result['seconds']:,.0f} tokens/s", flush=True)
+    return {**row, **result, "tokens_per_s": result["tokens"] / result["seconds"],
+            "step_ms": 1000 * result["seconds"] / args.steps, "tflops": achieved / 1e12,
+            "mfu": achieved / (peak * 1e12) if peak else None}
+
+
+def compare_with_transformers(rows: list[dict]) -> None:
+    """Each measured row's vs_transformers: its tokens a second over transformers' in the same configuration (None
+    until that one is measured, or where it failed)."""
     reference = {(r["model"], r["precision"], r["compiled"], r["batches"]): r["tokens_per_s"]
                  for r in rows if r["side"] == "transformers" and "error" not in r}
     for r in rows:
         if "error" not in r:
             theirs = reference.get((r["model"], r["precision"], r["compiled"], r["batches"]))
             r["vs_transformers"] = r["tokens_per_s"] / theirs if theirs else None
-    print(f"\n{device_name}; MFU against " + (f"{peak:g} TFLOP/s dense bf16\n" if peak else "no known peak "
-                                                "(--peak-tflops)\n"))
-    print(markdown(rows))
-    if args.out:
-        write_json(args.out, {"device": device_name, "peak_bf16_tflops": peak, "torch": torch.__version__,
-                              "transformers": transformers.__version__, "steps": args.steps, "warmup": args.warmup,
-                              "rows": rows})
 
 
 if __name__ == "__main__":

@@ -30,8 +30,10 @@ ACTIVATIONS = {
 
 
 ATTENTION = ("auto", "padded", "packed", "unpadded")
-# Where scaled_dot_product_attention takes nested jagged tensors: fused kernels (flash in bf16, memory-efficient
-# in fp32, both with dropout) on CUDA; on the CPU a math path, slower than padding but what the exactness tests run.
+# Where scaled_dot_product_attention takes nested jagged tensors. On CUDA: FlashAttention in bf16 and fp16 (with
+# dropout, training too); in fp32, the memory-efficient kernel only where nothing needs a gradient (inference), since
+# torch's kernels other than flash refuse nested inputs that need one, so fp32 training falls back to the math path,
+# one sentence at a time (slower than padding). On the CPU always that math path, which the exactness tests run.
 # torch's own varlen_attn is not used: it is CUDA-only and has no attention dropout.
 UNPADDED_DEVICES = ("cpu", "cuda")
 

@@ -72,6 +72,22 @@ def test_metrics_log_has_per_step_losses_and_the_learning_rate(tiny_model, cours
     assert train[-1]["lr"] == pytest.approx(1e-3 * 1 / 24)  # decay: the last of 24 steps
 
 
+def test_the_metrics_log_times_training_evaluation_and_the_finish_apart(tiny_model, course_data, tmp_path):
+    """Training, each evaluation and the finish (the test predictions) are timed apart: together no more than the
+    run's wall time; training time only grows."""
+    multitask_classifier.main(multitask_args(tiny_model, course_data, tmp_path, "--batch-size", "8", "--epochs", "2",
+                                             "--log-every", "3", "--eval-every", "7"))
+    lines = [json.loads(line) for line in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
+    evals = [line for line in lines if line["event"] == "eval"]
+    finish = lines[-1]
+    assert finish["event"] == "finish" and finish["step"] == evals[-1]["step"] and finish["finish_seconds"] > 0
+    assert len(evals) > 2 and all(line["eval_seconds"] > 0 for line in evals)
+    trained = [line["train_seconds"] for line in evals]
+    assert 0 < trained[0] and trained == sorted(trained)
+    assert trained[-1] + sum(line["eval_seconds"] for line in evals) <= evals[-1]["seconds"] + 0.05  # rounding
+    assert evals[-1]["seconds"] + finish["finish_seconds"] <= finish["seconds"] + 0.05
+
+
 def test_tensorboard_events_are_written_and_readable(tiny_model, course_data, tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

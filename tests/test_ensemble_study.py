@@ -1,4 +1,6 @@
-"""benchmarks/ensemble_study.py: ensembles scored on all of dev and on held-out halves, against sklearn."""
+"""benchmarks/ensemble_study.py: ensembles scored on all of dev and on held-out halves, against sklearn; a run
+stopped before its test predictions is left out, named."""
+import json
 import sys
 from pathlib import Path
 
@@ -44,3 +46,19 @@ def test_a_member_right_on_one_half_only_is_no_better_than_chance_held_out(tmp_p
     assert report["mean, chosen on dev"]["sst"] == accuracy_score(labels, (a + b).argmax(1))
     mean_held_out = [accuracy_score(labels[rows], (a + b)[rows].argmax(1)) for rows in (second, first)]
     assert abs(report["mean, chosen on the other half"]["sst"] - sum(mean_held_out) / 2) < 1e-12
+
+
+def test_a_run_without_its_test_outputs_is_left_out_and_named(tmp_path, data_dir, capsys):
+    """A run stopped at a time limit after an evaluation has its dev outputs and no test ones."""
+    records = REGISTRY["sst"].read(data_dir / "ids-sst-dev.csv", labeled=True)
+    ids = [r.id for r in records]
+    for name, seed in (("a-s1", 0), ("a-s2", 1), ("stopped-s1", 2)):
+        save_member(tmp_path / name, ids, torch.rand(len(ids), 5, generator=torch.Generator().manual_seed(seed)))
+    (tmp_path / "stopped-s1" / "best" / "outputs-sst-test.pt").unlink()
+    ensemble_study.main(["--runs", str(tmp_path), "--data-dir", str(data_dir), "--rounds", "2",
+                         "--out", str(tmp_path / "ensembles.json")])
+    printed = capsys.readouterr().out
+    assert "- stopped-s1: " in printed and "outputs-sst-test.pt is missing" in printed
+    report = json.loads((tmp_path / "ensembles.json").read_text())
+    assert list(report["left_out"]) == ["stopped-s1"]
+    assert list(report["groups"]) == ["all runs", "a"]  # the two complete runs, and their seeds' group

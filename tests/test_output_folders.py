@@ -41,7 +41,7 @@ def test_overwrite_starts_a_new_run_over_the_old_one_and_keeps_other_files(tiny_
     (tmp_path / "run" / "notes.txt").write_text("the user's")
     multitask_classifier.main(multitask_args(tiny_model, data, tmp_path, "--seed", "2", "--overwrite"))
     log = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert [line["event"] for line in log] == ["eval"], "the new run's lines only: no train lines of the first"
+    assert [line["event"] for line in log] == ["eval", "finish"], "the new run's lines only: no train lines of the first"
     assert json.loads((tmp_path / "run" / "best" / "run_config.json").read_text())["seed"] == 2
     assert json.loads((tmp_path / "run" / "last" / "run_config.json").read_text())["seed"] == 2
     assert (tmp_path / "run" / "notes.txt").read_text() == "the user's"

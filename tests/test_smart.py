@@ -54,6 +54,26 @@ def test_the_perturbation_climbs_the_normalised_gradient_and_stays_in_the_epsilo
     assert regularizer.item() > divergence(((x + nu0) @ w), clean).item()
 
 
+def test_the_perturbation_survives_autocast():
+    """SMART's default radius, 1e-5, on inputs of size about 1: under bf16 autocast x + nu would round to x. The
+    regularizer must be what full fp32 gives, (nu . w)^2 of the perturbation found, not bf16's rounding error."""
+    torch.manual_seed(0)
+    x, w = torch.randn(8, 16), torch.randn(1, 16)
+    clean = torch.nn.functional.linear(x, w).squeeze(-1)  # f(x), in fp32
+
+    def regularizer():
+        torch.manual_seed(1)  # the same starting noise for both
+        return smoothness_regularizer(lambda n: torch.nn.functional.linear(x + n, w).squeeze(-1), clean, (8, 16),
+                                      REGISTRY["sts"].divergence, epsilon=1e-5, noise=1e-5, step_size=1e-3, steps=1)
+
+    fp32 = regularizer()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        autocast = regularizer()
+    assert 0 < fp32.item() < 1e-6  # the perturbation's own effect: tiny, and not zero
+    torch.testing.assert_close(autocast, fp32, rtol=1e-3, atol=0)
+    assert torch.get_float32_matmul_precision() == "highest"  # restored
+
+
 def test_the_moving_average_follows_the_weights_with_momentum_beta():
     model = torch.nn.Linear(2, 1)
     average = MovingAverage(model, momentum=0.9)

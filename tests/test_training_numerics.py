@@ -21,6 +21,7 @@ from safetensors.torch import load_file
 
 import multitask_classifier
 import pretrain_contrastive
+from common.errors import UsageError
 from models.optimizer import AdamW
 from tests.conftest import multitask_argv
 from training.precision import Precision
@@ -136,6 +137,18 @@ def test_precision_step_clips_the_gradient_norm_and_updates_with_the_clipped_gra
     scale = min(1.0, bound / norm)
     for p, b, g in zip(parameters, before, gradients):
         torch.testing.assert_close(p.detach(), b - 0.1 * scale * g, rtol=1e-5, atol=1e-6)
+
+
+def test_tf32_is_fp32_with_tf32_matrix_products_on_a_gpu_only():
+    before = torch.get_float32_matmul_precision()
+    try:
+        precision = Precision("tf32", torch.device("cuda"))  # set up only: no GPU needed
+        assert precision.dtype is None and precision.scaler is None  # no autocast, no loss scaling
+        assert torch.get_float32_matmul_precision() == "high"  # TF32 tensor cores for fp32 matrix products
+    finally:
+        torch.set_float32_matmul_precision(before)
+    with pytest.raises(UsageError, match="--precision tf32 needs a CUDA device"):
+        Precision("tf32", torch.device("cpu"))
 
 
 def test_bf16_training_step_on_cpu_computes_in_bf16_and_stays_close_to_fp32(tiny_model, course_data, tmp_path):

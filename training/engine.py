@@ -19,8 +19,10 @@ else --resume needs) and finish() (the end of the run, and its result). The engi
     checkpoints and resume    OUTPUT_DIR/last/ (atomic) after each evaluation and every --save-every steps;
                               --resume continues from it with the same flags, to the same final weights
     metrics                   OUTPUT_DIR/metrics.jsonl: a "train" line every --log-every steps (each loss's
-                              mean, the learning rate, examples a second), an "eval" line per evaluation;
-                              the same scalars in TensorBoard with --tensorboard DIR
+                              mean, the learning rate, examples a second), an "eval" line per evaluation (with
+                              the wall seconds spent training so far and on this evaluation), a "finish" line
+                              (the seconds of run.finish(): the test predictions); the same scalars in
+                              TensorBoard with --tensorboard DIR
     progress                  a progress bar on a terminal; log lines otherwise
     several processes         torchrun --nproc_per_node N ...: rank 0 evaluates and writes, every rank trains
 """
@@ -89,7 +91,8 @@ class TrainingConfig:
     quiet: bool = flag(False, "print only warnings, errors and the summary at the end (no progress, no log lines)")
     device: str = flag("auto", "cpu, cuda, cuda:1, ... (auto: cuda when present; under torchrun each process "
                                "takes its own GPU)")
-    precision: str = flag("auto", "auto: bf16 (or fp16) autocast on GPUs, fp32 on CPU", choices=PRECISIONS)
+    precision: str = flag("auto", "auto: bf16 (or fp16) autocast on GPUs, fp32 on CPU; tf32: fp32 with TF32 matrix "
+                                  "products on a GPU", choices=PRECISIONS)
     attention: str = flag("auto", "how the encoder runs a padded batch: padded, every sentence padded to the "
                                   "batch's longest, with an additive mask; packed, only the real tokens through "
                                   "every layer but attention, which runs padded; unpadded, only the real tokens, "
@@ -347,6 +350,8 @@ class Engine:
         progress = tqdm(total=len(steps), initial=self.step, desc=run.name, dynamic_ncols=True,
                         disable=not (self.is_main and sys.stderr.isatty()) or config.quiet)
         examples, window_started = 0, time.time()
+        # Wall seconds of this process's training steps: evaluations and checkpoint saves left out.
+        train_seconds, since = 0.0, self._clock()
         for epoch, item in steps[self.step:]:
             losses, step_examples = self._train_step(run, item)
             self.losses.add(losses)
@@ -361,14 +366,26 @@ class Engine:
             epoch_end = self.step in epoch_ends
             evaluate = run.evaluate is not None and (
                 epoch_end or (config.eval_every and self.step % config.eval_every == 0))
-            if evaluate:
-                self._evaluate(run, epoch + 1, epoch_end)
             if evaluate or (config.save_every and self.step % config.save_every == 0):
+                train_seconds += self._clock() - since
+                if evaluate:
+                    self._evaluate(run, epoch + 1, epoch_end, train_seconds)
                 self.save_last(run)
+                since = self._clock()
             if evaluate and self._out_of_patience():
                 break
         progress.close()
-        return run.finish()
+        started = time.time()
+        result = run.finish()
+        self.write_record({"event": "finish", "step": self.step, "finish_seconds": round(time.time() - started, 2),
+                           "seconds": round(time.time() - self.started, 1)})
+        return result
+
+    def _clock(self) -> float:
+        """time.time() once the device has done the work queued so far (a GPU runs behind the host)."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return time.time()
 
     def _prepare(self, run: Run, total_steps: int) -> None:
         """A fresh optimizer and learning-rate schedule for `total_steps` steps."""
@@ -413,16 +430,18 @@ class Engine:
             self.scheduler.step()
             self.step += 1
 
-    def _evaluate(self, run: Run, epoch: int, epoch_end: bool) -> None:
+    def _evaluate(self, run: Run, epoch: int, epoch_end: bool, train_seconds: float) -> None:
         """Rank 0 scores the dev sets and saves best/ when the run's score improves. The record's training losses
-        are the means over the epoch so far."""
+        are the means over the epoch so far; train_seconds, the wall seconds of training steps so far."""
         # A collective (torchrun): every process calls it; every process starts the next epoch's means together.
         train_loss = self.losses.period_means(reset=epoch_end)
         if not self.is_main:
             return
+        started = time.time()
         metrics = run.evaluate()
         record = {"event": "eval", "epoch": epoch, "step": self.step, "train_loss": train_loss,
-                  "dev": metrics, "seconds": round(time.time() - self.started, 1)}
+                  "dev": metrics, "seconds": round(time.time() - self.started, 1),
+                  "train_seconds": round(train_seconds, 2), "eval_seconds": round(time.time() - started, 2)}
         self.write_record(record)
         log.info("step %d dev: %s", self.step, "  ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
         self.last_record = record

