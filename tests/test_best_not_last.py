@@ -27,6 +27,7 @@ from tests.conftest import (assert_same_weights, checkpoint_weights, multitask_a
                             write_course_files)
 from training import multitask
 
+pytestmark = pytest.mark.usefixtures("one_thread")
 TASKS = ("sst", "para", "sts")
 # --max-length 8 cuts the longer sentences (up to 11 tokens): what reads the run must cut them where it did.
 FLAGS = ("--epochs", "1", "--eval-every", "2", "--patience", "2", "--metric-for-best", "sst", "--max-length", "8",
