@@ -19,6 +19,7 @@ import torch
 
 from common import distributed
 from common.errors import UsageError, UserError
+from common.progress import LogHandler
 
 
 @dataclasses.dataclass(frozen=True)
@@ -209,7 +210,7 @@ def run(main: Callable[[], Any]) -> None:
     # Under torchrun every process would print the same lines: only rank 0 talks, unless something goes wrong.
     quiet = os.environ.get("RANK", "0") != "0"
     logging.basicConfig(level=logging.WARNING if quiet else logging.INFO,
-                        format="%(levelname)s %(name)s: %(message)s")
+                        format="%(levelname)s %(name)s: %(message)s", handlers=[LogHandler()])
     try:
         main()
         distributed.exit_finished_process()  # torchrun: every process leaves the group, then exits; else nothing

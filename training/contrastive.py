@@ -193,9 +193,11 @@ class StageRun(Run):
         for batches in epochs:
             kept.append(batches[:left])
             left -= len(kept[-1])
-        log.info("%s: %d steps on %s, lr %.2g, batch %d", self.name, sum(map(len, kept)),
-                 " + ".join(f"{d.name} ({len(d):,})" for d in stage.datasets), stage.lr, config.batch_size)
         return [batches for batches in kept if batches]
+
+    def describe(self) -> str:
+        datasets = " + ".join(f"{d.name} ({len(d):,})" for d in self.stage.datasets)
+        return f"training data: {datasets}; lr {self.stage.lr:.2g}, batches of {self.pretraining.config.batch_size}"
 
     def lr_multiplier(self, step, total_steps, warmup):
         return self.stage.objective.lr_multiplier(step, total_steps, warmup)

@@ -21,7 +21,8 @@ else --resume needs) and finish() (the end of the run, and its result). The engi
     metrics                   OUTPUT_DIR/metrics.jsonl: a "train" line every --log-every steps (each loss's
                               mean, the learning rate, examples a second), an "eval" line per evaluation;
                               the same scalars in TensorBoard with --tensorboard DIR
-    progress                  a progress bar on a terminal; log lines otherwise
+    progress                  a start line (steps, epochs, device, precision, the run's data); a progress bar on
+                              a terminal, else a line every 30 s (common/progress.py) and one every --log-every
     several processes         torchrun --nproc_per_node N ...: rank 0 evaluates and writes, every rank trains
 """
 import dataclasses
@@ -29,20 +30,19 @@ import itertools
 import json
 import logging
 import math
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import torch
-from tqdm import tqdm
 
 from common import distributed
 from common.cli import AT_LEAST_0, AT_LEAST_1, FRACTION, POSITIVE, Range, check_ranges, flag, resolve_device
 from common.errors import CheckpointError, UsageError, UserError
 from common.files import (append_jsonl, atomic_directory, atomic_file, check_writable, claim_output_dir, load_or_fail,
                           read_json, recover_directory, recover_files, write_json)
+from common.progress import Progress, on_terminal
 from common.provenance import check_data_unchanged, provenance
 from common.seeding import rng_state, seed_everything, set_rng_state
 from data.batching import split_evenly
@@ -216,6 +216,10 @@ class Run:
         """Forward passes and engine.backward for `share` of the item's batch: (losses to log by name, examples)."""
         raise NotImplementedError
 
+    def describe(self) -> str:
+        """What the start line says of the run's data (examples, batch size)."""
+        return ""
+
     def lr_multiplier(self, step: int, total_steps: int, warmup: float) -> float:
         return linear_warmup_decay(step, total_steps, warmup)
 
@@ -340,8 +344,11 @@ class Engine:
         if self.resume_state:  # once: a later fit (the next stage of a run) starts afresh
             self._restore(self.resume_state, run)
             self.resume_state = None
-        progress = tqdm(total=len(steps), initial=self.step, desc=run.name, dynamic_ncols=True,
-                        disable=not (self.is_main and sys.stderr.isatty()) or config.quiet)
+        if self.is_main:
+            log.info("%s: %d steps in %d epoch(s) on %s, %s; %s", run.name, len(steps), len(epoch_ends), self.device,
+                     self.precision.name, run.describe())
+        # Off a terminal, a line every 30 s whatever --log-every is; torchrun: rank 0 alone (the others log no INFO).
+        progress = Progress(len(steps), run.name, unit="step", initial=self.step, leave=True)
         examples, window_started = 0, time.time()
         for epoch, item in steps[self.step:]:
             losses, step_examples = self._train_step(run, item)
@@ -455,7 +462,7 @@ class Engine:
         if self.head_lr is not None:
             line["head_lr"] = self.head_lr * self.lr_multiplier(self.step - 1)
         self.write_record(line)
-        if not sys.stderr.isatty():  # no progress bar: a log line instead
+        if not on_terminal():  # no progress bar: a log line instead
             log.info("step %d/%d  %s  lr %.3g", self.step, self.total_steps,
                      "  ".join(f"{k} {v:.4f}" for k, v in means.items()), line["lr"])
         return line

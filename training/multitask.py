@@ -105,6 +105,13 @@ class MultitaskRun(Run):
     def batch_size(self) -> int:
         return self.config.batch_size * distributed.world_size() * self.config.grad_accum
 
+    def describe(self) -> str:
+        sizes = ", ".join(f"{task} {len(splits['train']):,}" for task, splits in self.splits.items())
+        scale = distributed.world_size() * self.config.grad_accum
+        batch = (f"up to {self.config.max_tokens * scale:,} tokens" if self.config.max_tokens
+                 else f"{self.batch_size()} examples")
+        return f"training examples: {sizes}; batches of {batch}"
+
     def _stream(self, task: str, task_index: int, epoch: int) -> TaskStream:
         scale = distributed.world_size() * self.config.grad_accum  # one step's batch is shared out, as batch_size
         return TaskStream(self.splits[task]["train"], self.batch_size(), self.config.seed, epoch, task_index,
