@@ -20,6 +20,7 @@ What the folder inherits from the base model, so that users get what they got fr
   tokens; sentence-transformers would truncate every input there): the base's own sentence_bert_config.json
   value if it has one, else the encoder's positions.
 """
+import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,11 +65,26 @@ TRANSFORMERS_POOLING = {
             "embeddings = (output.last_hidden_state * mask).sum(1) / mask.sum(1)",
     "pooler": "embeddings = output.pooler_output",
 }
-# The card's metrics section: what the numbers given to write_shareable_files are.
+# The card's metrics sections: the title of each kind of numbers given to write_shareable_files or update_card,
+# and what they are, in words.
 METRICS_TITLES = {
-    "dev": "Dev metrics",
-    "sts-benchmark": "STS benchmark: Spearman x 100 of the embeddings' cosine similarities, before and after training",
-    "training": "Training statistics (not scores: the run was not evaluated; --eval adds the STS benchmark)",
+    "dev": "Dev metrics of the task heads",
+    "sts-benchmark": "STS benchmark of the embeddings",
+    "training": "Training statistics",
+}
+METRICS_WORDS = {
+    "dev": "Scored by the task heads trained with this encoder (`heads.safetensors`, which sentence-transformers "
+           "does not load): each task's prediction is its head's on top of the encoder, STS's too (a cosine after "
+           "the head's own layers, or a cross-encoder), not the cosine of this folder's embeddings. "
+           f"`python -m evaluation.sts_benchmark --model {FOLDER_PLACEHOLDER} --out {FOLDER_PLACEHOLDER}/"
+           "benchmark.json` scores the embeddings themselves and adds them to this card.",
+    "sts-benchmark": "Spearman x 100 between the cosine similarity of this folder's embeddings (as below) and the "
+                     "gold scores, on STS12-16 and SICK-R (each set's parts together) and the CS224N STS dev split; "
+                     "alignment and uniformity of the STS dev embeddings (Wang and Isola, 2020; lower is better). "
+                     "Measured by `python -m evaluation.sts_benchmark`; `before`: the base model, `after`: this "
+                     "folder, where both were measured.",
+    "training": f"Not scores. `python -m evaluation.sts_benchmark --model {FOLDER_PLACEHOLDER} --out "
+                f"{FOLDER_PLACEHOLDER}/benchmark.json` scores the embeddings and adds them to this card.",
 }
 
 
@@ -217,11 +233,6 @@ def model_card(*, pooling: str, max_length: int, max_seq_length: int, normalize:
         base_text = f"the local checkpoint `{Path(base_model).name}`" + (f", itself from `{hub_id}`" if hub_id else "")
     else:
         base_text = f"`{hub_id}`"
-    metric_rows = "\n".join(f"| {metric_names[name]} (`{name}`) | {format_number(value)} |" if name in metric_names
-                            else f"| {name} | {format_number(value)} |" for name, value in flatten(metrics))
-    sample = (f"Scored on a random sample of at most {eval_sample:,} examples of each dev set "
-              f"(`--max-eval-examples {eval_sample}`), not on the full dev sets.\n\n"
-              if eval_sample and metrics_kind == "dev" else "")
     data = "\n".join(f"- `{Path(file).name}`" for file in data_files)
     length_words = (", scaled to length 1 as the base model's are: their dot product is their cosine"
                     if normalize else "")
@@ -255,12 +266,7 @@ Local paths are shortened to their last part.
 {without_local_paths(command)}
 ```
 
-## {METRICS_TITLES[metrics_kind]}
-
-{sample}| metric | value |
-|---|---|
-{metric_rows}
-
+{metrics_section(metrics_kind, metrics, metric_names, eval_sample)}
 ## Usage
 
 Each snippet computes the same embeddings. Put this folder's path (or its hub id) in `folder`.
@@ -311,3 +317,33 @@ def flatten(metrics: dict, prefix: str = ""):
             yield from flatten(value, f"{prefix}{key}.")
         else:
             yield f"{prefix}{key}", value
+
+
+def metrics_section(kind: str, metrics: dict, metric_names: dict[str, str] | None = None, eval_sample: int = 0) -> str:
+    """The card's section of one kind of numbers (METRICS_TITLES): its title, what they are, and their table."""
+    metric_names = metric_names or {}
+    rows = "\n".join(f"| {metric_names[name]} (`{name}`) | {format_number(value)} |" if name in metric_names
+                     else f"| {name} | {format_number(value)} |" for name, value in flatten(metrics))
+    sample = (f" Scored on a random sample of at most {eval_sample:,} examples of each dev set "
+              f"(`--max-eval-examples {eval_sample}`), not on the full dev sets." if eval_sample and kind == "dev"
+              else "")
+    return f"## {METRICS_TITLES[kind]}\n\n{METRICS_WORDS[kind]}{sample}\n\n| metric | value |\n|---|---|\n{rows}\n"
+
+
+def update_card(folder: str | Path, kind: str, metrics: dict) -> bool:
+    """Write the section of `kind` into the model card of one of our folders: in place of the section of that kind
+    it has, else before its usage. False, and nothing written, when the folder holds no card of ours."""
+    card = Path(folder) / "README.md"
+    if "minbert" not in front_matter(card).get("tags", []):
+        return False
+    section = metrics_section(kind, metrics) + "\n"
+    parts = re.split(r"(?m)^(?=## )", card.read_text(encoding="utf-8"))  # each part a heading and its text
+    titles = [part.splitlines()[0] for part in parts]
+    title = section.splitlines()[0]
+    if title in titles:
+        parts[titles.index(title)] = section
+    else:
+        parts.insert(titles.index("## Usage"), section)
+    with atomic_file(card) as temp:
+        temp.write_text("".join(parts), encoding="utf-8")
+    return True

@@ -151,7 +151,9 @@ def test_card_holds_base_model_license_data_command_and_named_metrics(save_tiny_
     meta = front_matter(folder / "README.md")
     assert meta["license"] == "apache-2.0"  # read from the base folder's own card
     assert meta["library_name"] == "sentence-transformers" and "base_model" not in meta  # a path is no hub id
-    assert "## Dev metrics" in card and "sample" not in card
+    assert "## Dev metrics of the task heads" in card and "sample" not in card
+    # Which numbers are the heads' and which the embeddings': these are the heads', STS's too.
+    assert "heads.safetensors" in card and "not the cosine of this folder's embeddings" in card
     for row in ("| SST-5 accuracy (`sst`) | 0.4886 |", "| Quora accuracy (`para`) | 0.8436 |",
                 "| STS Pearson r (`sts`) | 0.8778 |",
                 "| course overall score: mean(SST acc, Quora acc, (STS r + 1) / 2) (`overall`) | 0.7571 |",
@@ -178,17 +180,17 @@ def test_card_names_no_local_path_and_says_when_dev_scores_are_a_sample(save_tin
 
 
 def test_contrastive_card_shows_training_statistics_as_such_and_exact_numbers(save_tiny_checkpoint):
-    statistics = {"train": {"steps": 4, "updates": 4, "lr": 5e-05, "final_loss": 0.000125}}
+    statistics = {"train": {"steps": 4, "updates": 4, "lr": 5e-05, "mean_loss": 0.000125}}
     folder = share(save_tiny_checkpoint({}), "cls", metrics=statistics, metrics_kind="training")
     card = (folder / "README.md").read_text()
-    assert "## Training statistics (not scores" in card and "Dev metrics" not in card
-    for row in ("| train.steps | 4 |", "| train.lr | 5e-05 |", "| train.final_loss | 0.000125 |"):
+    assert "## Training statistics\n\nNot scores." in card and "Dev metrics" not in card
+    for row in ("| train.steps | 4 |", "| train.lr | 5e-05 |", "| train.mean_loss | 0.000125 |"):
         assert row in card
     assert "0.0001 |" not in card
     benchmark = {"zero-shot": {"sts12": 73.94, "sts-dev": 74.53}, "after": {"sts12": 73.41, "sts-dev": 77.26}}
     card = (share(save_tiny_checkpoint({}), "cls", metrics=benchmark, metrics_kind="sts-benchmark")
             / "README.md").read_text()
-    assert "## STS benchmark: Spearman x 100" in card and "Dev metrics" not in card
+    assert "## STS benchmark of the embeddings\n\nSpearman x 100" in card and "Dev metrics" not in card
     assert "| zero-shot.sts12 | 73.9400 |" in card and "| after.sts-dev | 77.2600 |" in card
 
 

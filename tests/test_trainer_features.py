@@ -198,6 +198,8 @@ def test_run_config_json_is_a_config_file(tiny_model, course_data, tmp_path):
     assert {k: v for k, v in a.items() if k not in ("output_dir", "predictions_dir", "provenance")} == \
            {k: v for k, v in b.items() if k not in ("output_dir", "predictions_dir", "provenance")}
     assert_same_weights(checkpoint_weights(tmp_path / "a/run/best"), checkpoint_weights(tmp_path / "b/run/best"))
+    card = (tmp_path / "b/run/best/README.md").read_text()  # the command with the file's values, not the file
+    assert "--config" not in card and " --max-steps 2 " in card and " --lr 0.0005 " in card
 
 
 # ---- TensorBoard and the summary ----

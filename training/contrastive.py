@@ -155,7 +155,7 @@ class Pretraining:
                 (temp / name).mkdir(exist_ok=True)
                 write_encoder_folder(temp / name, encoder, self.tokenizer, self.engine.run_config, metrics)
                 write_shareable_files(temp / name, pooling=config.pooling, max_length=config.max_length,
-                                      base_model=config.model, command=getattr(config, "command", ""),
+                                      base_model=config.model, command=getattr(config, "command_with_values", ""),
                                       metrics=metrics["sts_benchmark"] if config.eval else metrics["stages"],
                                       metrics_kind="sts-benchmark" if config.eval else "training",
                                       data_files=[str(path) for path in self.data_files])
