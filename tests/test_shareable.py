@@ -14,7 +14,7 @@ from models.shareable import (
     FOLDER_PLACEHOLDER,
     KNOWN_CONVENTIONS,
     Convention,
-    base_convention,
+    sentence_convention,
     describe_base_model,
     front_matter,
     write_shareable_files,
@@ -100,17 +100,17 @@ def test_max_seq_length_is_the_encoders_not_the_training_crop(save_tiny_checkpoi
         assert f"Inputs longer than {POSITIONS} tokens are truncated" in (folder / "README.md").read_text()
 
 
-def test_the_base_convention_comes_from_its_folder_its_hub_id_and_carries_down_a_chain(
+def test_the_sentence_convention_comes_from_its_folder_its_hub_id_and_carries_down_a_chain(
         save_tiny_checkpoint, tiny_model, minilm_dir, monkeypatch):
-    assert base_convention("all-MiniLM-L6-v2") == Convention(normalize=True, max_seq_length=256)
-    assert base_convention(str(minilm_dir)) == Convention(normalize=True, max_seq_length=256)
-    assert base_convention(str(tiny_model)) == base_convention("bert-base-uncased") == Convention()
+    assert sentence_convention("all-MiniLM-L6-v2") == Convention(normalize=True, max_seq_length=256)
+    assert sentence_convention(str(minilm_dir)) == Convention(normalize=True, max_seq_length=256)
+    assert sentence_convention(str(tiny_model)) == sentence_convention("bert-base-uncased") == Convention()
     # A run started from one of our folders inherits the Normalize its own base gave it.
     first = share(save_tiny_checkpoint({}), "cls", "all-MiniLM-L6-v2")
-    assert base_convention(str(first)) == Convention(normalize=True, max_seq_length=POSITIONS)
+    assert sentence_convention(str(first)) == Convention(normalize=True, max_seq_length=POSITIONS, pooling="cls")
     # Without the package, the hub id's known convention: the published folder's, as the package ships it.
     monkeypatch.setattr("models.shareable.packaged_folder", lambda name: None)
-    assert base_convention("sentence-transformers/all-MiniLM-L6-v2") == base_convention("all-MiniLM-L6-v2") \
+    assert sentence_convention("sentence-transformers/all-MiniLM-L6-v2") == sentence_convention("all-MiniLM-L6-v2") \
         == KNOWN_CONVENTIONS["sentence-transformers/all-minilm-l6-v2"] == Convention(True, 256)
 
 
@@ -128,7 +128,7 @@ def test_the_cards_three_snippets_compute_our_embeddings(save_tiny_checkpoint, p
     base_model, normalize = base
     folder = share(save_tiny_checkpoint({"pooling": pooling}), pooling, base_model)
     snippets = re.findall(r"```python\n(.*?)```", (folder / "README.md").read_text(), re.DOTALL)
-    assert [("embed_sentences" in s, "BertModel" in s, "SentenceTransformer" in s) for s in snippets] == [
+    assert [("SentenceEncoder" in s, "BertModel" in s, "SentenceTransformer" in s) for s in snippets] == [
         (True, False, False), (False, True, False), (False, False, True)]
     for code in snippets:
         namespace = {}

@@ -20,7 +20,7 @@ from common.tables import markdown_table
 from data.batching import split_rows
 from data.contrastive import Dataset, SentenceBatch, SentenceSet, as_sentences
 from evaluation.sts_benchmark import TABLE_COLUMNS, sts_benchmark
-from models import Tokenizer, from_pretrained
+from models import SentenceEncoder, Tokenizer, from_pretrained
 from models.checkpoint import tensor_bytes, write_encoder_folder
 from models.shareable import write_shareable_files
 from tasks import CONTRASTIVE_DATA
@@ -166,8 +166,8 @@ class Pretraining:
         log.info("saved %s", ", ".join(str(output_dir / name) for name in encoders))
 
     def _benchmark(self, encoder) -> dict:
-        return sts_benchmark(encoder, self.tokenizer, self.config.data_dir, self.config.pooling,
-                             batch_size=self.config.eval_batch_size)
+        return sts_benchmark(SentenceEncoder(encoder, self.tokenizer, self.config.pooling), self.config.data_dir,
+                             self.config.eval_batch_size)
 
 
 class StageRun(Run):
