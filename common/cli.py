@@ -101,16 +101,18 @@ def add_flags(parser: argparse.ArgumentParser, config_class: type) -> None:
                             help=field.metadata["help"])
 
 
-def parse_config(config_class: type, description: str, argv: list[str] | None = None, program: str | None = None):
+def parse_config(config_class: type, description: str, argv: list[str] | None = None, program: str | None = None,
+                 recipe: str = ""):
     """The config from the command line; a flag value the config rejects is a usage error (exit code 2).
     The config remembers the command line as config.command, and as config.command_with_values with a --config
-    file's flags written out (neither is a field: they are not flags)."""
+    file's flags written out (neither is a field: they are not flags). recipe: a config file of this command's,
+    for --config's help."""
     parser = build_parser(config_class, description)
     if program:
         parser.prog = program
-    parser.add_argument("--config", metavar="FILE", help="a YAML file of flags (e.g. recipes/mtdnn-minilm.yaml, or "
-                        "a run's run_config.json): its keys are flag names, its values as on the command line; flags "
-                        "given on the command line win")
+    example = f" (e.g. {recipe}, or a run's run_config.json)" if recipe else ""
+    parser.add_argument("--config", metavar="FILE", help=f"a YAML file of flags{example}: its keys are flag names, "
+                        "its values as on the command line; flags given on the command line win")
     argv = sys.argv[1:] if argv is None else argv
     config_file = parser.parse_known_args(argv)[0].config
     file_values = config_file_values(parser, config_file) if config_file else {}
