@@ -216,12 +216,16 @@ def test_both_trainers_write_the_same_tensorboard_tags_and_the_flags(tiny_model,
                                                                      tmp_path, capsys):
     multitask_classifier.main(tiny_args(tiny_model, course_data, tmp_path, "--log-every", "2",
                                         "--tensorboard", str(tmp_path / "tb-m")))
-    pretrain_contrastive.main(["--model", str(tiny_model), "--method", "simcse", "--data", "sts", "--data-dir",
-                               str(contrastive_data), "--batch-size", "8", "--epochs", "1", "--log-every", "1",
-                               "--device", "cpu", "--output-dir", str(tmp_path / "c"), "--quiet",
-                               "--tensorboard", str(tmp_path / "tb-c")])
+    result = pretrain_contrastive.main(["--model", str(tiny_model), "--method", "simcse", "--data", "sts",
+                                        "--data-dir", str(contrastive_data), "--batch-size", "8", "--epochs", "1",
+                                        "--log-every", "1", "--device", "cpu", "--output-dir", str(tmp_path / "c"),
+                                        "--quiet", "--tensorboard", str(tmp_path / "tb-c")])
     out = capsys.readouterr().out
-    assert "final_loss" in out and str(tmp_path / "c" / "metrics.jsonl") in out  # the summary, under --quiet
+    assert "mean_loss" in out and str(tmp_path / "c" / "metrics.jsonl") in out  # the summary, under --quiet
+    # mean_loss is what it says: the mean of the stage's step losses (a line a step in metrics.jsonl here).
+    steps = [json.loads(line)["loss"]["loss"] for line in (tmp_path / "c" / "metrics.jsonl").read_text().splitlines()
+             if json.loads(line)["event"] == "train"]
+    assert len(steps) > 1 and result["stages"]["train"]["mean_loss"] == pytest.approx(sum(steps) / len(steps))
     multi, multi_text = tensorboard_tags(tmp_path / "tb-m")
     contrastive, contrastive_text = tensorboard_tags(tmp_path / "tb-c")
     assert {"train/loss/sst", "train/loss/para", "train/loss/sts", "train/lr", "train/head_lr", "train/examples_per_s",

@@ -139,7 +139,7 @@ class Pretraining:
     def _summary(self, stages: dict, encoders: dict) -> None:
         """Each stage's steps, learning rate and final loss, and the folders written: printed, also with --quiet."""
         rows = {name: {**stage, "lr": f"{stage['lr']:g}"} for name, stage in stages.items()}
-        print(markdown_table(rows, ["steps", "updates", "lr", "final_loss"], label="stage", digits=4))
+        print(markdown_table(rows, ["steps", "updates", "lr", "mean_loss"], label="stage", digits=4))
         output_dir = Path(self.config.output_dir)
         files = [output_dir / name for name in encoders] + [output_dir / name for name in ("metrics.jsonl",
                                                                                              "run_config.json")]
@@ -239,4 +239,4 @@ class StageRun(Run):
         learning rate and mean loss."""
         engine = self.pretraining.engine
         return {"steps": engine.total_steps, "updates": engine.step + self.fusion_updates, "lr": self.stage.lr,
-                "final_loss": engine.losses.period_means().get("loss")}
+                "mean_loss": engine.losses.period_means().get("loss")}
