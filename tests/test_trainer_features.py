@@ -243,3 +243,7 @@ def test_both_trainers_write_the_same_tensorboard_tags_and_the_flags(tiny_model,
     flags = events.Tensors("flags/text_summary")[0].tensor_proto.string_val[0].decode()
     assert "--lr 0.001" in flags and "--metric-for-best overall" in flags
     assert events.PluginTagToContent("hparams")  # the flags as hparams too
+    events = EventAccumulator(str(tmp_path / "tb-c"))
+    events.Reload()
+    flags = events.Tensors("flags/text_summary")[0].tensor_proto.string_val[0].decode()
+    assert "--lr 3e-05" in flags  # not None: the lr SimCSE chose for its unlabeled data

@@ -265,8 +265,7 @@ class Engine:
         if config.tensorboard and self.is_main:
             from torch.utils.tensorboard import SummaryWriter  # imported here: only runs that ask pay for it
 
-            self.tensorboard = SummaryWriter(config.tensorboard)
-            write_hparams(self.tensorboard, config.to_dict())
+            self.tensorboard = SummaryWriter(config.tensorboard)  # the flags go in with describe_run's values
         self.started = time.time()
         self.run_config = config.to_dict()
         # --resume: the folder the run continues from (its weights), and the state its next fit restores.
@@ -295,6 +294,10 @@ class Engine:
                            "provenance": provenance(getattr(self.config, "command", ""), data_files)}
         if self.is_main:
             write_json(self.output_dir / "run_config.json", self.run_config)
+        if self.tensorboard is not None:  # a flag left to a default chosen later shows that value, not None
+            write_hparams(self.tensorboard, self.config.to_dict() | {
+                name: next(iter(value.values())) if isinstance(value, dict) and len(value) == 1 else value
+                for name, value in resolved.items()})
 
     def _check_resumable(self) -> Path:
         """The interrupted run's last/ folder, after checking that the flags that shape the run are unchanged."""
