@@ -26,7 +26,7 @@ from common.metrics import spearman
 from common.tables import markdown_table
 from data.readers import PairExample, read_sts, read_sts_eval
 from models import POOLINGS, BertModel, SentenceEncoder, Tokenizer
-from models.shareable import update_card
+from models.shareable import update_card, without_local_paths
 
 log = logging.getLogger(__name__)
 
@@ -132,8 +132,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     results = sts_benchmark(model, config.data_dir, config.batch_size)
     print(markdown_table({f"{config.model} ({model.pooling})": results}, TABLE_COLUMNS))
     if config.out:
-        write_json(config.out, {"model": config.model, "pooling": model.pooling, "max_length": model.max_length,
-                                "results": results})
+        # Without the folders above the model's: the file may lie in the model's own folder, which is shared.
+        write_json(config.out, {"model": without_local_paths(config.model), "pooling": model.pooling,
+                                "max_length": model.max_length, "results": results})
         folder = Path(config.model).expanduser()
         if Path(config.out).expanduser().resolve().parent == folder.resolve() and \
                 update_card(folder, "sts-benchmark", results):

@@ -221,6 +221,7 @@ def test_eval_prints_and_saves_the_sts_benchmark_before_and_after(tiny_model, co
                                "--method", method, "--data", "sts", "--max-steps", "1", "--eval", "--device", "cpu",
                                "--lr", "1e-2"])
     saved = json.loads((out / "sts_benchmark.json").read_text())
+    assert saved["model"] == tiny_model.name  # the file is in the exported folder: no path of this machine
     assert list(saved["results"]) == rows
     assert saved["results"]["before"]["uniformity"] != saved["results"][rows[1]]["uniformity"]  # training moved it
     pooling = saved["pooling"]

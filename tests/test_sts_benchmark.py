@@ -80,6 +80,7 @@ def test_out_in_the_folder_adds_the_results_to_its_model_card_once(save_tiny_che
     for _ in range(2):  # a second run replaces the section
         results = sts_benchmark.main(["--model", str(folder), "--data-dir", str(sts_data), "--device", "cpu",
                                       "--out", str(folder / "benchmark.json")])
+    assert json.loads((folder / "benchmark.json").read_text())["model"] == folder.name  # no path of this machine
     text = card.read_text()
     assert text.count("## STS benchmark of the embeddings") == 1
     assert f"| sts-dev | {results['sts-dev']:.4f} |" in text and f"| mean | {results['mean']:.4f} |" in text

@@ -22,7 +22,7 @@ from data.contrastive import Dataset, SentenceBatch, SentenceSet, as_sentences
 from evaluation.sts_benchmark import TABLE_COLUMNS, sts_benchmark
 from models import SentenceEncoder, Tokenizer, from_pretrained
 from models.checkpoint import tensor_bytes, write_encoder_folder
-from models.shareable import write_shareable_files
+from models.shareable import without_local_paths, write_shareable_files
 from tasks import CONTRASTIVE_DATA
 from training.engine import Engine, Run, Share
 from training.grad_cache import grad_cache_backward
@@ -160,7 +160,8 @@ class Pretraining:
                                       metrics_kind="sts-benchmark" if config.eval else "training",
                                       data_files=[str(path) for path in self.data_files])
             if config.eval:
-                write_json(temp / "sts_benchmark.json", {"model": config.model, "method": config.method,
+                write_json(temp / "sts_benchmark.json", {"model": without_local_paths(config.model),
+                                                         "method": config.method,
                                                          "pooling": config.pooling, "results": self.results})
         remove_entry(output_dir / "last")
         log.info("saved %s", ", ".join(str(output_dir / name) for name in encoders))
