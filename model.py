@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from common.cli import Range, check_ranges, flag, parse_task_order
+from common.cli import Range, check_ranges, flag, flag_words, parse_task_order
 from common.errors import CheckpointError
 from common.files import read_json
 from data.splits import PAIR_ENCODINGS, TaskSplit
@@ -81,8 +81,7 @@ def parse_pair_encoding(text: str) -> dict[str, str]:
 
 def as_flag(name: str, value) -> str:
     """The command-line spelling of a config value: --share none, --common-layer, --no-common-layer."""
-    flag_name = name.replace("_", "-")
-    return f"--{flag_name}" if value is True else f"--no-{flag_name}" if value is False else f"--{flag_name} {value}"
+    return " ".join(flag_words(name, value))
 
 
 def check_head_flags(config: ModelConfig, checkpoint: Path) -> None:

@@ -1,6 +1,7 @@
 """Multi-task fine-tuning of one BERT encoder for SST-5 sentiment, Quora paraphrase and STS similarity.
 
     python multitask_classifier.py --model all-MiniLM-L6-v2 --schedule mtdnn --option finetune
+    python multitask_classifier.py --config recipes/mtdnn-minilm.yaml --output-dir runs/mtdnn-minilm
 
 Writes runs/multitask/{best,last}/ (checkpoints), runs/multitask/metrics.jsonl (dev metrics per
 evaluation) and predictions/{sst,para,sts}-{dev,test}-output.csv (the leaderboard files).
@@ -12,7 +13,8 @@ from training.multitask_config import MultitaskConfig
 
 
 def main(argv: list[str] | None = None) -> dict:
-    config = cli.parse_config(MultitaskConfig, __doc__, argv, program="multitask_classifier.py")
+    config = cli.parse_config(MultitaskConfig, __doc__, argv, program="multitask_classifier.py",
+                              recipe="recipes/mtdnn-minilm.yaml")
     engine = Engine(config)
     return engine.fit(MultitaskRun(config, engine))
 

@@ -1,9 +1,11 @@
 """Contrastive pretraining of the encoder; the checkpoint it writes is what `multitask_classifier.py --init` takes.
 
-    python pretrain_contrastive.py --model all-MiniLM-L6-v2 --method simcse --data nli --eval
-    python pretrain_contrastive.py --method ct --data unlabeled --max-steps 2000       # writes OUT/model1, OUT/model2
-    python pretrain_contrastive.py --method consert --consert-schedule joint-unsup --aug1 shuffle --aug2 token-cutoff \
-        --data sts
+    python pretrain_contrastive.py --config recipes/simcse-nli.yaml --output-dir runs/simcse-nli
+    python pretrain_contrastive.py --model all-MiniLM-L6-v2 --method simcse --data nli --eval --output-dir runs/simcse
+    python pretrain_contrastive.py --model all-MiniLM-L6-v2 --method ct --data unlabeled --max-steps 2000 \
+        --output-dir runs/ct                                   # writes runs/ct/model1 and runs/ct/model2
+    python pretrain_contrastive.py --model all-MiniLM-L6-v2 --method consert --consert-schedule joint-unsup \
+        --aug1 shuffle --aug2 token-cutoff --data sts --output-dir runs/consert
 
 Methods: simcse, mnrl, ct (Contrastive Tension), sg / sg-opt (self-guided), consert. Data: nli, quora, sst, sts,
 unlabeled, all3 (quora, then sst, then sts in every epoch), or a file in one of those formats.
@@ -15,7 +17,8 @@ from training.methods import ContrastiveConfig
 
 
 def main(argv: list[str] | None = None) -> dict:
-    config = cli.parse_config(ContrastiveConfig, __doc__, argv, program="pretrain_contrastive.py")
+    config = cli.parse_config(ContrastiveConfig, __doc__, argv, program="pretrain_contrastive.py",
+                              recipe="recipes/simcse-nli.yaml")
     return Pretraining(config, Engine(config)).run()
 
 

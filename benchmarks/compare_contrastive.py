@@ -19,7 +19,7 @@ from common.cli import HelpFormatter  # noqa: E402
 from common.files import DEFAULT_DATA  # noqa: E402
 from common.tables import markdown_table  # noqa: E402
 from evaluation.sts_benchmark import EVAL_SETS, sts_benchmark  # noqa: E402
-from models import Tokenizer, from_pretrained  # noqa: E402
+from models import SentenceEncoder  # noqa: E402
 
 # row name -> (method, data): seven runs; mnrl takes NLI's (anchor, entailment, contradiction) triplets.
 RUNS = {
@@ -49,7 +49,8 @@ def saved_encoders(folder: Path) -> list[Path]:
 
 
 def score(model: str | Path, pooling: str, data_dir: str) -> dict[str, float]:
-    return sts_benchmark(from_pretrained(str(model)), Tokenizer.from_pretrained(str(model)), data_dir, pooling)
+    # 128 tokens, as pretrain_contrastive.py --eval scores (no STS sentence is longer)
+    return sts_benchmark(SentenceEncoder.from_pretrained(model, pooling, max_length=128), data_dir)
 
 
 def main(argv: list[str] | None = None) -> dict:

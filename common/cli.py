@@ -22,6 +22,7 @@ import torch
 
 from common import distributed
 from common.errors import UsageError, UserError
+from common.progress import LogHandler
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,19 +104,22 @@ def add_flags(parser: argparse.ArgumentParser, config_class: type) -> None:
                             help=field.metadata["help"])
 
 
-def parse_config(config_class: type, description: str, argv: list[str] | None = None, program: str | None = None):
+def parse_config(config_class: type, description: str, argv: list[str] | None = None, program: str | None = None,
+                 recipe: str = ""):
     """The config from the command line; a flag value the config rejects is a usage error (exit code 2).
-    The config remembers the command line as config.command (not a field: it is not a flag)."""
+    The config remembers the command line as config.command, and as config.command_with_values with a --config
+    file's flags written out (neither is a field: they are not flags). recipe: a config file of this command's,
+    for --config's help."""
     parser = build_parser(config_class, description)
     if program:
         parser.prog = program
-    parser.add_argument("--config", metavar="FILE", help="a YAML file of flags (e.g. recipes/mtdnn-minilm.yaml, or "
-                        "a run's run_config.json): its keys are flag names, its values as on the command line; flags "
-                        "given on the command line win")
+    example = f" (e.g. {recipe}, or a run's run_config.json)" if recipe else ""
+    parser.add_argument("--config", metavar="FILE", help=f"a YAML file of flags{example}: its keys are flag names, "
+                        "its values as on the command line; flags given on the command line win")
     argv = sys.argv[1:] if argv is None else argv
     config_file = parser.parse_known_args(argv)[0].config
-    if config_file:
-        parser.set_defaults(**config_file_values(parser, config_file))
+    file_values = config_file_values(parser, config_file) if config_file else {}
+    parser.set_defaults(**file_values)
     args = vars(parser.parse_args(argv))
     args.pop("config")
     try:
@@ -123,7 +127,32 @@ def parse_config(config_class: type, description: str, argv: list[str] | None = 
     except ValueError as error:
         parser.error(str(error))
     config.command = shlex.join(["python", parser.prog, *argv])
+    # The same command without the file: what a model card shows, so that it says what ran, not which file.
+    config.command_with_values = shlex.join(["python", parser.prog, *spelled_out(parser, file_values, argv)])
     return config
+
+
+def flag_words(name: str, value) -> list[str]:
+    """A config value as command-line words: ["--share", "none"], ["--common-layer"], ["--no-common-layer"]."""
+    flag_name = "--" + name.replace("_", "-")
+    return [flag_name] if value is True else [f"--no-{flag_name[2:]}"] if value is False else [flag_name, str(value)]
+
+
+def spelled_out(parser: argparse.ArgumentParser, file_values: dict, argv: list[str]) -> list[str]:
+    """argv with --config FILE replaced by the file's flags (those argv does not give again: argv wins)."""
+    def given(action) -> bool:
+        return any(word == option or word.startswith(option + "=") for word in argv for option in action.option_strings)
+
+    actions = {action.dest: action for action in parser._actions if action.option_strings}
+    words = [word for name, value in file_values.items() if value is not None and not given(actions[name])
+             for word in flag_words(name, value)]
+    rest, skip = [], False
+    for word in argv:
+        if skip or word == "--config" or word.startswith("--config="):
+            skip = word == "--config"
+            continue
+        rest.append(word)
+    return words + rest
 
 
 # Keys of a config file that are not flags and are ignored: what run_config.json holds beside the flags.
@@ -212,7 +241,7 @@ def run(main: Callable[[], Any]) -> None:
     # Under torchrun every process would print the same lines: only rank 0 talks, unless something goes wrong.
     quiet = os.environ.get("RANK", "0") != "0"
     logging.basicConfig(level=logging.WARNING if quiet else logging.INFO,
-                        format="%(levelname)s %(name)s: %(message)s")
+                        format="%(levelname)s %(name)s: %(message)s", handlers=[LogHandler()])
     try:
         main()
         distributed.exit_finished_process()  # torchrun: every process leaves the group, then exits; else nothing

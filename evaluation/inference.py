@@ -1,7 +1,7 @@
 """Inference, the one evaluation loop: a model's soft outputs on a task's split, in the split's order."""
 import torch
-from tqdm import tqdm
 
+from common.progress import progress
 from data.batching import sorted_batches, sorted_token_budget_batches
 from data.splits import TaskSplit
 from tasks import REGISTRY
@@ -19,8 +19,7 @@ def soft_outputs(model, split: TaskSplit, pad_id: int, batch_size: int = 128, au
     outputs = None
     batches = (sorted_token_budget_batches(split.token_lengths(), max_tokens) if max_tokens
                else sorted_batches(split.lengths(), batch_size))
-    for rows in tqdm(batches, desc=f"predicting {split.task}", leave=False,
-                     disable=None):  # disable=None: no bar off a terminal (a log file gets no control characters)
+    for rows in progress(batches, f"predicting {split.task}", total=len(split), unit="example", weight=len):
         inputs = {k: v.to(device) for k, v in split.batch(rows, pad_id)["inputs"].items()}
         with autocast() if autocast else torch.enable_grad():
             batch_outputs = task.soft(model(split.task, inputs)).cpu()

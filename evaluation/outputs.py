@@ -40,6 +40,8 @@ def read_outputs(path: Path, task: str) -> dict:
 def load_member(folder: str | Path) -> dict[str, dict[str, dict]]:
     """A member's saved outputs, task -> split -> {"ids", "outputs"}; tasks it has no files for are left out."""
     folder = Path(folder)
+    if not folder.is_dir():
+        raise CheckpointError(f"{folder}: no such folder")
     if not any(folder.glob("outputs-*.pt")) and (folder / "best").is_dir():
         folder = folder / "best"  # a run folder: its best checkpoint
     member = {}

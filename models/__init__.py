@@ -6,4 +6,5 @@ from models.config import BertConfig
 from models.loading import from_pretrained
 from models.optimizer import AdamW
 from models.sentence_embedding import POOLINGS, TOKEN_POOLINGS, embed_sentences, embed_sentences_every_layer, pool
+from models.sentence_encoder import SentenceEncoder
 from models.tokenizer import Tokenizer

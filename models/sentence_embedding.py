@@ -4,6 +4,7 @@ from contextlib import contextmanager
 
 import torch
 
+from common.progress import Progress
 from models.bert import BertModel, BertOutput
 from models.tokenizer import Tokenizer, collate
 
@@ -64,12 +65,15 @@ def _length_sorted_batches(encoder: BertModel, tokenizer: Tokenizer, sentences: 
 
 @torch.no_grad()
 def embed_sentences(encoder: BertModel, tokenizer: Tokenizer, sentences: list[str], pooling: str = "mean",
-                    batch_size: int = 64, max_length: int = 128) -> torch.Tensor:
-    """[len(sentences), hidden] embeddings, computed in eval mode in batches of similar length."""
+                    batch_size: int = 64, max_length: int = 128, progress: str = "") -> torch.Tensor:
+    """[len(sentences), hidden] embeddings, computed in eval mode in batches of similar length; progress: what
+    to call the work in a progress bar (common/progress.py; "" for none)."""
     result = torch.empty(len(sentences), encoder.config.hidden_size)
-    with _eval_mode(encoder):
+    with _eval_mode(encoder), Progress(len(sentences) if progress else 0, progress, "sentence",
+                                       shown=bool(progress)) as bar:
         for rows, batch in _length_sorted_batches(encoder, tokenizer, sentences, batch_size, max_length):
             result[rows] = pool(encoder(**batch), batch["attention_mask"], pooling).float().cpu()
+            bar.update(len(rows))
     return result
 
 

@@ -1,4 +1,5 @@
-"""Make a checkpoint folder usable without this project: by sentence-transformers, transformers and people.
+"""Make a checkpoint folder usable without this project: by sentence-transformers, transformers and people; and read
+what sentence-transformers does with a folder (sentence_convention, which models.SentenceEncoder follows).
 
 save_checkpoint writes config.json, model.safetensors and the tokenizer files; write_shareable_files adds
     modules.json, sentence_bert_config.json, 1_Pooling/config.json   SentenceTransformer(folder) computes our
@@ -20,12 +21,14 @@ What the folder inherits from the base model, so that users get what they got fr
   tokens; sentence-transformers would truncate every input there): the base's own sentence_bert_config.json
   value if it has one, else the encoder's positions.
 """
+import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
 import yaml
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 
 from common.errors import CheckpointError
 from common.files import atomic_file, read_json, write_json
@@ -44,10 +47,13 @@ NORMALIZE = "sentence_transformers.models.Normalize"
 
 @dataclass(frozen=True)
 class Convention:
-    """How a base model's sentence-transformers users embed: length-1 embeddings or not, and up to how many
-    tokens (None: not said; the encoder's positions then)."""
+    """How sentence-transformers embeds with a model: length-1 embeddings or not, up to how many tokens (None: not
+    said; the encoder's positions then), and the pooling, one of POOLINGS (None: one that minBERT does not
+    compute, such as max pooling or a Dense layer of the folder's own). The defaults are sentence-transformers'
+    own for a bare BERT folder: mean pooling, no Normalize."""
     normalize: bool = False
     max_seq_length: int | None = None
+    pooling: str | None = "mean"
 
 
 # Hub ids whose published sentence-transformers folder we know, for runs started from the hub id: the
@@ -64,11 +70,26 @@ TRANSFORMERS_POOLING = {
             "embeddings = (output.last_hidden_state * mask).sum(1) / mask.sum(1)",
     "pooler": "embeddings = output.pooler_output",
 }
-# The card's metrics section: what the numbers given to write_shareable_files are.
+# The card's metrics sections: the title of each kind of numbers given to write_shareable_files or update_card,
+# and what they are, in words.
 METRICS_TITLES = {
-    "dev": "Dev metrics",
-    "sts-benchmark": "STS benchmark: Spearman x 100 of the embeddings' cosine similarities, before and after training",
-    "training": "Training statistics (not scores: the run was not evaluated; --eval adds the STS benchmark)",
+    "dev": "Dev metrics of the task heads",
+    "sts-benchmark": "STS benchmark of the embeddings",
+    "training": "Training statistics",
+}
+METRICS_WORDS = {
+    "dev": "Scored by the task heads trained with this encoder (`heads.safetensors`, which sentence-transformers "
+           "does not load): each task's prediction is its head's on top of the encoder, STS's too (a cosine after "
+           "the head's own layers, or a cross-encoder), not the cosine of this folder's embeddings. "
+           f"`python -m evaluation.sts_benchmark --model {FOLDER_PLACEHOLDER} --out {FOLDER_PLACEHOLDER}/"
+           "benchmark.json` scores the embeddings themselves and adds them to this card.",
+    "sts-benchmark": "Spearman x 100 between the cosine similarity of this folder's embeddings (as below) and the "
+                     "gold scores, on STS12-16 and SICK-R (each set's parts together) and the CS224N STS dev split; "
+                     "alignment and uniformity of the STS dev embeddings (Wang and Isola, 2020; lower is better). "
+                     "Measured by `python -m evaluation.sts_benchmark`; `before`: the base model, `after`: this "
+                     "folder, where both were measured.",
+    "training": f"Not scores. `python -m evaluation.sts_benchmark --model {FOLDER_PLACEHOLDER} --out "
+                f"{FOLDER_PLACEHOLDER}/benchmark.json` scores the embeddings and adds them to this card.",
 }
 
 
@@ -95,7 +116,7 @@ def write_shareable_files(folder: str | Path, *, pooling: str, max_length: int, 
         raise CheckpointError(f"{folder}: no config.json; write the checkpoint with save_checkpoint first")
     config = read_json(folder / "config.json") | {"architectures": ["BertModel"], "model_type": "bert"}
     hidden_size, positions = config["hidden_size"], config["max_position_embeddings"]
-    convention = base_convention(base_model)
+    convention = sentence_convention(base_model)
     # Never less than the run trained on, never more than the encoder's positions.
     max_seq_length = min(max(convention.max_seq_length or positions, max_length), positions)
     modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
@@ -146,17 +167,59 @@ def base_folder(base_model: str) -> Path | None:
     return folder if folder.is_dir() else None
 
 
-def base_convention(base_model: str) -> Convention:
-    """The base model's sentence-transformers convention: its folder's modules.json and sentence_bert_config.json
-    where it has them, else what is known of its hub id, else none (no Normalize, the encoder's positions)."""
-    folder = base_folder(base_model)
+def sentence_convention(model: str) -> Convention:
+    """What sentence-transformers does with a model (the one reader of its files here): its folder's modules.json,
+    Pooling, Dense and Normalize modules and sentence_bert_config.json where it has them, else what is known of its
+    hub id, else sentence-transformers' defaults for a bare BERT folder (Convention())."""
+    folder = base_folder(model)
     if folder is not None and (folder / "modules.json").is_file():
-        types = [module.get("type", "") for module in read_json(folder / "modules.json")]
+        modules = read_json(folder / "modules.json")
         settings = folder / "sentence_bert_config.json"
-        return Convention(normalize=any(kind.endswith(".Normalize") for kind in types),
-                          max_seq_length=read_json(settings).get("max_seq_length") if settings.is_file() else None)
-    hub_id = HUB_IDS.get(base_model.lower(), base_model)
+        return Convention(normalize=any(module_kind(module) == "Normalize" for module in modules),
+                          max_seq_length=read_json(settings).get("max_seq_length") if settings.is_file() else None,
+                          pooling=folder_pooling(folder, modules))
+    hub_id = HUB_IDS.get(model.lower(), model)
     return KNOWN_CONVENTIONS.get(hub_id.lower(), Convention())
+
+
+def module_kind(module: dict) -> str:
+    """sentence_transformers.models.Pooling -> Pooling."""
+    return module.get("type", "").rsplit(".", 1)[-1]
+
+
+# The sentence-transformers pooling modes minBERT computes, by the one mode flag set in a Pooling config.
+POOLING_MODES = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean"}
+
+
+def folder_pooling(folder: Path, modules: list[dict]) -> str | None:
+    """cls, mean or pooler, as the folder's modules compute it: Transformer, Pooling (one mode), optionally a
+    Dense that is BERT's own pooler after [CLS] (what write_shareable_files writes for pooler), optionally
+    Normalize. None for any other chain of modules."""
+    kinds = [module_kind(module) for module in modules]
+    if kinds and kinds[-1] == "Normalize":
+        kinds, modules = kinds[:-1], modules[:-1]
+    if kinds not in (["Transformer", "Pooling"], ["Transformer", "Pooling", "Dense"]):
+        return None
+    pooling_config = folder / modules[1]["path"] / "config.json"
+    modes = {key for key, value in read_json(pooling_config).items()
+             if key.startswith("pooling_mode") and value is True}
+    pooling = POOLING_MODES.get(modes.pop()) if len(modes) == 1 else None
+    if len(kinds) == 2 or pooling is None:
+        return pooling
+    return "pooler" if pooling == "cls" and is_bert_pooler(folder / modules[2]["path"], folder) else None
+
+
+def is_bert_pooler(dense_folder: Path, checkpoint: Path) -> bool:
+    """Whether a Dense module computes tanh(pooler.dense(x)) with the checkpoint's own pooler weights."""
+    settings, weights = dense_folder / "config.json", dense_folder / "model.safetensors"
+    if not (settings.is_file() and weights.is_file()):
+        return False
+    if not read_json(settings).get("activation_function", "").endswith(".Tanh"):
+        return False
+    dense, (tensors, _) = load_file(weights), normalise_names(read_state_dict(checkpoint))
+    return all(name in dense and f"pooler.dense.{part}" in tensors
+               and torch.equal(dense[name], tensors[f"pooler.dense.{part}"])
+               for name, part in (("linear.weight", "weight"), ("linear.bias", "bias")))
 
 
 def describe_base_model(base_model: str) -> tuple[str | None, str]:
@@ -217,17 +280,11 @@ def model_card(*, pooling: str, max_length: int, max_seq_length: int, normalize:
         base_text = f"the local checkpoint `{Path(base_model).name}`" + (f", itself from `{hub_id}`" if hub_id else "")
     else:
         base_text = f"`{hub_id}`"
-    metric_rows = "\n".join(f"| {metric_names[name]} (`{name}`) | {format_number(value)} |" if name in metric_names
-                            else f"| {name} | {format_number(value)} |" for name, value in flatten(metrics))
-    sample = (f"Scored on a random sample of at most {eval_sample:,} examples of each dev set "
-              f"(`--max-eval-examples {eval_sample}`), not on the full dev sets.\n\n"
-              if eval_sample and metrics_kind == "dev" else "")
     data = "\n".join(f"- `{Path(file).name}`" for file in data_files)
     length_words = (", scaled to length 1 as the base model's are: their dot product is their cosine"
                     if normalize else "")
-    ours_normalize = "\nembeddings = torch.nn.functional.normalize(embeddings, dim=-1)" if normalize else ""
-    ours_import = "import torch\n" if normalize else ""
-    pooling_code = TRANSFORMERS_POOLING[pooling] + ours_normalize
+    normalize_code = "\nembeddings = torch.nn.functional.normalize(embeddings, dim=-1)" if normalize else ""
+    pooling_code = TRANSFORMERS_POOLING[pooling] + normalize_code
     return f"""---
 {yaml.safe_dump(meta, sort_keys=False).strip()}
 ---
@@ -255,12 +312,7 @@ Local paths are shortened to their last part.
 {without_local_paths(command)}
 ```
 
-## {METRICS_TITLES[metrics_kind]}
-
-{sample}| metric | value |
-|---|---|
-{metric_rows}
-
+{metrics_section(metrics_kind, metrics, metric_names, eval_sample)}
 ## Usage
 
 Each snippet computes the same embeddings. Put this folder's path (or its hub id) in `folder`.
@@ -268,13 +320,11 @@ Each snippet computes the same embeddings. Put this folder's path (or its hub id
 With minBERT (this project, from its repository root):
 
 ```python
-{ours_import}from models import Tokenizer, embed_sentences, from_pretrained
+from models import SentenceEncoder
 
 folder = "{FOLDER_PLACEHOLDER}"
 sentences = ["A man is playing a guitar.", "Someone plays the guitar on a stage tonight."]
-encoder, tokenizer = from_pretrained(folder), Tokenizer.from_pretrained(folder)
-embeddings = embed_sentences(encoder, tokenizer, sentences, pooling="{pooling}",
-                             max_length={max_seq_length}){ours_normalize}
+embeddings = SentenceEncoder.from_pretrained(folder).encode(sentences)
 ```
 
 With transformers:
@@ -311,3 +361,33 @@ def flatten(metrics: dict, prefix: str = ""):
             yield from flatten(value, f"{prefix}{key}.")
         else:
             yield f"{prefix}{key}", value
+
+
+def metrics_section(kind: str, metrics: dict, metric_names: dict[str, str] | None = None, eval_sample: int = 0) -> str:
+    """The card's section of one kind of numbers (METRICS_TITLES): its title, what they are, and their table."""
+    metric_names = metric_names or {}
+    rows = "\n".join(f"| {metric_names[name]} (`{name}`) | {format_number(value)} |" if name in metric_names
+                     else f"| {name} | {format_number(value)} |" for name, value in flatten(metrics))
+    sample = (f" Scored on a random sample of at most {eval_sample:,} examples of each dev set "
+              f"(`--max-eval-examples {eval_sample}`), not on the full dev sets." if eval_sample and kind == "dev"
+              else "")
+    return f"## {METRICS_TITLES[kind]}\n\n{METRICS_WORDS[kind]}{sample}\n\n| metric | value |\n|---|---|\n{rows}\n"
+
+
+def update_card(folder: str | Path, kind: str, metrics: dict) -> bool:
+    """Write the section of `kind` into the model card of one of our folders: in place of the section of that kind
+    it has, else before its usage. False, and nothing written, when the folder holds no card of ours."""
+    card = Path(folder) / "README.md"
+    if "minbert" not in front_matter(card).get("tags", []):
+        return False
+    section = metrics_section(kind, metrics) + "\n"
+    parts = re.split(r"(?m)^(?=## )", card.read_text(encoding="utf-8"))  # each part a heading and its text
+    titles = [part.splitlines()[0] for part in parts]
+    title = section.splitlines()[0]
+    if title in titles:
+        parts[titles.index(title)] = section
+    else:
+        parts.insert(titles.index("## Usage"), section)
+    with atomic_file(card) as temp:
+        temp.write_text("".join(parts), encoding="utf-8")
+    return True

@@ -1,4 +1,5 @@
 """Flags generated from a config dataclass: types, defaults in --help, usage errors; the lists of tasks flags name."""
+import shlex
 from dataclasses import dataclass
 
 import pytest
@@ -33,6 +34,19 @@ def test_flags_parse_into_the_config():
     config = parse_config(ExampleConfig, DESCRIPTION, ["--batch-size", "8", "--lr", "1e-4", "--eval"])
     assert config == ExampleConfig(batch_size=8, lr=1e-4, eval=True)
     assert parse_config(ExampleConfig, DESCRIPTION, []) == ExampleConfig()
+
+
+def test_a_config_files_flags_are_spelled_out_in_the_command_with_values(tmp_path):
+    file = tmp_path / "flags.yaml"
+    file.write_text("batch-size: 8\nlr: 1e-4\neval: true\nout: x.json\n")
+    config = parse_config(ExampleConfig, DESCRIPTION, ["--config", str(file), "--lr=2e-4", "--no-eval"],
+                          program="example.py")
+    assert config.command == f"python example.py --config {file} --lr=2e-4 --no-eval"
+    # The file's flags that the command line does not give again, then the command line's.
+    assert config.command_with_values == "python example.py --batch-size 8 --out x.json --lr=2e-4 --no-eval"
+    assert parse_config(ExampleConfig, DESCRIPTION, shlex.split(config.command_with_values)[2:]) == config
+    plain = parse_config(ExampleConfig, DESCRIPTION, ["--eval"], program="example.py")
+    assert plain.command == plain.command_with_values == "python example.py --eval"
 
 
 def test_a_value_the_config_rejects_is_a_usage_error(capsys):

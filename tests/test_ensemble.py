@@ -1,6 +1,7 @@
 """ensemble.py on fabricated members (outputs-*.pt files) and tiny dev files; no model is run."""
 import csv
 import json
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -195,11 +196,13 @@ def test_weighted_finds_a_mix_better_than_either_member(tmp_path, dev_dir, round
     assert read_predictions(predictions, "sts", "dev")[1] == pytest.approx(LABELS["sts"])
 
 
-def test_a_member_without_a_task_is_left_out_of_that_task(tmp_path, dev_dir):
+def test_a_member_without_a_task_is_left_out_of_that_task(tmp_path, dev_dir, caplog):
     full = random_outputs(5)
     a = make_member(tmp_path / "a", full)
     sst_only = make_member(tmp_path / "sst-only", {"sst": random_outputs(6)["sst"]})
     report, predictions = run(tmp_path, dev_dir, [a, sst_only], "mean")
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]  # nothing said of cfimdb, which none has
+    assert "cfimdb" not in report["weights"]
     assert report["weights"]["sst"] == {str(a): 0.5, str(sst_only): 0.5}
     assert report["weights"]["sts"] == {str(a): 1.0}
     assert set(report["members"][str(sst_only)]) == {"sst"}  # no overall without all three tasks
@@ -249,6 +252,8 @@ def test_missing_outputs_files_are_named(tmp_path, dev_dir):
     (tmp_path / "empty").mkdir()
     with pytest.raises(CheckpointError, match=r"empty: no outputs-"):
         run(tmp_path, dev_dir, [tmp_path / "empty"])
+    with pytest.raises(CheckpointError, match=r"gone: no such folder$"):  # a run not made (yet), or a typo
+        run(tmp_path, dev_dir, [make_member(tmp_path / "whole", random_outputs(10)), tmp_path / "gone"])
 
 
 def test_prints_a_table_of_members_and_ensemble(tmp_path, dev_dir, capsys):

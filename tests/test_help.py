@@ -80,3 +80,32 @@ def test_the_readme_recipe_is_what_the_defaults_run():
     for name, value in flags.items():
         stated = re.search(r"\(default: ([^)]*)\)", entries[name][1]).group(1)
         assert resolved(name, stated) == resolved(name, value), f"{name}: --help says {stated}, the README {value}"
+
+
+def docstring_examples(module) -> list[list[str]]:
+    """The argv of each `python PROGRAM ...` line of a command's docstring (continuations joined, comments off)."""
+    text = re.sub(r"\\\n\s*", " ", module.__doc__)
+    lines = [line.split("#")[0].split() for line in text.splitlines() if line.strip().startswith("python ")]
+    return [words[3:] if words[1] == "-m" else words[2:] for words in lines]
+
+
+@pytest.mark.parametrize("command, program, config", [
+    ("multitask_classifier.py", "multitask_classifier", "training.multitask_config.MultitaskConfig"),
+    ("pretrain_contrastive.py", "pretrain_contrastive", "training.methods.ContrastiveConfig"),
+    ("ensemble.py", "ensemble", "ensemble.EnsembleConfig"),
+    ("-m evaluation.sts_benchmark", "evaluation.sts_benchmark", "evaluation.sts_benchmark.StsBenchmarkConfig")])
+def test_every_example_in_a_commands_help_is_accepted(command, program, config, monkeypatch):
+    """Each example line of --help parses (its recipe file too); --config's help names a recipe of the command's."""
+    import importlib
+
+    from common.cli import parse_config
+
+    monkeypatch.chdir(ROOT)  # the examples name recipes/ from the repository root
+    module_name, class_name = config.rsplit(".", 1)
+    config_class = getattr(importlib.import_module(module_name), class_name)
+    examples = docstring_examples(importlib.import_module(program))
+    assert examples, f"{program}: no example in its docstring"
+    for argv in examples:
+        parse_config(config_class, "", argv)
+    recipes = re.findall(r"recipes/[\w.-]+", help_entries(command)["--config"][1])
+    assert all((ROOT / recipe).is_file() and recipe in " ".join(map(" ".join, examples)) for recipe in recipes)

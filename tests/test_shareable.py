@@ -14,7 +14,7 @@ from models.shareable import (
     FOLDER_PLACEHOLDER,
     KNOWN_CONVENTIONS,
     Convention,
-    base_convention,
+    sentence_convention,
     describe_base_model,
     front_matter,
     write_shareable_files,
@@ -100,17 +100,17 @@ def test_max_seq_length_is_the_encoders_not_the_training_crop(save_tiny_checkpoi
         assert f"Inputs longer than {POSITIONS} tokens are truncated" in (folder / "README.md").read_text()
 
 
-def test_the_base_convention_comes_from_its_folder_its_hub_id_and_carries_down_a_chain(
+def test_the_sentence_convention_comes_from_its_folder_its_hub_id_and_carries_down_a_chain(
         save_tiny_checkpoint, tiny_model, minilm_dir, monkeypatch):
-    assert base_convention("all-MiniLM-L6-v2") == Convention(normalize=True, max_seq_length=256)
-    assert base_convention(str(minilm_dir)) == Convention(normalize=True, max_seq_length=256)
-    assert base_convention(str(tiny_model)) == base_convention("bert-base-uncased") == Convention()
+    assert sentence_convention("all-MiniLM-L6-v2") == Convention(normalize=True, max_seq_length=256)
+    assert sentence_convention(str(minilm_dir)) == Convention(normalize=True, max_seq_length=256)
+    assert sentence_convention(str(tiny_model)) == sentence_convention("bert-base-uncased") == Convention()
     # A run started from one of our folders inherits the Normalize its own base gave it.
     first = share(save_tiny_checkpoint({}), "cls", "all-MiniLM-L6-v2")
-    assert base_convention(str(first)) == Convention(normalize=True, max_seq_length=POSITIONS)
+    assert sentence_convention(str(first)) == Convention(normalize=True, max_seq_length=POSITIONS, pooling="cls")
     # Without the package, the hub id's known convention: the published folder's, as the package ships it.
     monkeypatch.setattr("models.shareable.packaged_folder", lambda name: None)
-    assert base_convention("sentence-transformers/all-MiniLM-L6-v2") == base_convention("all-MiniLM-L6-v2") \
+    assert sentence_convention("sentence-transformers/all-MiniLM-L6-v2") == sentence_convention("all-MiniLM-L6-v2") \
         == KNOWN_CONVENTIONS["sentence-transformers/all-minilm-l6-v2"] == Convention(True, 256)
 
 
@@ -128,7 +128,7 @@ def test_the_cards_three_snippets_compute_our_embeddings(save_tiny_checkpoint, p
     base_model, normalize = base
     folder = share(save_tiny_checkpoint({"pooling": pooling}), pooling, base_model)
     snippets = re.findall(r"```python\n(.*?)```", (folder / "README.md").read_text(), re.DOTALL)
-    assert [("embed_sentences" in s, "BertModel" in s, "SentenceTransformer" in s) for s in snippets] == [
+    assert [("SentenceEncoder" in s, "BertModel" in s, "SentenceTransformer" in s) for s in snippets] == [
         (True, False, False), (False, True, False), (False, False, True)]
     for code in snippets:
         namespace = {}
@@ -151,7 +151,9 @@ def test_card_holds_base_model_license_data_command_and_named_metrics(save_tiny_
     meta = front_matter(folder / "README.md")
     assert meta["license"] == "apache-2.0"  # read from the base folder's own card
     assert meta["library_name"] == "sentence-transformers" and "base_model" not in meta  # a path is no hub id
-    assert "## Dev metrics" in card and "sample" not in card
+    assert "## Dev metrics of the task heads" in card and "sample" not in card
+    # Which numbers are the heads' and which the embeddings': these are the heads', STS's too.
+    assert "heads.safetensors" in card and "not the cosine of this folder's embeddings" in card
     for row in ("| SST-5 accuracy (`sst`) | 0.4886 |", "| Quora accuracy (`para`) | 0.8436 |",
                 "| STS Pearson r (`sts`) | 0.8778 |",
                 "| course overall score: mean(SST acc, Quora acc, (STS r + 1) / 2) (`overall`) | 0.7571 |",
@@ -178,17 +180,17 @@ def test_card_names_no_local_path_and_says_when_dev_scores_are_a_sample(save_tin
 
 
 def test_contrastive_card_shows_training_statistics_as_such_and_exact_numbers(save_tiny_checkpoint):
-    statistics = {"train": {"steps": 4, "updates": 4, "lr": 5e-05, "final_loss": 0.000125}}
+    statistics = {"train": {"steps": 4, "updates": 4, "lr": 5e-05, "mean_loss": 0.000125}}
     folder = share(save_tiny_checkpoint({}), "cls", metrics=statistics, metrics_kind="training")
     card = (folder / "README.md").read_text()
-    assert "## Training statistics (not scores" in card and "Dev metrics" not in card
-    for row in ("| train.steps | 4 |", "| train.lr | 5e-05 |", "| train.final_loss | 0.000125 |"):
+    assert "## Training statistics\n\nNot scores." in card and "Dev metrics" not in card
+    for row in ("| train.steps | 4 |", "| train.lr | 5e-05 |", "| train.mean_loss | 0.000125 |"):
         assert row in card
     assert "0.0001 |" not in card
     benchmark = {"zero-shot": {"sts12": 73.94, "sts-dev": 74.53}, "after": {"sts12": 73.41, "sts-dev": 77.26}}
     card = (share(save_tiny_checkpoint({}), "cls", metrics=benchmark, metrics_kind="sts-benchmark")
             / "README.md").read_text()
-    assert "## STS benchmark: Spearman x 100" in card and "Dev metrics" not in card
+    assert "## STS benchmark of the embeddings\n\nSpearman x 100" in card and "Dev metrics" not in card
     assert "| zero-shot.sts12 | 73.9400 |" in card and "| after.sts-dev | 77.2600 |" in card
 
 

@@ -1,11 +1,15 @@
-"""python -m evaluation.sts_benchmark scores a checkpoint with the pooling it was trained with, unless told."""
+"""python -m evaluation.sts_benchmark scores a folder's embeddings as sentence-transformers computes them (unless told
+otherwise), and adds the results to the folder's model card when --out writes into it."""
 import json
 import random
 
 import pytest
+import scipy.stats
+import torch
+from sentence_transformers import SentenceTransformer
 
 from evaluation import sts_benchmark
-from models import Tokenizer, from_pretrained
+from models.shareable import write_shareable_files
 from tests.conftest import sentence
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -36,15 +40,50 @@ def run(model, sts_data, tmp_path, *flags) -> tuple[str, dict]:
     return json.loads(out.read_text())["pooling"], results
 
 
-def test_a_checkpoint_is_scored_with_its_own_pooling_unless_told(save_tiny_checkpoint, sts_data, tmp_path):
-    folder = save_tiny_checkpoint({"pooling": "mean"})
-    encoder, tokenizer = from_pretrained(folder), Tokenizer.from_pretrained(folder)
+def shared(save_tiny_checkpoint, pooling):
+    """A folder as our runs save it: the checkpoint, its sentence-transformers files and its model card."""
+    folder = save_tiny_checkpoint({"pooling": pooling})
+    write_shareable_files(folder, pooling=pooling, max_length=16, base_model="all-MiniLM-L6-v2",
+                          command="python pretrain_contrastive.py", metrics={"train": {"steps": 1}},
+                          metrics_kind="training", data_files=[])
+    return folder
+
+
+def sentence_transformers_spearman(folder, data_dir, name="sts12") -> float:
+    """Independent truth: Spearman x 100 of the cosines of SentenceTransformer(folder)'s embeddings."""
+    rows = [line.split("\t") for line in (data_dir / "sts-eval" / f"{name}.tsv").read_text().splitlines()[1:]]
+    model = SentenceTransformer(str(folder), device="cpu")
+    first, second = (model.encode([row[i] for row in rows], convert_to_tensor=True) for i in (1, 2))
+    cosines = torch.nn.functional.cosine_similarity(first, second).cpu().numpy()
+    return 100 * scipy.stats.spearmanr(cosines, [float(row[3]) for row in rows]).statistic
+
+
+def test_a_folder_is_scored_as_sentence_transformers_embeds_it_unless_told(save_tiny_checkpoint, sts_data, tmp_path):
+    folder = shared(save_tiny_checkpoint, "cls")
     pooling, results = run(folder, sts_data, tmp_path)
-    assert pooling == "mean"
-    assert results == pytest.approx(sts_benchmark.sts_benchmark(encoder, tokenizer, sts_data, "mean"))
-    pooling, explicit = run(folder, sts_data, tmp_path, "--pooling", "cls")
     assert pooling == "cls"
-    assert explicit == pytest.approx(sts_benchmark.sts_benchmark(encoder, tokenizer, sts_data, "cls"))
-    assert explicit["mean"] != pytest.approx(results["mean"])  # the two poolings score differently
-    (folder / "run_config.json").unlink()  # not one of ours (or an old one): cls, as before
-    assert run(folder, sts_data, tmp_path)[0] == "cls"
+    assert results["sts12"] == pytest.approx(sentence_transformers_spearman(folder, sts_data), abs=1e-4)
+    pooling, explicit = run(folder, sts_data, tmp_path, "--pooling", "mean")
+    assert pooling == "mean" and explicit["mean"] != pytest.approx(results["mean"])
+    plain = save_tiny_checkpoint({"pooling": "cls"})  # no sentence-transformers files: it mean-pools, as they do
+    pooling, results = run(plain, sts_data, tmp_path)
+    assert pooling == "mean"
+    assert results["sts12"] == pytest.approx(sentence_transformers_spearman(plain, sts_data), abs=1e-4)
+
+
+def test_out_in_the_folder_adds_the_results_to_its_model_card_once(save_tiny_checkpoint, sts_data, tmp_path):
+    folder = shared(save_tiny_checkpoint, "mean")
+    card = folder / "README.md"
+    before = card.read_text()
+    run(folder, sts_data, tmp_path)  # --out elsewhere: the card stays as it was
+    assert card.read_text() == before
+    for _ in range(2):  # a second run replaces the section
+        results = sts_benchmark.main(["--model", str(folder), "--data-dir", str(sts_data), "--device", "cpu",
+                                      "--out", str(folder / "benchmark.json")])
+    assert json.loads((folder / "benchmark.json").read_text())["model"] == folder.name  # no path of this machine
+    text = card.read_text()
+    assert text.count("## STS benchmark of the embeddings") == 1
+    assert f"| sts-dev | {results['sts-dev']:.4f} |" in text and f"| mean | {results['mean']:.4f} |" in text
+    # The card is whole: what it said before is still there, and the new section comes before the usage.
+    assert text.index("## Training statistics") < text.index("## STS benchmark") < text.index("## Usage")
+    assert text.replace(text[text.index("## STS benchmark"):text.index("## Usage")], "") == before

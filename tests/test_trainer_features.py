@@ -199,6 +199,8 @@ def test_run_config_json_is_a_config_file(tiny_model, course_data, tmp_path):
     assert {k: v for k, v in a.items() if k not in ("output_dir", "predictions_dir", "provenance")} == \
            {k: v for k, v in b.items() if k not in ("output_dir", "predictions_dir", "provenance")}
     assert_same_weights(checkpoint_weights(tmp_path / "a/run/best"), checkpoint_weights(tmp_path / "b/run/best"))
+    card = (tmp_path / "b/run/best/README.md").read_text()  # the command with the file's values, not the file
+    assert "--config" not in card and " --max-steps 2 " in card and " --lr 0.0005 " in card
 
 
 # ---- TensorBoard and the summary ----
@@ -215,12 +217,16 @@ def test_both_trainers_write_the_same_tensorboard_tags_and_the_flags(tiny_model,
                                                                      tmp_path, capsys):
     multitask_classifier.main(tiny_args(tiny_model, course_data, tmp_path, "--log-every", "2",
                                         "--tensorboard", str(tmp_path / "tb-m")))
-    pretrain_contrastive.main(["--model", str(tiny_model), "--method", "simcse", "--data", "sts", "--data-dir",
-                               str(contrastive_data), "--batch-size", "8", "--epochs", "1", "--log-every", "1",
-                               "--device", "cpu", "--output-dir", str(tmp_path / "c"), "--quiet",
-                               "--tensorboard", str(tmp_path / "tb-c")])
+    result = pretrain_contrastive.main(["--model", str(tiny_model), "--method", "simcse", "--data", "sts",
+                                        "--data-dir", str(contrastive_data), "--batch-size", "8", "--epochs", "1",
+                                        "--log-every", "1", "--device", "cpu", "--output-dir", str(tmp_path / "c"),
+                                        "--quiet", "--tensorboard", str(tmp_path / "tb-c")])
     out = capsys.readouterr().out
-    assert "final_loss" in out and str(tmp_path / "c" / "metrics.jsonl") in out  # the summary, under --quiet
+    assert "mean_loss" in out and str(tmp_path / "c" / "metrics.jsonl") in out  # the summary, under --quiet
+    # mean_loss is what it says: the mean of the stage's step losses (a line a step in metrics.jsonl here).
+    steps = [json.loads(line)["loss"]["loss"] for line in (tmp_path / "c" / "metrics.jsonl").read_text().splitlines()
+             if json.loads(line)["event"] == "train"]
+    assert len(steps) > 1 and result["stages"]["train"]["mean_loss"] == pytest.approx(sum(steps) / len(steps))
     multi, multi_text = tensorboard_tags(tmp_path / "tb-m")
     contrastive, contrastive_text = tensorboard_tags(tmp_path / "tb-c")
     assert {"train/loss/sst", "train/loss/para", "train/loss/sts", "train/lr", "train/head_lr", "train/examples_per_s",
@@ -238,3 +244,7 @@ def test_both_trainers_write_the_same_tensorboard_tags_and_the_flags(tiny_model,
     flags = events.Tensors("flags/text_summary")[0].tensor_proto.string_val[0].decode()
     assert "--lr 0.001" in flags and "--metric-for-best overall" in flags
     assert events.PluginTagToContent("hparams")  # the flags as hparams too
+    events = EventAccumulator(str(tmp_path / "tb-c"))
+    events.Reload()
+    flags = events.Tensors("flags/text_summary")[0].tensor_proto.string_val[0].decode()
+    assert "--lr 3e-05" in flags  # not None: the lr SimCSE chose for its unlabeled data

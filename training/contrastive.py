@@ -20,9 +20,9 @@ from common.tables import markdown_table
 from data.batching import split_rows
 from data.contrastive import Dataset, SentenceBatch, SentenceSet, as_sentences
 from evaluation.sts_benchmark import TABLE_COLUMNS, sts_benchmark
-from models import Tokenizer, from_pretrained
+from models import SentenceEncoder, Tokenizer, from_pretrained
 from models.checkpoint import tensor_bytes, write_encoder_folder
-from models.shareable import write_shareable_files
+from models.shareable import without_local_paths, write_shareable_files
 from tasks import CONTRASTIVE_DATA
 from training.engine import Engine, Run, Share
 from training.grad_cache import grad_cache_backward
@@ -139,7 +139,7 @@ class Pretraining:
     def _summary(self, stages: dict, encoders: dict) -> None:
         """Each stage's steps, learning rate and final loss, and the folders written: printed, also with --quiet."""
         rows = {name: {**stage, "lr": f"{stage['lr']:g}"} for name, stage in stages.items()}
-        print(markdown_table(rows, ["steps", "updates", "lr", "final_loss"], label="stage", digits=4))
+        print(markdown_table(rows, ["steps", "updates", "lr", "mean_loss"], label="stage", digits=4))
         output_dir = Path(self.config.output_dir)
         files = [output_dir / name for name in encoders] + [output_dir / name for name in ("metrics.jsonl",
                                                                                              "run_config.json")]
@@ -155,19 +155,20 @@ class Pretraining:
                 (temp / name).mkdir(exist_ok=True)
                 write_encoder_folder(temp / name, encoder, self.tokenizer, self.engine.run_config, metrics)
                 write_shareable_files(temp / name, pooling=config.pooling, max_length=config.max_length,
-                                      base_model=config.model, command=getattr(config, "command", ""),
+                                      base_model=config.model, command=getattr(config, "command_with_values", ""),
                                       metrics=metrics["sts_benchmark"] if config.eval else metrics["stages"],
                                       metrics_kind="sts-benchmark" if config.eval else "training",
                                       data_files=[str(path) for path in self.data_files])
             if config.eval:
-                write_json(temp / "sts_benchmark.json", {"model": config.model, "method": config.method,
+                write_json(temp / "sts_benchmark.json", {"model": without_local_paths(config.model),
+                                                         "method": config.method,
                                                          "pooling": config.pooling, "results": self.results})
         remove_entry(output_dir / "last")
         log.info("saved %s", ", ".join(str(output_dir / name) for name in encoders))
 
     def _benchmark(self, encoder) -> dict:
-        return sts_benchmark(encoder, self.tokenizer, self.config.data_dir, self.config.pooling,
-                             batch_size=self.config.eval_batch_size)
+        return sts_benchmark(SentenceEncoder(encoder, self.tokenizer, self.config.pooling), self.config.data_dir,
+                             self.config.eval_batch_size)
 
 
 class StageRun(Run):
@@ -193,9 +194,11 @@ class StageRun(Run):
         for batches in epochs:
             kept.append(batches[:left])
             left -= len(kept[-1])
-        log.info("%s: %d steps on %s, lr %.2g, batch %d", self.name, sum(map(len, kept)),
-                 " + ".join(f"{d.name} ({len(d):,})" for d in stage.datasets), stage.lr, config.batch_size)
         return [batches for batches in kept if batches]
+
+    def describe(self) -> str:
+        datasets = " + ".join(f"{d.name} ({len(d):,})" for d in self.stage.datasets)
+        return f"training data: {datasets}; lr {self.stage.lr:.2g}, batches of {self.pretraining.config.batch_size}"
 
     def lr_multiplier(self, step, total_steps, warmup):
         return self.stage.objective.lr_multiplier(step, total_steps, warmup)
@@ -237,4 +240,4 @@ class StageRun(Run):
         learning rate and mean loss."""
         engine = self.pretraining.engine
         return {"steps": engine.total_steps, "updates": engine.step + self.fusion_updates, "lr": self.stage.lr,
-                "final_loss": engine.losses.period_means().get("loss")}
+                "mean_loss": engine.losses.period_means().get("loss")}

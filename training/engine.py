@@ -23,7 +23,8 @@ else --resume needs) and finish() (the end of the run, and its result). The engi
                               the wall seconds spent training so far and on this evaluation), a "finish" line
                               (the seconds of run.finish(): the test predictions); the same scalars in
                               TensorBoard with --tensorboard DIR
-    progress                  a progress bar on a terminal; log lines otherwise
+    progress                  a start line (steps, epochs, device, precision, the run's data); a progress bar on
+                              a terminal, else a line every 30 s (common/progress.py) and one every --log-every
     several processes         torchrun --nproc_per_node N ...: rank 0 evaluates and writes, every rank trains
 """
 import dataclasses
@@ -31,20 +32,19 @@ import itertools
 import json
 import logging
 import math
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import torch
-from tqdm import tqdm
 
 from common import distributed
 from common.cli import AT_LEAST_0, AT_LEAST_1, FRACTION, POSITIVE, Range, check_ranges, flag, resolve_device
 from common.errors import CheckpointError, UsageError, UserError
 from common.files import (append_jsonl, atomic_directory, atomic_file, check_writable, claim_output_dir, load_or_fail,
                           read_json, recover_directory, recover_files, write_json)
+from common.progress import Progress, on_terminal
 from common.provenance import check_data_unchanged, provenance
 from common.seeding import rng_state, seed_everything, set_rng_state
 from data.batching import split_evenly
@@ -223,6 +223,10 @@ class Run:
         """Forward passes and engine.backward for `share` of the item's batch: (losses to log by name, examples)."""
         raise NotImplementedError
 
+    def describe(self) -> str:
+        """What the start line says of the run's data (examples, batch size)."""
+        return ""
+
     def lr_multiplier(self, step: int, total_steps: int, warmup: float) -> float:
         return linear_warmup_decay(step, total_steps, warmup)
 
@@ -268,8 +272,7 @@ class Engine:
         if config.tensorboard and self.is_main:
             from torch.utils.tensorboard import SummaryWriter  # imported here: only runs that ask pay for it
 
-            self.tensorboard = SummaryWriter(config.tensorboard)
-            write_hparams(self.tensorboard, config.to_dict())
+            self.tensorboard = SummaryWriter(config.tensorboard)  # the flags go in with describe_run's values
         self.started = time.time()
         self.run_config = config.to_dict()
         # --resume: the folder the run continues from (its weights), and the state its next fit restores.
@@ -298,6 +301,10 @@ class Engine:
                            "provenance": provenance(getattr(self.config, "command", ""), data_files)}
         if self.is_main:
             write_json(self.output_dir / "run_config.json", self.run_config)
+        if self.tensorboard is not None:  # a flag left to a default chosen later shows that value, not None
+            write_hparams(self.tensorboard, self.config.to_dict() | {
+                name: next(iter(value.values())) if isinstance(value, dict) and len(value) == 1 else value
+                for name, value in resolved.items()})
 
     def _check_resumable(self) -> Path:
         """The interrupted run's last/ folder, after checking that the flags that shape the run are unchanged."""
@@ -347,8 +354,11 @@ class Engine:
         if self.resume_state:  # once: a later fit (the next stage of a run) starts afresh
             self._restore(self.resume_state, run)
             self.resume_state = None
-        progress = tqdm(total=len(steps), initial=self.step, desc=run.name, dynamic_ncols=True,
-                        disable=not (self.is_main and sys.stderr.isatty()) or config.quiet)
+        if self.is_main:
+            log.info("%s: %d steps in %d epoch(s) on %s, %s; %s", run.name, len(steps), len(epoch_ends), self.device,
+                     self.precision.name, run.describe())
+        # Off a terminal, a line every 30 s whatever --log-every is; torchrun: rank 0 alone (the others log no INFO).
+        progress = Progress(len(steps), run.name, unit="step", initial=self.step, leave=True)
         examples, window_started = 0, time.time()
         # Wall seconds of this process's training steps: evaluations and checkpoint saves left out.
         train_seconds, since = 0.0, self._clock()
@@ -478,7 +488,7 @@ class Engine:
         if self.head_lr is not None:
             line["head_lr"] = self.head_lr * self.lr_multiplier(self.step - 1)
         self.write_record(line)
-        if not sys.stderr.isatty():  # no progress bar: a log line instead
+        if not on_terminal():  # no progress bar: a log line instead
             log.info("step %d/%d  %s  lr %.3g", self.step, self.total_steps,
                      "  ".join(f"{k} {v:.4f}" for k, v in means.items()), line["lr"])
         return line

@@ -107,6 +107,13 @@ class MultitaskRun(Run):
     def batch_size(self) -> int:
         return self.config.batch_size * distributed.world_size() * self.config.grad_accum
 
+    def describe(self) -> str:
+        sizes = ", ".join(f"{task} {len(splits['train']):,}" for task, splits in self.splits.items())
+        scale = distributed.world_size() * self.config.grad_accum
+        batch = (f"up to {self.config.max_tokens * scale:,} tokens" if self.config.max_tokens
+                 else f"{self.batch_size()} examples")
+        return f"training examples: {sizes}; batches of {batch}"
+
     def _stream(self, task: str, task_index: int, epoch: int) -> TaskStream:
         scale = distributed.world_size() * self.config.grad_accum  # one step's batch is shared out, as batch_size
         return TaskStream(self.splits[task]["train"], self.batch_size(), self.config.seed, epoch, task_index,
@@ -183,7 +190,8 @@ class MultitaskRun(Run):
         config = self.config
         write_encoder_folder(folder, self.model.encoder, self.tokenizer, None, record, extra_modules=self.model)
         write_shareable_files(folder, pooling=config.pooling, max_length=config.max_length,
-                              base_model=config.init or config.model, command=getattr(config, "command", ""),
+                              base_model=config.init or config.model,
+                              command=getattr(config, "command_with_values", ""),
                               eval_sample=config.max_eval_examples, metrics=record.get("dev", {}),
                               metric_names=metric_names(),
                               data_files=[str(Path(config.data_dir) / REGISTRY[name].files[0])

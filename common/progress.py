@@ -1,0 +1,92 @@
+"""Progress a user sees wherever the output goes: a tqdm bar on a terminal; off one (a log file, a batch job),
+where a bar would be one unreadable line of control characters, a log line at least every INTERVAL seconds while
+work is under way. Log lines are printed above the bars (LogHandler), never glued into them.
+
+    for rows in progress(batches, "predicting sst", unit="batch"): ...
+    with Progress(total=steps, desc="multitask", unit="step") as bar: ... bar.update()
+"""
+import logging
+import sys
+import time
+from collections.abc import Iterable, Iterator
+
+from tqdm import tqdm
+
+INTERVAL = 30.0  # seconds: the longest silence off a terminal while a Progress counts
+
+log = logging.getLogger(__name__)
+# When this process last printed a progress line (off a terminal): one clock for every Progress, so that a
+# task of many short parts (a dev set per task) still says something every INTERVAL seconds, and no more often.
+_last_line = [time.monotonic()]
+
+
+def on_terminal() -> bool:
+    return sys.stderr.isatty()
+
+
+def duration(seconds: float) -> str:
+    """45 s, 3.2 min, 1.5 h."""
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min" if seconds < 5400 else \
+        f"{seconds / 3600:.1f} h"
+
+
+class Progress:
+    """A count of done units out of `total`: a tqdm bar on a terminal; off one, a line "desc: 120/450 steps
+    (27%), 2.1 min, about 5.8 min left" once INTERVAL seconds have passed since the last such line. Nothing at
+    all where the logger would not print INFO lines (--quiet, a torchrun process other than rank 0), or with
+    shown=False."""
+
+    def __init__(self, total: int, desc: str, unit: str = "it", initial: int = 0, leave: bool = False,
+                 shown: bool = True, logger: logging.Logger = log):
+        self.total, self.desc, self.unit, self.n, self.logger = total, desc, unit, initial, logger
+        self.started, self.first = time.monotonic(), initial
+        shown = shown and logger.isEnabledFor(logging.INFO)
+        self.bar = tqdm(total=total, initial=initial, desc=desc, unit=unit, dynamic_ncols=True, leave=leave,
+                        disable=not (shown and on_terminal()))
+        self.lines = shown and not on_terminal()
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        self.bar.update(n)
+        now = time.monotonic()
+        if self.lines and now - _last_line[0] >= INTERVAL:
+            _last_line[0] = now
+            self.logger.info("%s", self.line(now - self.started))
+
+    def line(self, elapsed: float) -> str:
+        done = self.n - self.first  # this process's rate: a resumed run's earlier steps took no time here
+        left = (self.total - self.n) * elapsed / done if done else None
+        percent = f" ({100 * self.n / self.total:.0f}%)" if self.total else ""
+        return (f"{self.desc}: {self.n:,}/{self.total:,} {self.unit}s{percent}, {duration(elapsed)}"
+                + (f", about {duration(left)} left" if left is not None else ""))
+
+    def set_postfix(self, values: dict) -> None:
+        self.bar.set_postfix(values)
+
+    def close(self) -> None:
+        self.bar.close()
+
+    def __enter__(self) -> "Progress":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def progress(items: Iterable, desc: str, total: int | None = None, unit: str = "it", weight=None) -> Iterator:
+    """Each item of `items`, counted by a Progress; weight(item): how many units an item is (default 1)."""
+    items = list(items) if total is None and not hasattr(items, "__len__") else items
+    with Progress(len(items) if total is None else total, desc, unit) as bar:
+        for item in items:
+            yield item
+            bar.update(weight(item) if weight else 1)
+
+
+class LogHandler(logging.StreamHandler):
+    """Log lines through tqdm.write: on a terminal it clears any bar, prints the line and redraws the bar below."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            tqdm.write(self.format(record), file=self.stream)
+        except Exception:  # logging's own contract: a handler reports through handleError, never raises
+            self.handleError(record)

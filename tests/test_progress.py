@@ -1,0 +1,88 @@
+"""Progress off a terminal is a log line at least every INTERVAL seconds (and no more often), from every long part
+of a run: training (after a start line that says what will run), evaluation and prediction; on a terminal, log
+lines are printed above the bars instead of into them."""
+import io
+import logging
+import re
+
+import pytest
+from tqdm import tqdm
+
+import multitask_classifier
+from common import progress
+from tests.conftest import multitask_argv
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(progress.time, "monotonic", clock)
+    monkeypatch.setattr(progress, "_last_line", [clock.now])
+    return clock
+
+
+def test_off_a_terminal_a_line_once_the_interval_has_passed_and_not_before(clock, caplog):
+    caplog.set_level(logging.INFO)
+    bar = progress.Progress(400, "predicting para", unit="example")
+    lines = []
+    for seconds in (10, 10, 9):  # 29 s: nothing yet
+        clock.now += seconds
+        bar.update(40)
+    assert caplog.messages == []
+    clock.now += 1  # 30 s since the last line (here: since the start)
+    bar.update(40)
+    assert caplog.messages == ["predicting para: 160/400 examples (40%), 30 s, about 45 s left"]
+    clock.now += 29
+    bar.update(40)
+    lines.append(len(caplog.messages))
+    clock.now += 91  # a slow batch: the line comes with it; 150 s for 240 examples, so 100 s for the 160 left
+    bar.update(40)
+    assert lines == [1] and caplog.messages[-1] == "predicting para: 240/400 examples (60%), 2.5 min, about 1.7 min left"
+    # The clock is the process's: a new bar does not start a new 30 s of silence.
+    clock.now += 30
+    progress.Progress(10, "predicting sts", unit="example").update(2)
+    assert caplog.messages[-1].startswith("predicting sts: 2/10 examples (20%)")
+
+
+def test_nothing_is_printed_where_info_lines_are_not(clock, caplog):
+    caplog.set_level(logging.WARNING)  # --quiet, or a torchrun process other than rank 0
+    bar = progress.Progress(10, "multitask", unit="step")
+    clock.now += 60
+    bar.update()
+    assert caplog.messages == []
+
+
+def test_a_log_line_is_printed_above_a_bar_not_glued_to_it():
+    stream = io.StringIO()
+    bar = tqdm(total=3, desc="multitask", file=stream)
+    bar.update()
+    handler = progress.LogHandler(stream)
+    handler.setFormatter(logging.Formatter("INFO %(message)s"))
+    handler.emit(logging.makeLogRecord({"msg": "step 1 dev: sst 0.4", "levelno": logging.INFO}))
+    assert "INFO step 1 dev: sst 0.4" in re.split(r"[\r\n]", stream.getvalue())  # a line of its own
+    bar.close()
+
+
+def test_a_run_says_what_it_will_train_then_reports_training_evaluation_and_prediction(
+        tiny_model, course_data, tmp_path, caplog, monkeypatch):
+    monkeypatch.setattr(progress, "INTERVAL", 0.0)  # a line at every update
+    caplog.set_level(logging.INFO)
+    multitask_classifier.main(multitask_argv(tiny_model, course_data, tmp_path, "--max-steps", "3",
+                                             "--log-every", "0"))
+    messages = caplog.messages
+    start = next(m for m in messages if m.startswith("multitask: 3 steps"))
+    assert re.fullmatch(r"multitask: 3 steps in 1 epoch\(s\) on cpu, fp32; training examples: sst \d+, para \d+, "
+                        r"sts \d+; batches of \d+ examples", start), start
+    assert messages.index(start) < messages.index(next(m for m in messages if m.startswith("multitask: 1/3 steps")))
+    for task in ("sst", "para", "sts"):  # the dev evaluation and the test predictions, each with its own lines
+        assert sum(m.startswith(f"predicting {task}: ") for m in messages) >= 2
