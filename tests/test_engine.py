@@ -84,8 +84,10 @@ def test_the_metrics_log_times_training_evaluation_and_the_finish_apart(tiny_mod
     assert len(evals) > 2 and all(line["eval_seconds"] > 0 for line in evals)
     trained = [line["train_seconds"] for line in evals]
     assert 0 < trained[0] and trained == sorted(trained)
-    assert trained[-1] + sum(line["eval_seconds"] for line in evals) <= evals[-1]["seconds"] + 0.05  # rounding
-    assert evals[-1]["seconds"] + finish["finish_seconds"] <= finish["seconds"] + 0.05
+    # Rounding: "seconds" to 0.1 (off by up to 0.05), the parts to 0.01 (up to 0.005 each).
+    slack = lambda parts: 0.05 + 0.005 * parts  # noqa: E731
+    assert trained[-1] + sum(line["eval_seconds"] for line in evals) <= evals[-1]["seconds"] + slack(1 + len(evals))
+    assert evals[-1]["seconds"] + finish["finish_seconds"] <= finish["seconds"] + 0.05 + slack(1)
 
 
 def test_tensorboard_events_are_written_and_readable(tiny_model, course_data, tmp_path):

@@ -21,7 +21,7 @@ else --resume needs) and finish() (the end of the run, and its result). The engi
     metrics                   OUTPUT_DIR/metrics.jsonl: a "train" line every --log-every steps (each loss's
                               mean, the learning rate, examples a second), an "eval" line per evaluation (with
                               the wall seconds spent training so far and on this evaluation), a "finish" line
-                              (the seconds of run.finish(): the test predictions); the same scalars in
+                              (a scored run: the seconds of run.finish(), the test predictions); the same scalars in
                               TensorBoard with --tensorboard DIR
     progress                  a start line (steps, epochs, device, precision, the run's data); a progress bar on
                               a terminal, else a line every 30 s (common/progress.py) and one every --log-every
@@ -387,8 +387,10 @@ class Engine:
         progress.close()
         started = time.time()
         result = run.finish()
-        self.write_record({"event": "finish", "step": self.step, "finish_seconds": round(time.time() - started, 2),
-                           "seconds": round(time.time() - self.started, 1)})
+        if run.evaluate is not None:  # a scored run's finish predicts the test sets: their time apart
+            self.write_record({"event": "finish", "step": self.step,
+                               "finish_seconds": round(time.time() - started, 2),
+                               "seconds": round(time.time() - self.started, 1)})
         return result
 
     def _clock(self) -> float:
