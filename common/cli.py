@@ -19,6 +19,7 @@ import torch
 
 from common import distributed
 from common.errors import UsageError, UserError
+from common.run_folder import RECORD_KEYS, RUN_CONFIG
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,7 +108,7 @@ def parse_config(config_class: type, description: str, argv: list[str] | None = 
     if program:
         parser.prog = program
     parser.add_argument("--config", metavar="FILE", help="a YAML file of flags (e.g. recipes/mtdnn-minilm.yaml, or "
-                        "a run's run_config.json): its keys are flag names, its values as on the command line; flags "
+                        f"a run's {RUN_CONFIG}): its keys are flag names, its values as on the command line; flags "
                         "given on the command line win")
     argv = sys.argv[1:] if argv is None else argv
     config_file = parser.parse_known_args(argv)[0].config
@@ -123,15 +124,11 @@ def parse_config(config_class: type, description: str, argv: list[str] | None = 
     return config
 
 
-# Keys of a config file that are not flags and are ignored: what run_config.json holds beside the flags.
-CONFIG_FILE_EXTRAS = ("resolved", "provenance")
-
-
 def config_file_values(parser: argparse.ArgumentParser, path: str) -> dict:
     """--config FILE: its flags as the parser's defaults, each value converted and checked as on the command line.
-    Keys are flag names, with dashes or underscores (a leading -- is allowed); the keys of CONFIG_FILE_EXTRAS are
-    ignored; any other key is a usage error naming the file and the key (exit code 2)."""
-    import yaml  # JSON is YAML: a run's run_config.json is a config file too
+    Keys are flag names, with dashes or underscores (a leading -- is allowed); what a run config records beside
+    the flags (RECORD_KEYS) is ignored; any other key is a usage error naming the file and the key (exit code 2)."""
+    import yaml  # JSON is YAML: a run's run config is a config file too
 
     try:
         with open(path, encoding="utf-8") as file:
@@ -146,7 +143,7 @@ def config_file_values(parser: argparse.ArgumentParser, path: str) -> dict:
     values = {}
     for key, value in content.items():
         name = str(key).removeprefix("--").replace("-", "_")
-        if name in CONFIG_FILE_EXTRAS:
+        if name in RECORD_KEYS:
             continue
         if name not in actions or name in ("help", "config"):
             parser.error(f"--config {path}: unknown flag {key!r}")

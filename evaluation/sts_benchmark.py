@@ -15,9 +15,9 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from common import cli
+from common import cli, run_folder
 from common.cli import flag
-from common.files import DEFAULT_DATA, read_json, write_json
+from common.files import DEFAULT_DATA, write_json
 from common.metrics import spearman
 from common.tables import markdown_table
 from data.readers import PairExample, read_sts, read_sts_eval
@@ -98,7 +98,7 @@ class StsBenchmarkConfig:
     pooling: str | None = flag(None, "sentence embedding: cls = the final [CLS] vector; mean = the mean of the "
                                      "final token vectors; pooler = BERT's pooler output, tanh(dense([CLS])) "
                                      "(default: the pooling a checkpoint of ours was trained with, from its "
-                                     "run_config.json; else cls)", choices=POOLINGS)
+                                     f"{run_folder.RUN_CONFIG}; else cls)", choices=POOLINGS)
     data_dir: str = flag(str(DEFAULT_DATA), "folder with sts-eval/ and sts-dev.csv")
     max_length: int = flag(128, "tokens per sentence")
     batch_size: int = flag(128, "sentences per batch")
@@ -107,9 +107,9 @@ class StsBenchmarkConfig:
 
 
 def trained_pooling(model: str) -> str:
-    """The pooling recorded in the run_config.json of a checkpoint folder of ours; cls for any other model."""
-    run_config = Path(model).expanduser() / "run_config.json"
-    return read_json(run_config).get("pooling", "cls") if run_config.is_file() else "cls"
+    """The pooling recorded in the run config of a checkpoint folder of ours; cls for any other model."""
+    folder = Path(model).expanduser()
+    return run_folder.read_config(folder).get("pooling", "cls") if run_folder.has_config(folder) else "cls"
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
