@@ -9,6 +9,7 @@ import argparse
 import dataclasses
 import inspect
 import logging
+import math
 import os
 import shlex
 import sys
@@ -37,14 +38,20 @@ class Range:
     def __str__(self) -> str:
         parts = []
         if self.low is not None:
-            parts.append(f"{'>' if self.low_open else '>='} {self.low:g}")
+            parts.append(f"{'>' if self.low_open else '>='} {shown(self.low)}")
         if self.high is not None:
-            parts.append(f"{'<' if self.high_open else '<='} {self.high:g}")
+            parts.append(f"{'<' if self.high_open else '<='} {shown(self.high)}")
         return " and ".join(parts)
+
+
+def shown(value: float) -> str:
+    """A bound or value as a flag takes it: integers whole (4294967295, not 4.29497e+09), others as %g."""
+    return str(value) if isinstance(value, int) else f"{value:g}"
 
 
 AT_LEAST_1, AT_LEAST_0, POSITIVE = Range(1), Range(0), Range(0, low_open=True)
 FRACTION = Range(0, 1)  # 0 <= x <= 1
+SEED = Range(0, 2**32 - 1)  # what numpy's seed takes
 
 
 def flag(default: Any, help: str, choices: tuple | None = None, range: Range | None = None, **extra) -> Any:
@@ -55,11 +62,13 @@ def flag(default: Any, help: str, choices: tuple | None = None, range: Range | N
 
 
 def check_ranges(config) -> None:
-    """ValueError (a usage error) for the first flag outside its range; None means "the default, chosen later"."""
+    """ValueError (a usage error) for the first flag outside its range, inf and nan among them (a rate of inf
+    trains a model of nan); None means "the default, chosen later"."""
     for field in dataclasses.fields(config):
         allowed, value = field.metadata.get("range"), getattr(config, field.name)
-        if allowed is not None and value is not None and not allowed.contains(value):
-            raise ValueError(f"--{field.name.replace('_', '-')} must be {allowed}, got {value:g}")
+        if allowed is not None and value is not None and not (math.isfinite(value) and allowed.contains(value)):
+            finite = "" if math.isfinite(value) else "a finite number "
+            raise ValueError(f"--{field.name.replace('_', '-')} must be {finite}{allowed}, got {shown(value)}")
 
 
 class Parser(argparse.ArgumentParser):

@@ -38,7 +38,7 @@ import torch
 from tqdm import tqdm
 
 from common import distributed
-from common.cli import AT_LEAST_0, AT_LEAST_1, FRACTION, POSITIVE, Range, check_ranges, flag, resolve_device
+from common.cli import AT_LEAST_0, AT_LEAST_1, FRACTION, POSITIVE, SEED, Range, check_ranges, flag, resolve_device
 from common.errors import CheckpointError, UsageError, UserError
 from common.files import check_writable, load_or_fail
 from common.provenance import check_data_unchanged, provenance
@@ -70,7 +70,7 @@ class TrainingConfig:
     warmup: float = flag(0.1, "fraction of steps of linear warm-up, before linear decay to 0", range=FRACTION)
     max_grad_norm: float = flag(1.0, "gradient clipping norm (0 = off)", range=AT_LEAST_0)
     max_length: int = flag(128, "tokens per input; longer ones are truncated (and counted)", range=MIN_LENGTH)
-    seed: int = flag(11711, "random seed; the same seed gives the same run")
+    seed: int = flag(11711, "random seed; the same seed gives the same run", range=SEED)
     output_dir: str = flag("runs/multitask", f"checkpoints and {METRICS} go here")
     resume: bool = flag(False, "continue the interrupted run in --output-dir from its last checkpoint")
     overwrite: bool = flag(False, "start a new run in an --output-dir that holds one, replacing the files this "
@@ -451,10 +451,13 @@ class Engine:
         """Rank 0 scores the dev sets and saves best/ when the run's score improves. The record's training losses
         are the means over the epoch so far."""
         # A collective (torchrun): every process calls it; every process starts the next epoch's means together.
+        self.check_finite(self.losses.window_means(reset=False))
+        self.check_finite_weights()
         train_loss = self.losses.period_means(reset=epoch_end)
         if not self.is_main:
             return
         metrics = run.evaluate()
+        self.check_finite(metrics, "dev metric")
         record = {"event": "eval", "epoch": epoch, "step": self.step, "train_loss": train_loss,
                   "dev": metrics, "seconds": round(time.time() - self.started, 1)}
         self.write_record(record)
@@ -497,13 +500,22 @@ class Engine:
                      "  ".join(f"{k} {v:.4f}" for k, v in means.items()), line["lr"])
         return line
 
-    def check_finite(self, losses: dict[str, float]) -> None:
-        bad = [name for name, value in losses.items() if not math.isfinite(value)]
+    def check_finite(self, values: dict[str, float], what: str = "loss") -> None:
+        """Stop a run that diverged before anything of it is saved (best/, last/, a leaderboard file)."""
+        bad = [name for name, value in values.items() if not math.isfinite(value)]
         if bad:
-            saved = (f"the last good checkpoint is {self.folder.last}" if self.folder.state_file.exists()
-                     else "no checkpoint was saved")
-            raise UserError(f"step {self.step}: the {', '.join(bad)} loss is not finite ({losses[bad[0]]}); the run "
-                            f"stopped; {saved} (a lower --lr, or --precision fp32, may help)")
+            self._diverged(f"the {', '.join(bad)} {what} is not finite ({values[bad[0]]})")
+
+    def check_finite_weights(self) -> None:
+        if not all(torch.isfinite(p).all() for p in self.parameters):
+            self._diverged("the weights are not finite")
+
+    def _diverged(self, what: str) -> None:
+        """One line: the step, what is not finite, and the last good checkpoint."""
+        saved = (f"the last good checkpoint is {self.folder.last}" if self.folder.state_file.exists()
+                 else "no checkpoint was saved")
+        raise UserError(f"step {self.step}: {what}; the run stopped; {saved} (a lower --lr, or --precision fp32, "
+                        f"may help)")
 
     def write_record(self, record: dict) -> None:
         """A line of the metrics log, and its numbers in TensorBoard (rank 0 only)."""
@@ -527,6 +539,7 @@ class Engine:
         """OUTPUT_DIR/last/: the run's files, its run config and the training state, written atomically.
         Never of weights a non-finite loss has reached: the run stops instead, naming the last good checkpoint."""
         self.check_finite(self.losses.window_means(reset=False))
+        self.check_finite_weights()
         rng = distributed.all_gather_objects(rng_state())  # every process's own random state
         losses = self.losses.state_dict()  # a collective: before rank 0 alone writes
         if self.is_main:
