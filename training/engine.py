@@ -165,14 +165,20 @@ class LossTracker:
         return self._means(self.period, reset)
 
     def state_dict(self) -> dict:
-        """The whole steps' sums (a collective: every process calls this)."""
-        sums = distributed.sum_over_processes([total for total, _ in self.period.values()])
-        return {"period": {name: [total, count] for (name, (_, count)), total in zip(self.period.items(), sums)}}
+        """Both windows' sums over the whole steps (a collective: every process calls this): a resumed run's next
+        log line and epoch means are those of the run uninterrupted."""
+        state = {}
+        for key, store in (("window", self.window), ("period", self.period)):
+            sums = distributed.sum_over_processes([total for total, _ in store.values()])
+            state[key] = {name: [total, count] for (name, (_, count)), total in zip(store.items(), sums)}
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         # torchrun: rank 0 holds the saved sums, the others start from 0, so that the sums over processes are them.
-        self.period = {name: [total if distributed.is_main() else 0.0, count]
-                       for name, (total, count) in state["period"].items()}
+        # A state saved before the log window was saved has none: the window starts empty.
+        self.window, self.period = ({name: [total if distributed.is_main() else 0.0, count]
+                                     for name, (total, count) in state.get(key, {}).items()}
+                                    for key in ("window", "period"))
 
 
 @dataclass(frozen=True)
