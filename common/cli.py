@@ -157,6 +157,9 @@ def config_file_values(parser: argparse.ArgumentParser, path: str) -> dict:
         if name not in actions or name in ("help", "config"):
             parser.error(f"--config {path}: unknown flag {key!r}")
         action = actions[name]
+        if value is None and action.default is not None:  # `epochs:` with nothing after it
+            parser.error(f"--config {path}: {key} has no value; give one, or leave the key out for the default "
+                         f"({action.default})")
         if value is None or isinstance(action, argparse.BooleanOptionalAction):
             if not (value is None or isinstance(value, bool)):
                 parser.error(f"--config {path}: {key} must be true or false, got {value!r}")

@@ -1,4 +1,6 @@
 """Inference, the one evaluation loop: a model's soft outputs on a task's split, in the split's order."""
+from contextlib import nullcontext
+
 import torch
 from tqdm import tqdm
 
@@ -22,7 +24,7 @@ def soft_outputs(model, split: TaskSplit, pad_id: int, batch_size: int = 128, au
     for rows in tqdm(batches, desc=f"predicting {split.task}", leave=False,
                      disable=None):  # disable=None: no bar off a terminal (a log file gets no control characters)
         inputs = {k: v.to(device) for k, v in split.batch(rows, pad_id)["inputs"].items()}
-        with autocast() if autocast else torch.enable_grad():
+        with autocast() if autocast else nullcontext():
             batch_outputs = task.soft(model(split.task, inputs)).cpu()
         if outputs is None:
             outputs = torch.empty((len(split), *batch_outputs.shape[1:]))
