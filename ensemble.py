@@ -29,6 +29,7 @@ from common import cli
 from common.cli import AT_LEAST_1, check_ranges, flag
 from common.errors import CheckpointError
 from common.files import DEFAULT_DATA, check_writable, check_writable_file, write_json
+from common.run_folder import RunFolder
 from common.tables import markdown_table
 from evaluation.outputs import dev_labels, load_member
 from evaluation.predictions import write_predictions
@@ -54,8 +55,13 @@ class EnsembleConfig:
         self.member_list = [m.strip() for m in self.members.split(",") if m.strip()]
         if not self.member_list:
             raise ValueError("--members: give at least one checkpoint folder")
-        if len(set(self.member_list)) < len(self.member_list):
-            raise ValueError("--members: a folder is listed twice")
+        checkpoints = {}  # B, B/, ./B and a link to B are one run: weighed twice, it would count twice
+        for member in self.member_list:
+            checkpoint = RunFolder(member).checkpoint().resolve()
+            if checkpoint in checkpoints:
+                raise ValueError(f"--members: {checkpoints[checkpoint]} and {member} are one checkpoint "
+                                 f"({checkpoint}); list each run once")
+            checkpoints[checkpoint] = member
         check_ranges(self)
 
 

@@ -1,5 +1,5 @@
 """The multitask model: one shared encoder, pooled sentence embeddings, one head per task of the registry, and the
-flags it is built from (saved with every checkpoint, so that a checkpoint and its run_config.json rebuild it).
+flags it is built from (saved with every checkpoint, so that a checkpoint and its run config rebuild it).
 
 Training (training/multitask.py) and prediction (predict.py) both build it here; prediction needs nothing else.
 """
@@ -12,9 +12,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from common import run_folder
 from common.cli import Range, check_ranges, flag, flag_words, parse_task_order
 from common.errors import CheckpointError
-from common.files import read_json
 from data.splits import PAIR_ENCODINGS, TaskSplit
 from heads import PAIR_MLPS, SHARE_MODES, CommonLayer, pair_mlps
 from heads.paraphrase import CrossEncodedPairHead
@@ -87,9 +87,9 @@ def as_flag(name: str, value) -> str:
 def check_head_flags(config: ModelConfig, checkpoint: Path) -> None:
     """Refuse a checkpoint whose heads were trained under other head flags. Runs from before --pair-mlp existed
     had plain MLPs; plain and residual MLPs have the same tensors, so only the saved flags tell them apart."""
-    if not (checkpoint / "run_config.json").exists():
+    if not run_folder.has_config(checkpoint):
         return
-    saved = {"pair_mlp": "plain", **read_json(checkpoint / "run_config.json")}
+    saved = {"pair_mlp": "plain", **run_folder.read_config(checkpoint)}
     ours = dataclasses.asdict(config)
 
     def comparable(name, value):  # "para=cross" and "para=cross,sts=bi" are the same encodings

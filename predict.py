@@ -6,7 +6,9 @@
 
 RUN is a run folder (its best/ checkpoint is used) or a checkpoint folder of multitask_classifier.py. --input
 reads the course's CSV formats (the columns id, sentence or id, sentence1, sentence2) or plain text: one sentence
-a line, or for pair tasks the two sentences of a pair on one line separated by a tab.
+a line, or for pair tasks the two sentences of a pair on one line separated by a tab. The file is checked whole
+before anything is predicted, then predicted a chunk at a time, each chunk's predictions written before the next
+is read: memory stays bounded whatever the file's size, and an interrupted command keeps what it predicted.
 
 In Python:
     from predict import MultitaskPredictor
@@ -16,22 +18,34 @@ In Python:
     model.similarity([("A man plays.", "Someone plays.")])  # [{"similarity": 4.1}]
 """
 import csv
+import ctypes
 import dataclasses
+import logging
 import sys
+import time
+from collections.abc import Iterator
+from contextlib import nullcontext
+from itertools import islice
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
-from common import cli
+from common import cli, run_folder
 from common.errors import CheckpointError, DataError, UsageError
-from common.files import atomic_file, check_writable_file, read_json
-from data.readers import read_text, text_lines
+from common.files import atomic_file, check_writable_file
+from common.run_folder import RunFolder
+from data.readers import ReadReport, text_lines
 from data.splits import TaskSplit, encode_views
 from evaluation.inference import soft_outputs
 from model import ModelConfig, build_model
 from models import Tokenizer
 from models.checkpoint import load_heads
 from tasks import PARAPHRASE, REGISTRY, SENTIMENT, SIMILARITY, Task
+
+log = logging.getLogger(__name__)
+CHUNK = 4096  # examples of an --input file predicted and written at a time
+M_MMAP_THRESHOLD, GLIBC_DEFAULT_MMAP_THRESHOLD = -3, 128 * 1024  # glibc's mallopt parameter, and its default
 
 
 class MultitaskPredictor:
@@ -43,23 +57,23 @@ class MultitaskPredictor:
 
     @classmethod
     def from_run(cls, run: str | Path, device: str = "auto", batch_size: int = 128) -> "MultitaskPredictor":
-        folder = Path(run)
-        if (folder / "best" / "run_config.json").is_file():
-            folder = folder / "best"
-        if not (folder / "run_config.json").is_file():
-            raise CheckpointError(f"{run}: not a run of multitask_classifier.py (no best/run_config.json or "
-                                  f"run_config.json)")
+        folder = RunFolder(run).checkpoint()
+        if not run_folder.has_config(folder):
+            raise CheckpointError(f"{run}: not a run of multitask_classifier.py (no {run_folder.RUN_CONFIG} in it or "
+                                  f"in its {run_folder.BEST}/)")
         if not (folder / "heads.safetensors").is_file():
             raise CheckpointError(f"{folder}: an encoder-only checkpoint (no heads.safetensors; "
                                   f"pretrain_contrastive.py writes these): it has no task heads to predict with; "
-                                  f"fine-tune it first with multitask_classifier.py --init {folder}")
-        run_config = read_json(folder / "run_config.json")
+                                  f"fine-tune it first with multitask_classifier.py --init "
+                                  f"{RunFolder(folder).encoders()[0]}")
+        run_config = run_folder.read_config(folder)
         fields = {f.name for f in dataclasses.fields(ModelConfig)}
         try:
             config = ModelConfig(**{name: value for name, value in run_config.items() if name in fields})
             max_length = int(run_config["max_length"])
         except (TypeError, ValueError, KeyError) as error:
-            raise CheckpointError(f"{folder / 'run_config.json'}: not a multitask run's configuration ({error})") from None
+            raise CheckpointError(f"{run_folder.config_file(folder)}: not a multitask run's configuration "
+                                  f"({error})") from None
         model = build_model(config, folder)
         load_heads(model, folder)
         return cls(model.to(cli.resolve_device(device)), Tokenizer.from_pretrained(folder), config, max_length,
@@ -98,27 +112,48 @@ class MultitaskPredictor:
 
 # ---- the command ----
 
-def read_examples(path: Path, task: Task) -> tuple[list[str], list]:
-    """(ids, examples) of a course CSV file (it has an id column) or a plain text file (ids are line numbers)."""
-    lines = text_lines(read_text(path))
-    header = [name.strip() for name in lines[0].split("\t")] if lines else []
-    if "id" in header:
-        records = task.read(path, labeled=False)
-        ids, examples = [r.id for r in records], [(r.sentence1, r.sentence2) if task.pair else r.sentence
-                                                  for r in records]
-    else:
-        ids, examples = [], []
-        for number, line in enumerate(lines, start=1):
+class InputFile:
+    """The examples of an --input file, read as they are needed: once whole before anything is predicted, so that
+    every problem of the file stops the command first (and the examples are counted), then a chunk at a time.
+    A course CSV file (it has an id column) is read by its task's reader; in a plain text file an example is a
+    line (ids are line numbers)."""
+
+    def __init__(self, path: Path, task: Task):
+        self.path, self.task = path, task
+        header = next(text_lines(path), "").rstrip("\r\n").split("\t")
+        self.course_format = "id" in (name.strip() for name in header)
+        report = ReadReport(path)
+        self.count = sum(1 for _ in self.examples(report))
+        if not self.count:
+            raise DataError(f"{path}: no examples to predict")
+        report.kept = self.count
+        if not self.course_format:  # its reader counts a course file's rows
+            report.rows = self.count
+        report.log()
+
+    def examples(self, report: ReadReport) -> Iterator[tuple[str, str | tuple[str, str]]]:
+        """(id, example) of each example in the file, in its order; what cannot be read is counted in the report."""
+        task = self.task
+        if self.course_format:
+            for record in task.records(self.path, False, report):
+                yield record.id, (record.sentence1, record.sentence2) if task.pair else record.sentence
+            return
+        for number, line in enumerate(text_lines(self.path, report), start=1):
+            line = line.rstrip("\r\n")
             if not line.strip():
                 continue
             parts = line.split("\t")
             if task.pair and len(parts) != 2:
-                raise DataError(f"{path}: line {number}: a {task.name} example is two sentences separated by a tab")
-            ids.append(str(number))
-            examples.append(tuple(part.strip() for part in parts) if task.pair else line.strip())
-    if not examples:
-        raise DataError(f"{path}: no examples to predict")
-    return ids, examples
+                raise DataError(f"{self.path}: line {number}: a {task.name} example is two sentences separated by a "
+                                f"tab")
+            yield str(number), tuple(part.strip() for part in parts) if task.pair else line.strip()
+
+    def chunks(self, size: int) -> Iterator[tuple[list[str], list]]:
+        """(ids, examples) of up to `size` examples at a time (the file was checked whole: its report is not kept)."""
+        examples = self.examples(ReadReport(self.path))
+        while chunk := list(islice(examples, size)):
+            ids, texts = zip(*chunk)
+            yield list(ids), list(texts)
 
 
 def parse_args(argv: list[str] | None):
@@ -138,45 +173,89 @@ def parse_args(argv: list[str] | None):
     args = parser.parse_args(argv)
     if args.input and not args.task:
         parser.error("--input needs --task")
-    if not args.input and not any(getattr(args, task, None) for task in REGISTRY):
+    if not args.input and not examples_given(args):
         parser.error(f"nothing to predict: give {', '.join(f'--{name}' for name in REGISTRY)}, or --input with "
                      f"--task")
+    for task, example in examples_given(args).items():
+        if not all(text.strip() for text in ([example] if isinstance(example, str) else example)):
+            parser.error(f"--{task}: an empty sentence; give the text to predict")
     if args.batch_size < 1:
         parser.error("--batch-size must be at least 1")
     return args
 
 
-def main(argv: list[str] | None = None) -> list[dict]:
+def examples_given(args) -> dict:
+    """The examples of the command line: task -> a sentence, or a pair's two."""
+    return {task: getattr(args, task) for task in REGISTRY if getattr(args, task) is not None}
+
+
+def keep_large_blocks_out_of_the_heap() -> None:
+    """glibc raises its mmap threshold each time a large block is freed; past that, a batch's activations come from
+    the heap, which fragments as the batches' shapes vary, and a file's prediction grew by some 100 MB a chunk
+    (1.8 GB for 100,000 lines; 0.7 GB with the threshold held at glibc's default). Another C library: nothing."""
+    try:
+        ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, GLIBC_DEFAULT_MMAP_THRESHOLD)
+    except (OSError, AttributeError):
+        pass
+
+
+def main(argv: list[str] | None = None) -> list[dict] | None:
+    """The predictions of the examples on the command line; an --input file's are written as they are made."""
     args = parse_args(argv)
     # What can fail on the inputs fails before anything is predicted (the tasks once the run says which it has).
     if args.output:
         check_writable_file(args.output, "--output")
-    if args.input:
-        ids, examples = read_examples(Path(args.input), REGISTRY[args.task])
+    source = InputFile(Path(args.input), REGISTRY[args.task]) if args.input else None
     model = MultitaskPredictor.from_run(args.run, args.device, args.batch_size)
-    for task in [args.task] if args.input else [task for task in REGISTRY if getattr(args, task, None)]:
+    for task in [args.task] if args.input else examples_given(args):
         if task not in model.tasks:
             flag = f"--task {task}" if args.input else f"--{task}"
             raise UsageError(f"{flag}: {args.run} was trained on {', '.join(model.tasks)}, not {task}")
-    if args.input:
-        results = [{"id": i, **r} for i, r in zip(ids, model.predictions(args.task, examples))]
+    if source:
+        keep_large_blocks_out_of_the_heap()
+        predict_file(model, source, args.output)
+        return None
+    results = [{"task": task, "input": " | ".join(example) if isinstance(example, list) else example,
+                **model.predictions(task, [example])[0]} for task, example in examples_given(args).items()]
+    if args.output:
+        with atomic_file(args.output) as temp, open(temp, "w", newline="", encoding="utf-8") as f:
+            write_rows(f, results, header=True)
+        print(f"{len(results)} predictions in {args.output}", file=sys.stderr)
     else:
-        results = [{"task": task, "input": " | ".join(example) if isinstance(example, list) else example,
-                    **model.predictions(task, [example])[0]}
-                   for task in REGISTRY if (example := getattr(args, task, None))]
-    write_results(results, args.output)
+        print_rows(results)
     return results
 
 
-def write_results(results: list[dict], output: str) -> None:
-    columns = list(dict.fromkeys(key for result in results for key in result))
+def predict_file(model: MultitaskPredictor, source: InputFile, output: str | None) -> None:
+    """Every example of the file, a chunk at a time, each chunk's predictions written (or printed) before the next
+    chunk is read; progress on a terminal's bar, or a log line a chunk."""
+    started, done = time.time(), 0
+    with (open(output, "w", newline="", encoding="utf-8") if output else nullcontext(sys.stdout)) as out, \
+            tqdm(total=source.count, unit="example", disable=not (output and sys.stderr.isatty())) as bar:
+        for ids, examples in source.chunks(CHUNK):
+            results = [{"id": i, **r} for i, r in zip(ids, model.predictions(source.task.name, examples))]
+            if output:
+                write_rows(out, results, header=not done)
+                out.flush()
+            else:
+                print_rows(results)
+            done += len(results)
+            bar.update(len(results))
+            if not sys.stderr.isatty():
+                log.info("predicted %s of %s examples (%.0f s)", f"{done:,}", f"{source.count:,}",
+                         time.time() - started)
     if output:
-        with atomic_file(output) as temp, open(temp, "w", newline="", encoding="utf-8") as f:
-            writer = csv.DictWriter(f, columns, delimiter="\t")
-            writer.writeheader()
-            writer.writerows(results)
-        print(f"{len(results)} predictions in {output}", file=sys.stderr)
-        return
+        print(f"{done} predictions in {output}", file=sys.stderr)
+
+
+def write_rows(file, results: list[dict], header: bool) -> None:
+    writer = csv.DictWriter(file, list(dict.fromkeys(key for result in results for key in result)), delimiter="\t")
+    if header:
+        writer.writeheader()
+    writer.writerows(results)
+
+
+def print_rows(results: list[dict]) -> None:
     for result in results:
         print("  ".join(f"{key}: {shown(value)}" for key, value in result.items()))
 

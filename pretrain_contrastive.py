@@ -19,7 +19,8 @@ from training.methods import ContrastiveConfig
 def main(argv: list[str] | None = None) -> dict:
     config = cli.parse_config(ContrastiveConfig, __doc__, argv, program="pretrain_contrastive.py",
                               recipe="recipes/simcse-nli.yaml")
-    return Pretraining(config, Engine(config)).run()
+    with Engine(config) as engine:
+        return {} if engine.finished else Pretraining(config, engine).run()
 
 
 if __name__ == "__main__":

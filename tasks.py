@@ -16,7 +16,7 @@ Adding a task is one entry in REGISTRY, plus a reader or head if it needs one th
 """
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -29,7 +29,7 @@ from common.cli import parse_task_weights
 from common.errors import DataError
 from common.metrics import accuracy, mean_score, overall_score, pearson
 from data.contrastive import ContrastiveData, Encode, PairSet, SentenceSet, Source, usable
-from data.readers import read_quora, read_sentiment, read_sts, sample_records
+from data.readers import QUORA, STS, ReadReport, collect, pair_records, sample_records, sentiment_records
 from data.splits import TaskSplit, encode_views
 from heads import MLP
 from heads.paraphrase import CrossEncodedPairHead, ParaphraseHead
@@ -74,8 +74,14 @@ class Task:
     pair: bool = False  # two sentences an example
 
     # ---- data ----
-    def read(self, path: Path, labeled: bool) -> list:
+    def records(self, path: Path, labeled: bool, report: ReadReport) -> Iterator:
+        """A file's records (rows it cannot use counted in the report), read as they are needed."""
         raise NotImplementedError
+
+    def read(self, path: Path, labeled: bool) -> list:
+        """A file's records, its report logged."""
+        report = ReadReport(Path(path))
+        return collect(self.records(Path(path), labeled, report), report)[0]
 
     def load_split(self, path: Path, tokenizer: Tokenizer, max_length: int, encoding: str, labeled: bool = True,
                    max_examples: int = 0) -> TaskSplit:
@@ -92,9 +98,14 @@ class Task:
         """Its train, dev and test splits of --data-dir (the test split unlabelled)."""
         train, dev, test = (Path(data_dir) / file for file in self.files)
         common = dict(tokenizer=tokenizer, max_length=max_length, encoding=encoding)
-        return {"train": self.load_split(train, max_examples=max_train_examples, **common),
-                "dev": self.load_split(dev, max_examples=max_eval_examples, **common),
-                "test": self.load_split(test, labeled=False, max_examples=max_eval_examples, **common)}
+        splits = {"train": self.load_split(train, max_examples=max_train_examples, **common),
+                  "dev": self.load_split(dev, max_examples=max_eval_examples, **common),
+                  "test": self.load_split(test, labeled=False, max_examples=max_eval_examples, **common)}
+        self.check_scorable(splits["dev"], dev, max_eval_examples)
+        return splits
+
+    def check_scorable(self, dev: TaskSplit, path: Path, sample: int) -> None:
+        """DataError, before any training, for a dev split the metric cannot score (sample: --max-eval-examples)."""
 
     label_dtype = torch.long
 
@@ -179,8 +190,8 @@ class Classification(Task):
     def num_classes(self) -> int:
         return len(self.class_names)
 
-    def read(self, path, labeled):
-        return read_sentiment(path, num_classes=self.num_classes, labeled=labeled)[0]
+    def records(self, path, labeled, report):
+        return sentiment_records(path, self.num_classes, labeled, report)
 
     columns = frozenset({"sentence", "sentiment"})
 
@@ -230,8 +241,8 @@ class Paraphrase(Task):
     label_dtype = torch.float
     loss_description = "binary cross-entropy (nats)"
 
-    def read(self, path, labeled):
-        return read_quora(path, labeled=labeled)[0]
+    def records(self, path, labeled, report):
+        return pair_records(path, labeled, report, *QUORA)
 
     columns = frozenset({"sentence1", "sentence2", "is_duplicate"})
 
@@ -279,8 +290,8 @@ class Similarity(Task):
     loss_description = "squared error of the 0-5 score"
     sequence_classifier_outputs = 1
 
-    def read(self, path, labeled):
-        return read_sts(path, labeled=labeled)[0]
+    def records(self, path, labeled, report):
+        return pair_records(path, labeled, report, *STS)
 
     columns = frozenset({"sentence1", "sentence2", "similarity"})
 
@@ -354,6 +365,17 @@ class Similarity(Task):
 
     def metric(self, soft, labels):
         return pearson(soft, labels)
+
+    def check_scorable(self, dev, path, sample):
+        """Pearson r of gold scores that are all the same is not a number."""
+        scores = dev.labels.unique()
+        if len(scores) > 1:
+            return
+        pairs = f"{len(dev)} pair{'s' if len(dev) != 1 else ''}"
+        where = (f"--max-eval-examples {sample}: a sample of {pairs} of {path}" if len(dev) == sample
+                 else f"{path}: {pairs}")
+        raise DataError(f"{where}, all scored {scores[0].item():g}; Pearson r needs dev pairs of at least two "
+                        f"different scores")
 
     def score(self, metric):
         return (metric + 1) / 2

@@ -13,6 +13,7 @@ from analysis.figures import counted, integer_ticks, legend_outside, model_style
 from analysis.report import Report, distinct, items, short_names
 from common.cli import flag
 from common.errors import DataError
+from common.run_folder import RunFolder
 from common.tables import markdown_table
 from tasks import REGISTRY
 
@@ -140,7 +141,7 @@ def loss_label(name: str, curves: RunCurves, task: str) -> str:
 
 
 def build(config: CurvesConfig) -> Report:
-    paths = [Path(spec) if spec.endswith(".jsonl") else Path(spec) / "metrics.jsonl" for spec in config.run_list]
+    paths = [Path(spec) if spec.endswith(".jsonl") else RunFolder(spec).metrics_log for spec in config.run_list]
     runs = {name: run_curves(*read_metrics(path))
             for name, path in zip(short_names([str(path.parent) for path in paths]), paths)}
     pictures = {}

@@ -16,6 +16,7 @@ from common import cli
 from common.cli import flag
 from common.files import DEFAULT_DATA, write_json
 from common.metrics import spearman
+from common.run_folder import BEST, LAST
 from models import POOLINGS, Tokenizer, from_pretrained
 
 
@@ -69,7 +70,7 @@ def short_names(specs: Sequence[str]) -> list[str]:
     parts = [Path(spec).expanduser().resolve().parts if Path(spec).expanduser().exists() else (spec,)
              for spec in specs]
     for depth in range(1, max(len(p) for p in parts) + 1):
-        labels = ["/".join(p[-(depth + (p[-1] in ("best", "last") and len(p) > 1)):]) for p in parts]
+        labels = ["/".join(p[-(depth + (p[-1] in (BEST, LAST) and len(p) > 1)):]) for p in parts]
         if len(set(labels)) == len(labels):
             return labels
     return list(specs)

@@ -23,6 +23,7 @@ import torch
 from common import distributed
 from common.errors import UsageError, UserError
 from common.progress import LogHandler
+from common.run_folder import RECORD_KEYS, RUN_CONFIG
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,14 +41,20 @@ class Range:
     def __str__(self) -> str:
         parts = []
         if self.low is not None:
-            parts.append(f"{'>' if self.low_open else '>='} {self.low:g}")
+            parts.append(f"{'>' if self.low_open else '>='} {shown(self.low)}")
         if self.high is not None:
-            parts.append(f"{'<' if self.high_open else '<='} {self.high:g}")
+            parts.append(f"{'<' if self.high_open else '<='} {shown(self.high)}")
         return " and ".join(parts)
+
+
+def shown(value: float) -> str:
+    """A bound or value as a flag takes it: integers whole (4294967295, not 4.29497e+09), others as %g."""
+    return str(value) if isinstance(value, int) else f"{value:g}"
 
 
 AT_LEAST_1, AT_LEAST_0, POSITIVE = Range(1), Range(0), Range(0, low_open=True)
 FRACTION = Range(0, 1)  # 0 <= x <= 1
+SEED = Range(0, 2**32 - 1)  # what numpy's seed takes
 
 
 def flag(default: Any, help: str, choices: tuple | None = None, range: Range | None = None, **extra) -> Any:
@@ -58,11 +65,13 @@ def flag(default: Any, help: str, choices: tuple | None = None, range: Range | N
 
 
 def check_ranges(config) -> None:
-    """ValueError (a usage error) for the first flag outside its range; None means "the default, chosen later"."""
+    """ValueError (a usage error) for the first flag outside its range, inf and nan among them (a rate of inf
+    trains a model of nan); None means "the default, chosen later"."""
     for field in dataclasses.fields(config):
         allowed, value = field.metadata.get("range"), getattr(config, field.name)
-        if allowed is not None and value is not None and not allowed.contains(value):
-            raise ValueError(f"--{field.name.replace('_', '-')} must be {allowed}, got {value:g}")
+        if allowed is not None and value is not None and not (math.isfinite(value) and allowed.contains(value)):
+            finite = "" if math.isfinite(value) else "a finite number "
+            raise ValueError(f"--{field.name.replace('_', '-')} must be {finite}{allowed}, got {shown(value)}")
 
 
 class Parser(argparse.ArgumentParser):
@@ -113,7 +122,7 @@ def parse_config(config_class: type, description: str, argv: list[str] | None = 
     parser = build_parser(config_class, description)
     if program:
         parser.prog = program
-    example = f" (e.g. {recipe}, or a run's run_config.json)" if recipe else ""
+    example = f" (e.g. {recipe}, or a run's {RUN_CONFIG})" if recipe else ""
     parser.add_argument("--config", metavar="FILE", help=f"a YAML file of flags{example}: its keys are flag names, "
                         "its values as on the command line; flags given on the command line win")
     argv = sys.argv[1:] if argv is None else argv
@@ -155,15 +164,11 @@ def spelled_out(parser: argparse.ArgumentParser, file_values: dict, argv: list[s
     return words + rest
 
 
-# Keys of a config file that are not flags and are ignored: what run_config.json holds beside the flags.
-CONFIG_FILE_EXTRAS = ("resolved", "provenance")
-
-
 def config_file_values(parser: argparse.ArgumentParser, path: str) -> dict:
     """--config FILE: its flags as the parser's defaults, each value converted and checked as on the command line.
-    Keys are flag names, with dashes or underscores (a leading -- is allowed); the keys of CONFIG_FILE_EXTRAS are
-    ignored; any other key is a usage error naming the file and the key (exit code 2)."""
-    import yaml  # JSON is YAML: a run's run_config.json is a config file too
+    Keys are flag names, with dashes or underscores (a leading -- is allowed); what a run config records beside
+    the flags (RECORD_KEYS) is ignored; any other key is a usage error naming the file and the key (exit code 2)."""
+    import yaml  # JSON is YAML: a run's run config is a config file too
 
     try:
         with open(path, encoding="utf-8") as file:
@@ -178,11 +183,14 @@ def config_file_values(parser: argparse.ArgumentParser, path: str) -> dict:
     values = {}
     for key, value in content.items():
         name = str(key).removeprefix("--").replace("-", "_")
-        if name in CONFIG_FILE_EXTRAS:
+        if name in RECORD_KEYS:
             continue
         if name not in actions or name in ("help", "config"):
             parser.error(f"--config {path}: unknown flag {key!r}")
         action = actions[name]
+        if value is None and action.default is not None:  # `epochs:` with nothing after it
+            parser.error(f"--config {path}: {key} has no value; give one, or leave the key out for the default "
+                         f"({action.default})")
         if value is None or isinstance(action, argparse.BooleanOptionalAction):
             if not (value is None or isinstance(value, bool)):
                 parser.error(f"--config {path}: {key} must be true or false, got {value!r}")

@@ -1,8 +1,7 @@
 """Files written so that a run that dies half-way leaves the old file or folder, never half of a new one, and a
-full disk is one line naming what could not be written; a command's output folder claimed without wiping it."""
+full disk is one line naming what could not be written."""
 import errno
 import json
-import logging
 import os
 import shutil
 import tempfile
@@ -10,8 +9,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from common.errors import CheckpointError, DiskFullError, UsageError
-
-log = logging.getLogger(__name__)
 
 # The course's data, beside the project (../shared/data); every command takes --data-dir to point elsewhere.
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -189,30 +186,6 @@ def remove_entry(path: str | Path) -> None:
     shutil.rmtree(doomed, ignore_errors=True)
     path.rename(doomed)
     shutil.rmtree(doomed)
-
-
-def claim_output_dir(folder: str | Path, owned: tuple[str, ...], resume: bool, overwrite: bool) -> None:
-    """Refuse to start a run in a folder that holds another (the transformers Trainer's rule: no run is mixed with
-    another, or silently replaced), unless it is continued (--resume) or replaced (--overwrite: the entries
-    `owned`, what the command writes, are removed; nothing else in the folder is touched). Under torchrun,
-    rank 0 alone calls it (its machine has the folder)."""
-    folder = Path(folder)
-    if resume and overwrite:
-        raise UsageError("--resume continues the run in --output-dir and --overwrite replaces it: give one of them")
-    if resume or not folder.is_dir():
-        return
-    # Folders without a file in them do not count: a start refused after check_writable leaves such folders.
-    held = [entry.name for entry in sorted(folder.iterdir())
-            if not entry.is_dir() or any(path.is_file() for path in entry.rglob("*"))]
-    if held and not overwrite:
-        shown = ", ".join(held[:5]) + (f" and {len(held) - 5} more" if len(held) > 5 else "")
-        raise UsageError(f"--output-dir {folder} already holds files ({shown}): continue its run with --resume, "
-                         f"start again over it with --overwrite, or choose another --output-dir")
-    replaced = [name for name in owned if (folder / name).exists()]
-    if replaced:
-        for name in replaced:
-            remove_entry(folder / name)
-        log.info("--overwrite: removed %s from %s", ", ".join(replaced), folder)
 
 
 def check_writable(folder: str | Path, flag: str, shown: Path | None = None) -> None:

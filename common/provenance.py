@@ -1,4 +1,4 @@
-"""What a run needs to be reproduced, saved in its run_config.json: the command, the code, the libraries, the data."""
+"""What a run needs to be reproduced, saved in its run config: the command, the code, the libraries, the data."""
 import hashlib
 import logging
 import platform
@@ -7,6 +7,7 @@ from importlib import metadata
 from pathlib import Path
 
 from common.errors import CheckpointError
+from common.run_folder import RUN_CONFIG
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,7 @@ def provenance(command: str, data_files: list[Path]) -> dict:
 
 
 def check_data_unchanged(saved: dict, allow_changed: bool) -> None:
-    """--resume: each data file the run started with (provenance `saved`, from its run_config.json) still holds what
+    """--resume: each data file the run started with (provenance `saved`, from its run config) still holds what
     it held, or the run would go on training on other data than it began with; allow_changed: go on, saying so."""
     changed = []
     for name, digest in saved.get("data_sha256", {}).items():
@@ -56,7 +57,7 @@ def check_data_unchanged(saved: dict, allow_changed: bool) -> None:
             changed.append(name)
     if not changed:
         return
-    what = f"{', '.join(changed)} changed since the run started (SHA-256 in its run_config.json)"
+    what = f"{', '.join(changed)} changed since the run started (SHA-256 in its {RUN_CONFIG})"
     if not allow_changed:
         raise CheckpointError(f"--resume: {what}; resume with the data it started with, or add --allow-changed-data")
     log.warning("--resume --allow-changed-data: %s; going on with the files as they are now", what)

@@ -4,20 +4,22 @@ Formats (see ../shared/data/README.md): the course's tab-separated CSVs with a l
 column (SST, CFIMDB, Quora, STS; `*-test-student.csv` without labels), SimCSE's comma-separated NLI
 triplets, one sentence a line, and the tab-separated STS evaluation sets.
 
-Each reader returns (records, report). A row that cannot be used (empty sentence, missing/NaN/
-out-of-range label, wrong number of fields, an id a prediction file cannot hold) is skipped and counted
-in the report, which is logged with the file name and line numbers; in a file without labels, whose
-every row needs a prediction, it raises DataError instead. A missing file or a wrong column set raises
-DataError, and so does a line that is not one row (a double quote that opens a field running on over
-the next lines): every line is one row, which a count of the lines independent of csv checks.
-Bytes that are not UTF-8 are replaced with U+FFFD and the lines are reported; a byte-order mark is dropped.
+Each reader returns (records, report); those of the course's files also yield their records as they read
+them (sentiment_records, pair_records), for files too large to hold. A row that cannot be used (empty
+sentence, missing/NaN/out-of-range label, wrong number of fields, an id a prediction file cannot hold or
+an earlier row's id) is skipped and counted in the report, which is logged with the file name and line
+numbers; in a file without labels, whose every row needs a prediction, it raises DataError instead. A
+missing file or a wrong column set raises DataError, and so does a line that is not one row (a double
+quote that opens a field running on over the next lines): every line is one row, which a count of the
+lines independent of csv checks. Bytes that are not UTF-8 are replaced with U+FFFD and the lines are
+reported; a byte-order mark is dropped; a NUL byte (a binary file) raises DataError.
 """
 import csv
-import io
 import logging
 import math
 import random
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -83,28 +85,25 @@ def _lines(numbers: list[int], shown: int = 5) -> str:
     return f"{word} {text}" + (f" and {len(numbers) - shown} more" if len(numbers) > shown else "")
 
 
-def read_text(path: Path, report: ReadReport | None = None) -> str:
-    """A text file as UTF-8, without the byte-order mark some editors put first; bytes that are not UTF-8 are
-    replaced, and their lines recorded in the report."""
+def text_lines(path: Path, report: ReadReport | None = None) -> Iterator[str]:
+    """A text file's lines as csv sees them (ended by \\n, \\r\\n or \\r; not str.splitlines, which also ends a
+    line at characters a sentence may hold: U+2028, U+0085, form feed), endings kept, read as they are needed: UTF-8
+    without the byte-order mark some editors put first. Bytes that are not UTF-8 are replaced, and their lines
+    recorded in the report; a NUL byte, which no text holds, stops the reading: the file is not text."""
     if not path.is_file():
         raise DataError(f"{path}: file not found" if not path.exists() else f"{path}: not a file")
-    raw = path.read_bytes()
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        for number, line in enumerate(raw.split(b"\n"), start=1):
+    # surrogateescape keeps each undecodable byte as a lone surrogate, so that its line is known.
+    with open(path, encoding="utf-8-sig", errors="surrogateescape", newline="") as file:
+        for number, line in enumerate(file, start=1):
+            if "\0" in line:
+                raise DataError(f"{path}: line {number}: a NUL byte: a binary file, not text")
             try:
-                line.decode("utf-8")
-            except UnicodeDecodeError:
+                line.encode("utf-8")
+            except UnicodeEncodeError:
                 if report is not None:
                     report.replaced_bytes_lines.append(number)
-        return raw.decode("utf-8-sig", errors="replace")
-
-
-def text_lines(text: str) -> list[str]:
-    """The lines of a file's text as csv sees them (ended by \\n, \\r\\n or \\r), without their endings.
-    Not str.splitlines, which also ends a line at characters a sentence may hold (U+2028, U+0085, form feed)."""
-    return [line.rstrip("\r\n") for line in io.StringIO(text, newline="")]
+                line = line.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+            yield line
 
 
 def id_problem(text: str) -> str | None:
@@ -123,8 +122,15 @@ def _rows(path: Path, delimiter: str, required: list[str], report: ReadReport, k
     # course's files quote fields as csv writes them ("" is a double quote inside a quoted field), and their own
     # csv.DictReader reads them so; QUOTE_NONE would keep those quotes as text. strict: a quote that closes before
     # something other than a delimiter is an error, not a guess.
-    text = read_text(path, report)
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, strict=True)
+    # Counted apart from csv: each line after the header that is not empty is one row, read or reported.
+    data_lines = [0]
+
+    def counted(lines):
+        for number, line in enumerate(lines, start=1):
+            data_lines[0] += number > 1 and bool(line.rstrip("\r\n"))
+            yield line
+
+    reader = csv.reader(counted(text_lines(path, report)), delimiter=delimiter, strict=True)
     header = [name.strip() for name in _next_row(reader, path, 1) or []]
     missing = [name for name in required if name not in header]
     if missing:
@@ -145,10 +151,9 @@ def _rows(path: Path, delimiter: str, required: list[str], report: ReadReport, k
             report.skip(line, f"{len(fields)} fields, header has {len(header)}")
             continue
         yield line, dict(zip(header, fields))
-    # Counted apart from csv: each line after the header that is not empty is one row, read or reported.
-    lines = sum(1 for line in text_lines(text)[1:] if line)
-    if lines != report.rows:
-        raise DataError(f"{path}: {lines:,} data lines but {report.rows:,} rows read; every line must be one row")
+    if data_lines[0] != report.rows:
+        raise DataError(f"{path}: {data_lines[0]:,} data lines but {report.rows:,} rows read; every line must be one "
+                        f"row")
 
 
 def _next_row(reader, path: Path, line: int) -> list[str] | None:
@@ -172,10 +177,19 @@ def _runs_on(path: Path, line: int, last: int) -> str:
             f"(inside a quoted field a double quote is written \"\")")
 
 
-def _id_ok(text: str, line: int, report: ReadReport, labeled: bool) -> bool:
-    """Whether the row's id can name its prediction; a file without labels cannot do without one of its rows."""
+def _id_ok(text: str, line: int, report: ReadReport, labeled: bool, seen: dict[str, int]) -> bool:
+    """Whether the row's id can name its prediction, and no earlier row's does (seen: id -> its line); a file without
+    labels cannot do without one of its rows, so it stops there. In a labelled file the repeat is skipped: every
+    reader of the file's ids (training, ensembles, analysis) keeps the first row of an id."""
     problem = id_problem(text)
+    if problem is None and text in seen:
+        if not labeled:
+            raise DataError(f"{report.path}: line {line}: id {text!r} is the id of line {seen[text]} too; every row "
+                            f"of a file without labels needs an id of its own for its prediction")
+        report.skip(line, "an id of an earlier line")
+        return False
     if problem is None:
+        seen[text] = line
         return True
     if not labeled:
         raise DataError(f"{report.path}: line {line}: {problem}; every row of a file without labels needs an id "
@@ -210,55 +224,70 @@ def _sentences_ok(texts: list[str], line: int, report: ReadReport, labeled: bool
     return True
 
 
-def _finish(records: list, report: ReadReport) -> tuple[list, ReadReport]:
+def collect(records: Iterator, report: ReadReport) -> tuple[list, ReadReport]:
+    """A reader's records, all of them, and its report, logged."""
+    records = list(records)
     report.kept = len(records)
     report.log()
     return records, report
 
 
-def read_sentiment(path: str | Path, num_classes: int, labeled: bool = True, label_column: str = "sentiment"):
-    """SST-5 (num_classes=5) or CFIMDB (2): columns id, sentence[, sentiment]."""
-    path, report = Path(path), ReadReport(Path(path))
-    records = []
+def sentiment_records(path: Path, num_classes: int, labeled: bool, report: ReadReport,
+                      label_column: str = "sentiment") -> Iterator[SentenceExample]:
+    """SST-5 (num_classes=5) or CFIMDB (2): columns id, sentence[, sentiment]; read as they are needed."""
+    seen = {}
     for line, row in _rows(path, "\t", ["id", "sentence"] + ([label_column] if labeled else []), report,
                            keep_every_row=not labeled):
         sentence = row["sentence"].strip()
-        if not _id_ok(row["id"].strip(), line, report, labeled) or not _sentences_ok([sentence], line, report, labeled):
+        if not _id_ok(row["id"].strip(), line, report, labeled, seen) or not _sentences_ok([sentence], line, report,
+                                                                                           labeled):
             continue
         label = None
         if labeled:
             label = _label(row[label_column], line, report, 0, num_classes - 1, integral=True)
             if label is None:
                 continue
-        records.append(SentenceExample(row["id"].strip(), sentence, None if label is None else int(label)))
-    return _finish(records, report)
+        yield SentenceExample(row["id"].strip(), sentence, None if label is None else int(label))
 
 
-def _read_pairs(path, labeled, label_column, low, high, integral):
-    path, report = Path(path), ReadReport(Path(path))
-    records = []
+def pair_records(path: Path, labeled: bool, report: ReadReport, label_column: str, low: float, high: float,
+                 integral: bool) -> Iterator[PairExample]:
+    """Columns id, sentence1, sentence2[, label_column in [low, high]]; read as they are needed."""
+    seen = {}
     for line, row in _rows(path, "\t", ["id", "sentence1", "sentence2"] + ([label_column] if labeled else []),
                            report, keep_every_row=not labeled):
         s1, s2 = row["sentence1"].strip(), row["sentence2"].strip()
-        if not _id_ok(row["id"].strip(), line, report, labeled) or not _sentences_ok([s1, s2], line, report, labeled):
+        if not _id_ok(row["id"].strip(), line, report, labeled, seen) or not _sentences_ok([s1, s2], line, report,
+                                                                                           labeled):
             continue
         label = None
         if labeled:
             label = _label(row[label_column], line, report, low, high, integral)
             if label is None:
                 continue
-        records.append(PairExample(row["id"].strip(), s1, s2, label if not integral or label is None else int(label)))
-    return _finish(records, report)
+        yield PairExample(row["id"].strip(), s1, s2, label if not integral or label is None else int(label))
+
+
+QUORA = ("is_duplicate", 0, 1, True)  # pair_records' label column, range and whether it is integral
+STS = ("similarity", 0, 5, False)
+
+
+def read_sentiment(path: str | Path, num_classes: int, labeled: bool = True, label_column: str = "sentiment"):
+    """SST-5 (num_classes=5) or CFIMDB (2): columns id, sentence[, sentiment]."""
+    report = ReadReport(Path(path))
+    return collect(sentiment_records(Path(path), num_classes, labeled, report, label_column), report)
 
 
 def read_quora(path: str | Path, labeled: bool = True):
     """Quora question pairs: columns id, sentence1, sentence2[, is_duplicate (0/1)]."""
-    return _read_pairs(path, labeled, "is_duplicate", 0, 1, integral=True)
+    report = ReadReport(Path(path))
+    return collect(pair_records(Path(path), labeled, report, *QUORA), report)
 
 
 def read_sts(path: str | Path, labeled: bool = True):
     """STS-B (course split): columns id, sentence1, sentence2[, similarity (0-5)]."""
-    return _read_pairs(path, labeled, "similarity", 0, 5, integral=False)
+    report = ReadReport(Path(path))
+    return collect(pair_records(Path(path), labeled, report, *STS), report)
 
 
 def read_nli(path: str | Path):
@@ -269,20 +298,20 @@ def read_nli(path: str | Path):
         triplet = [row["sent0"].strip(), row["sent1"].strip(), row["hard_neg"].strip()]
         if _sentences_ok(triplet, line, report, labeled=True):
             records.append(TripletExample(*triplet))
-    return _finish(records, report)
+    return collect(records, report)
 
 
 def read_lines(path: str | Path):
     """One sentence a line (unsupervised data); blank lines are skipped and reported."""
     path, report = Path(path), ReadReport(Path(path))
     records = []
-    for line, text in enumerate(text_lines(read_text(path, report)), start=1):
+    for line, text in enumerate(text_lines(path, report), start=1):
         report.rows += 1
         if text.strip():
             records.append(text.strip())
         else:
             report.skip(line, "empty sentence")
-    return _finish(records, report)
+    return collect(records, report)
 
 
 def read_sts_eval(path: str | Path):
@@ -296,7 +325,7 @@ def read_sts_eval(path: str | Path):
         score = _label(row["score"], line, report, 0, 5, integral=False)
         if score is not None:
             records.append(PairExample(f"{path.stem}-{line}", s1, s2, score, subset=row["subset"].strip()))
-    return _finish(records, report)
+    return collect(records, report)
 
 
 def sample_records(records: list, max_examples: int, seed: int = 0) -> list:

@@ -1,4 +1,6 @@
 """Inference, the one evaluation loop: a model's soft outputs on a task's split, in the split's order."""
+from contextlib import nullcontext
+
 import torch
 
 from common.progress import progress
@@ -21,7 +23,7 @@ def soft_outputs(model, split: TaskSplit, pad_id: int, batch_size: int = 128, au
                else sorted_batches(split.lengths(), batch_size))
     for rows in progress(batches, f"predicting {split.task}", total=len(split), unit="example", weight=len):
         inputs = {k: v.to(device) for k, v in split.batch(rows, pad_id)["inputs"].items()}
-        with autocast() if autocast else torch.enable_grad():
+        with autocast() if autocast else nullcontext():
             batch_outputs = task.soft(model(split.task, inputs)).cpu()
         if outputs is None:
             outputs = torch.empty((len(split), *batch_outputs.shape[1:]))

@@ -10,6 +10,7 @@ import torch
 
 from common.errors import CheckpointError, DataError
 from common.files import atomic_file, load_or_fail
+from common.run_folder import RunFolder
 from data.splits import TaskSplit
 from evaluation.predictions import SPLITS, write_predictions
 from tasks import REGISTRY
@@ -42,8 +43,7 @@ def load_member(folder: str | Path) -> dict[str, dict[str, dict]]:
     folder = Path(folder)
     if not folder.is_dir():
         raise CheckpointError(f"{folder}: no such folder")
-    if not any(folder.glob("outputs-*.pt")) and (folder / "best").is_dir():
-        folder = folder / "best"  # a run folder: its best checkpoint
+    folder = RunFolder(folder).checkpoint()
     member = {}
     for task in REGISTRY:
         paths = {split: folder / f"outputs-{task}-{split}.pt" for split in SPLITS}

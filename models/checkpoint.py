@@ -4,8 +4,8 @@ A checkpoint is a folder in the Hugging Face layout, so `--model FOLDER` loads i
 (transformers' BertModel.from_pretrained too):
     config.json, model.safetensors, tokenizer files   the encoder
     heads.safetensors                                  task heads / anything beyond the encoder (optional)
-    run_config.json, metrics.json                      how it was trained and how it scored
-    training_state.pt                                  in last/: what --resume needs (training/engine.py)
+    the run config, metrics.json                       how it was trained and how it scored (common/run_folder.py)
+    the training state                                 in last/: what --resume needs (training/engine.py)
 Files and folders are written to a temporary name and renamed into place, so a run that dies while
 saving leaves the previous checkpoint, never half of a new one.
 """
@@ -17,6 +17,7 @@ from torch import nn
 
 from common.errors import CheckpointError
 from common.files import atomic_directory, load_or_fail, write_json
+from common.run_folder import write_config
 from models.bert import BertModel
 from models.tokenizer import Tokenizer
 
@@ -43,7 +44,7 @@ def _without_aliases(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor
 def write_encoder_folder(folder: Path, encoder: BertModel, tokenizer: Tokenizer, run_config: dict | None,
                          metrics: dict | None = None, extra_modules: nn.Module | None = None) -> None:
     """Write a checkpoint's files into an existing (temporary) folder. extra_modules: a module holding `encoder`
-    (its other tensors go to heads.safetensors). run_config None: the caller writes run_config.json itself."""
+    (its other tensors go to heads.safetensors). run_config None: the caller writes the run config itself."""
     write_json(folder / "config.json", encoder.config.to_dict())
     save_file({k: v.detach().contiguous().cpu() for k, v in encoder.state_dict().items()},
               folder / "model.safetensors")
@@ -52,7 +53,7 @@ def write_encoder_folder(folder: Path, encoder: BertModel, tokenizer: Tokenizer,
         rest = {k: v for k, v in extra_modules.state_dict().items() if not k.startswith(ENCODER_PREFIX)}
         save_file(_without_aliases(rest), folder / "heads.safetensors")
     if run_config is not None:
-        write_json(folder / "run_config.json", run_config)
+        write_config(folder, run_config)
     write_json(folder / "metrics.json", metrics or {})
 
 

@@ -77,6 +77,37 @@ CASES = [
      "error: --device gpu: not a device; use auto, cpu, cuda or cuda:N", 2),
     ("flag", "--resume and --overwrite together", "multitask", [*TRAIN, "--resume", "--overwrite"],
      "error: --resume continues the run in --output-dir and --overwrite replaces it: give one of them", 2),
+    ("flag", "an infinite learning rate", "multitask", [*TRAIN, "--lr", "inf"],
+     "--lr must be a finite number > 0, got inf", 2),
+    ("flag", "an infinite head learning rate", "multitask", [*TRAIN, "--head-lr", "inf"],
+     "--head-lr must be a finite number > 0, got inf", 2),
+    ("flag", "an infinite contrastive learning rate", "pretrain", ["--model", "MODEL", "--lr", "inf"],
+     "--lr must be a finite number > 0, got inf", 2),
+    ("flag", "a negative seed", "multitask", [*TRAIN, "--seed", "-1"],
+     "--seed must be >= 0 and <= 4294967295, got -1", 2),
+    ("flag", "a config file's key without a value", "multitask", [*TRAIN, "--config", "no-value.yaml"],
+     "--config no-value.yaml: epochs has no value; give one, or leave the key out for the default (3)", 2),
+    ("flag", "a predictions folder inside the run's best/", "multitask", [*TRAIN, "--predictions-dir", "OUT/run/best"],
+     "error: --predictions-dir OUT/run/best: inside OUT/run/best, which each save of the run replaces whole; choose a "
+     "folder outside OUT/run/best and OUT/run/last", 2),
+    ("flag", "a dev sample too small for Pearson r", "multitask", [*TRAIN, "--max-eval-examples", "1"],
+     "error: --max-eval-examples 1: a sample of 1 pair of DATA/sts-dev.csv, all scored", 2),
+    ("flag", "a learning rate that makes the run diverge", "multitask", [*TRAIN, "--tasks", "sst", "--lr", "1e30"],
+     "error: step 2: the sst loss is not finite (nan); the run stopped; no checkpoint was saved", 2),
+    ("flag", "an empty sentence to predict", "predict", ["finished-run", "--sst", ""],
+     "predict.py: error: --sst: an empty sentence; give the text to predict", 2),
+    ("flag", "a pair of empty sentences to predict", "predict", ["finished-run", "--sts", "", ""],
+     "predict.py: error: --sts: an empty sentence; give the text to predict", 2),
+    ("flag", "one run twice among the members", "ensemble",
+     ["--members", "finished-run,finished-run/", "--data-dir", "DATA", "--out", "OUT/e.json", "--predictions-dir",
+      "OUT/p"],
+     "ensemble.py: error: --members: finished-run and finished-run/ are one checkpoint (finished-run/best); list each "
+     "run once", 2),
+    ("flag", "a member and a link to it", "ensemble",
+     ["--members", "finished-run,link-to-run", "--data-dir", "DATA", "--out", "OUT/e.json", "--predictions-dir",
+      "OUT/p"],
+     "ensemble.py: error: --members: finished-run and link-to-run are one checkpoint (finished-run/best); list each "
+     "run once", 2),
     # weights and checkpoints
     ("checkpoint", "config.json is not JSON", "multitask", [*TRAIN, "--model", "broken-config"],
      "error: broken-config/config.json: line 1: not valid JSON", 2),
@@ -100,6 +131,17 @@ CASES = [
      "error: pretrained-encoder: an encoder-only checkpoint (no heads.safetensors; pretrain_contrastive.py writes "
      "these): it has no task heads to predict with; fine-tune it first with multitask_classifier.py --init "
      "pretrained-encoder", 2),
+    ("checkpoint", "a Contrastive Tension run folder (model1/, model2/), to predict", "predict",
+     ["ct-run", "--sst", "a film"],
+     "error: ct-run: an encoder-only checkpoint (no heads.safetensors; pretrain_contrastive.py writes these): it has "
+     "no task heads to predict with; fine-tune it first with multitask_classifier.py --init ct-run/model1", 2),
+    ("checkpoint", "a run_config.json that holds a list, on --resume", "multitask",
+     [*TRAIN, "--output-dir", "list-config", "--resume"],
+     "error: list-config/last/run_config.json: not a run's configuration (a JSON list, expected an object of flags)",
+     2),
+    ("checkpoint", "bytes that are not UTF-8 in metrics.jsonl, on --resume", "multitask",
+     [*TRAIN, "--data-dir", "edited-data", "--output-dir", "bad-log", "--resume", "--allow-changed-data"],
+     "error: bad-log/metrics.jsonl: line 2: not UTF-8 text, so not a line of ours; remove it to resume", 2),
     # data files
     ("data", "empty file to pretrain on", "pretrain", ["--model", "MODEL", "--data", "empty.txt", "--output-dir", "OUT"],
      "error: empty.txt: no usable rows", 2),
@@ -113,12 +155,20 @@ CASES = [
      "every line must be one row", 2),
     ("data", "an empty id in a test-student file", "multitask", [*TRAIN, "--data-dir", "empty-id"],
      "error: empty-id/ids-sst-test-student.csv: line 3: empty id; every row of a file without labels needs an id", 2),
+    ("data", "an id twice in a test-student file", "multitask", [*TRAIN, "--data-dir", "repeated-id"],
+     "error: repeated-id/ids-sst-test-student.csv: line 5: id 'ids-sst-test-student-2' is the id of line 4 too; every "
+     "row of a file without labels needs an id of its own for its prediction", 2),
+    ("data", "an STS dev file whose pairs all have one score", "multitask", [*TRAIN, "--data-dir", "constant-sts"],
+     "error: constant-sts/sts-dev.csv: 12 pairs, all scored 2.5; Pearson r needs dev pairs of at least two different "
+     "scores", 2),
     ("data", "a data file changed since the run started, on --resume", "multitask",
      [*TRAIN, "--data-dir", "edited-data", "--output-dir", "finished-run", "--resume"],
      "error: --resume: edited-data/ids-sst-train.csv changed since the run started (SHA-256 in its "
      "run_config.json); resume with the data it started with, or add --allow-changed-data", 2),
     ("data", "an empty file to predict", "predict", ["finished-run", "--task", "sst", "--input", "empty.txt"],
      "error: empty.txt: no examples to predict", 2),
+    ("data", "a binary file to predict", "predict", ["finished-run", "--task", "sst", "--input", "binary.gz"],
+     "error: binary.gz: line 1: a NUL byte: a binary file, not text", 2),
     # file system
     ("file system", "output folder that cannot be written", "multitask", [*TRAIN, "--output-dir", "FILE/run"],
      "error: --output-dir FILE/run: cannot write there", 2),
@@ -132,6 +182,13 @@ CASES = [
     ("file system", "a pretraining output folder that holds other files", "pretrain",
      ["--model", "MODEL", "--output-dir", "user-folder"],
      "error: --output-dir user-folder already holds files (notes.txt)", 2),
+    ("file system", "--overwrite of the folder whose best/ --init starts from", "multitask",
+     [*TRAIN, "--output-dir", "init-run", "--init", "init-run/best", "--overwrite"],
+     "error: --overwrite would remove init-run/best, which --init init-run/best reads; copy it out of init-run first, "
+     "or choose another --output-dir", 2),
+    ("file system", "an output folder another command is writing", "multitask", TRAIN,
+     "error: --output-dir OUT/run is in use by another command (pid 4242); wait until it ends, or choose another "
+     "--output-dir", 2),
     ("file system", "the disk fills up while a checkpoint is saved", "multitask", TRAIN,
      "error: OUT/run/best: no space left on the device; nothing of it was written (it needs about", 2),
     ("file system", "a predictions file that cannot be written", "predict",
@@ -143,7 +200,7 @@ CASES = [
 ]
 
 
-def disk_full(monkeypatch):
+def disk_full(monkeypatch, out):
     """Every weights file a checkpoint writes finds no space left: the error safetensors raises on a full disk."""
     from safetensors import SafetensorError
 
@@ -153,7 +210,7 @@ def disk_full(monkeypatch):
     monkeypatch.setattr("models.checkpoint.save_file", no_space)
 
 
-def no_compiler(monkeypatch):
+def no_compiler(monkeypatch, out):
     """torch.compile fails at the first call, as a missing C compiler makes it."""
     def compile_(function, **options):
         def compiled(*args):
@@ -163,14 +220,28 @@ def no_compiler(monkeypatch):
     monkeypatch.setattr("models.compile.torch.compile", compile_)
 
 
-def no_unpadded_attention(monkeypatch):
+def no_unpadded_attention(monkeypatch, out):
     """A device without nested jagged attention: this test's CPU, as torch would be on such a device."""
     monkeypatch.setattr("models.bert.UNPADDED_DEVICES", ("cuda",))
 
 
+def folder_in_use(monkeypatch, out):
+    """Another command (pid 4242) holds OUT/run: its lock, taken as a run takes it (an open file of the folder's,
+    locked with flock, its pid in it). Returns what ends it."""
+    import fcntl
+
+    (out / "run").mkdir()
+    holder = open(out / "run" / ".lock", "w")
+    fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    holder.write("4242\n")
+    holder.flush()
+    return holder.close
+
+
 FAULTS = {"the disk fills up while a checkpoint is saved": disk_full,
           "--compile where torch cannot compile": no_compiler,
-          "unpadded attention on a device without it": no_unpadded_attention}
+          "unpadded attention on a device without it": no_unpadded_attention,
+          "an output folder another command is writing": folder_in_use}
 
 
 @pytest.fixture(scope="module")
@@ -210,6 +281,21 @@ def places(tiny_model, tmp_path_factory) -> dict[str, Path]:
 
     test_file_copy("bad-test-row", 3, "1\tonly-an-id")
     test_file_copy("empty-id", 3, "1\t\ta sentence")
+    test_file_copy("repeated-id", 5, "3\tids-sst-test-student-2\ta sentence with the id of line 4")
+    constant = Path(shutil.copytree(data, root / "constant-sts")) / "sts-dev.csv"
+    lines = constant.read_text().splitlines()
+    constant.write_text("\n".join([lines[0]] + [line.rsplit("\t", 1)[0] + "\t2.5" for line in lines[1:]]) + "\n")
+    (root / "no-value.yaml").write_text("epochs:\n")
+    (root / "binary.gz").write_bytes(b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03\xcbH\xcd\xc9\xc9\x07\x00")
+    # A Contrastive Tension run's folder: its run config, and its two encoders in model1/ and model2/.
+    contrastive = ContrastiveConfig(model=str(tiny_model), method="ct").to_dict()
+    (root / "ct-run").mkdir()
+    (root / "ct-run" / "run_config.json").write_text(json.dumps(contrastive))
+    for name in ("model1", "model2"):
+        (model_copy(f"ct-run/{name}") / "run_config.json").write_text(json.dumps(contrastive))
+    (root / "list-config" / "last").mkdir(parents=True)
+    (root / "list-config" / "last" / "training_state.pt").write_bytes(b"a state")
+    (root / "list-config" / "last" / "run_config.json").write_text("[]")
     # A sentence that opens a double quote, and one four lines below that closes it: csv alone reads lines 4 to 8 as
     # one row, and 10 ids would get 6 predictions.
     quoted = test_file_copy("open-quote", 4, '2\tids-sst-test-student-2\t"a sentence opening a quote')
@@ -222,7 +308,8 @@ def places(tiny_model, tmp_path_factory) -> dict[str, Path]:
     encoder_only = model_copy("pretrained-encoder")
     (encoder_only / "run_config.json").write_text(json.dumps(ContrastiveConfig(model=str(tiny_model)).to_dict()))
     for name in ("broken-config", "gpt2-config", "truncated-weights", "truncated-heads", "truncated-state",
-                 "truncated-outputs", "empty.txt", "bad-test-row", "empty-id", "open-quote", "FILE", "user-folder"):
+                 "truncated-outputs", "empty.txt", "bad-test-row", "empty-id", "open-quote", "FILE", "user-folder",
+                 "repeated-id", "constant-sts", "no-value.yaml", "binary.gz", "ct-run", "list-config"):
         places[name] = root / name
     # The interrupted run's flags, so that --resume gets as far as reading its training state.
     resumed = [substitute(arg, places, root) for arg in (*TRAIN, "--output-dir", "truncated-state")]
@@ -234,6 +321,16 @@ def places(tiny_model, tmp_path_factory) -> dict[str, Path]:
                                for arg in (*TRAIN, "--data-dir", "edited-data", "--output-dir", "finished-run")])
     with open(places["edited-data"] / "ids-sst-train.csv", "a") as f:
         f.write("99\tadded-later\ta sentence added after the run\t2\n")
+    places["link-to-run"] = root / "link-to-run"
+    places["link-to-run"].symlink_to(places["finished-run"])
+    places["init-run"] = Path(shutil.copytree(places["finished-run"], root / "init-run"))
+    # The finished run as a kill after its last checkpoint leaves it (its command did not end), a line of its log
+    # then overwritten with bytes that are not UTF-8.
+    places["bad-log"] = Path(shutil.copytree(places["finished-run"], root / "bad-log"))
+    saved = json.loads((places["bad-log"] / "run_config.json").read_text())
+    (places["bad-log"] / "run_config.json").write_text(json.dumps({k: v for k, v in saved.items() if k != "finished"}))
+    with open(places["bad-log"] / "metrics.jsonl", "ab") as f:
+        f.write(b'{"event": "train", "step": 1, "loss": {"sst": \xff\xfe}}\n')
     return places
 
 
@@ -244,11 +341,13 @@ def substitute(text: str, places: dict[str, Path], out: Path) -> str:
 
 
 @pytest.mark.parametrize("kind, wrong, command, args, message, code", CASES, ids=[case[1] for case in CASES])
-def test_bad_input_gets_one_line_and_its_exit_code(places, tmp_path, capsys, monkeypatch, kind, wrong, command, args,
-                                                   message, code):
+def test_bad_input_gets_one_line_and_its_exit_code(places, tmp_path, capsys, monkeypatch, request, kind, wrong,
+                                                   command, args, message, code):
     argv = [substitute(arg, places, tmp_path) for arg in args]
     if wrong in FAULTS:
-        FAULTS[wrong](monkeypatch)
+        end = FAULTS[wrong](monkeypatch, tmp_path)
+        if end:
+            request.addfinalizer(end)
     with pytest.raises(SystemExit) as exit_:
         cli.run(lambda: COMMANDS[command].main(argv))
     assert exit_.value.code == code

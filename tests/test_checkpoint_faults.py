@@ -7,6 +7,8 @@ then removes .last.old. The process is killed (os._exit: no clean-up of any kind
 import json
 import os
 import random
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -90,6 +92,63 @@ def test_killed_at_each_point_of_a_save_resumes_to_the_uninterrupted_weights(tin
     assert not leftovers, leftovers
     # The log has each step once, and the epoch's mean training loss counts the steps before the kill too.
     assert log_lines(tmp_path) == log_lines(uninterrupted)
+
+
+# A log line every 3 steps, a checkpoint every 2: killed after the checkpoint of step 4, the run dies inside the log
+# window of steps 4 to 6, whose line the resumed run must write as the uninterrupted one does.
+def window_args(model, data, out: Path) -> list[str]:
+    return multitask_argv(model, data, out, "--epochs", "1", "--save-every", "2", "--log-every", "3")
+
+
+# What a resumed run cannot repeat: the seconds since its start and the examples a second, measured on its own clock.
+WALL_CLOCK = re.compile(rb'"(seconds|examples_per_s)": [-+.e0-9]+')
+
+
+def without_wall_clock(log: Path) -> bytes:
+    return WALL_CLOCK.sub(rb'"\1": null', log.read_bytes())
+
+
+@pytest.fixture(scope="module")
+def killed_in_a_log_window(tiny_model, data, tmp_path_factory):
+    """(uninterrupted, killed, killed and then copied elsewhere): the run folders' parents."""
+    full, killed, copied = (tmp_path_factory.mktemp(name) for name in ("window-full", "window-killed", "copied"))
+    assert run("multitask_classifier.py", *window_args(tiny_model, data, full)).returncode == 0
+    script = killed / "dies.py"
+    script.write_text(DIES.format(root=str(ROOT), point="after rename 3"))
+    assert run(str(script), *window_args(tiny_model, data, killed)).returncode == 137
+    assert (killed / "run/.lock").exists()  # the killed command's lock file stays; its lock went with the process
+    shutil.copytree(killed / "run", copied / "elsewhere" / "run")
+    return full, killed, copied / "elsewhere"
+
+
+@pytest.fixture(scope="module")
+def resumed_in_a_log_window(tiny_model, data, killed_in_a_log_window):
+    full, killed, _ = killed_in_a_log_window
+    resumed = run("multitask_classifier.py", *window_args(tiny_model, data, killed), "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "resuming at step 4 " in resumed.stderr
+    return full, killed
+
+
+def test_the_resumed_runs_metrics_log_is_the_uninterrupted_runs_byte_for_byte(resumed_in_a_log_window):
+    full, resumed = resumed_in_a_log_window
+    assert b'"event": "train", "step": 6' in (full / "run/metrics.jsonl").read_bytes()
+    assert without_wall_clock(resumed / "run/metrics.jsonl") == without_wall_clock(full / "run/metrics.jsonl")
+
+
+def test_the_resumed_runs_provenance_keeps_the_command_it_started_with_and_adds_the_resume(resumed_in_a_log_window):
+    _, resumed = resumed_in_a_log_window
+    provenance = json.loads((resumed / "run/run_config.json").read_text())["provenance"]
+    assert not provenance["command"].endswith("--resume")
+    assert [entry["command"] for entry in provenance["resumed"]] == [provenance["command"] + " --resume"]
+    assert provenance["resumed"][0]["data_sha256"] == provenance["data_sha256"]
+
+
+def test_a_run_folder_copied_elsewhere_resumes_there(tiny_model, data, killed_in_a_log_window):
+    full, _, copied = killed_in_a_log_window
+    resumed = run("multitask_classifier.py", *window_args(tiny_model, data, copied), "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert_same_weights(checkpoint_weights(copied / "run/last"), checkpoint_weights(full / "run/last"))
 
 
 def test_recover_directory_puts_back_the_complete_folder_and_removes_temporaries(tmp_path):

@@ -18,6 +18,7 @@ from safetensors import SafetensorError
 import models.checkpoint
 import models.shareable
 from common import cli
+from common.run_folder import LOCK
 from tests.conftest import write_course_files
 from training.contrastive import Pretraining
 from training.engine import Engine
@@ -87,8 +88,8 @@ def contents(folder: Path) -> dict[str, bytes]:
 
 
 def hidden(folder: Path) -> list[str]:
-    """Temporary and half-written entries: ours all start with a dot."""
-    return [path.name for path in folder.iterdir() if path.name.startswith(".")]
+    """Temporary and half-written entries: ours all start with a dot (the running command's lock is none of them)."""
+    return [path.name for path in folder.iterdir() if path.name.startswith(".") and path.name != LOCK]
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +117,7 @@ def assert_every_failed_write_keeps_the_previous(name: str, save, engine, monkey
     writes = disk.count(name, save)  # this save is the previous checkpoint
     # torch.save: last/'s training state; best/'s dev soft outputs, saved inside it with its weights.
     assert disk.kinds == ALL_WRITERS
-    folder = engine.output_dir / name
+    folder = engine.folder.path / name
     before = contents(folder)
     for k in range(1, writes + 1):
         line = disk.fail(name, k, save, capsys)
@@ -124,7 +125,7 @@ def assert_every_failed_write_keeps_the_previous(name: str, save, engine, monkey
                                f"(it needs about "), (k, line)
         assert line.endswith(" free)")
         assert contents(folder) == before, f"write {k}: {name}/ changed"
-        assert hidden(engine.output_dir) == [], f"write {k}: half-written entries left"
+        assert hidden(engine.folder.path) == [], f"write {k}: half-written entries left"
 
 
 def test_a_full_disk_at_each_write_of_last_leaves_the_previous_one(multitask_trainer, monkeypatch, capsys):

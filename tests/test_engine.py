@@ -1,5 +1,6 @@
 """The training engine both commands share: accumulation, resuming a killed run, the metrics log, TensorBoard."""
 import json
+import math
 import os
 import random
 import shutil
@@ -170,6 +171,53 @@ def test_a_diverging_run_stops_at_once_naming_the_step_the_task_and_the_last_goo
     assert step < 3 * 15, "stopped at once, not at the end of the run"
     state = torch.load(tmp_path / "run/last/training_state.pt", weights_only=True)
     assert state["step"] == step - 1  # the checkpoint before the step that diverged
+
+
+def leaderboard_numbers(folder: Path) -> list[float]:
+    """Every prediction in the leaderboard files of a folder, read without our code."""
+    return [float(line.split(",")[1]) for path in sorted(folder.glob("*-output.csv"))
+            for line in path.read_text().splitlines()[1:]]
+
+
+def test_a_run_that_diverges_before_its_first_evaluation_saves_nothing_of_it(tiny_model, course_data, tmp_path,
+                                                                            capsys):
+    from common import cli
+
+    # An update of 1e30 makes the second step's loss nan; the epoch's evaluation follows it.
+    args = multitask_args(tiny_model, course_data, tmp_path, "--tasks", "sst", "--lr", "1e30", "--batch-size", "20")
+    with pytest.raises(SystemExit) as exit_:
+        cli.run(lambda: multitask_classifier.main(args))
+    assert exit_.value.code == 2
+    message = capsys.readouterr().err.strip().splitlines()[-1]
+    assert message.startswith("error: step 2: the sst loss is not finite (nan); the run stopped; no checkpoint was "
+                              "saved")
+    assert not (tmp_path / "run/best").exists() and not (tmp_path / "run/last").exists()
+    assert not list((tmp_path / "predictions").glob("*")), "no leaderboard file of nan weights"
+
+
+def test_weights_that_turn_nan_at_an_evaluation_keep_the_last_finite_checkpoint(tiny_model, course_data, tmp_path,
+                                                                               monkeypatch, capsys):
+    from common import cli
+    from training.multitask import MultitaskRun
+
+    def poisoned_after_step_3(self):
+        if self.engine.step == 3:  # the loss of step 3 was finite; its update is not
+            next(self.model.encoder.parameters()).data.fill_(float("nan"))
+
+    monkeypatch.setattr(MultitaskRun, "after_update", poisoned_after_step_3)
+    args = multitask_args(tiny_model, course_data, tmp_path, "--eval-every", "1")
+    with pytest.raises(SystemExit) as exit_:
+        cli.run(lambda: multitask_classifier.main(args))
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"error: step 3: the weights are not finite; the run stopped; the last good checkpoint is "
+        f"{tmp_path / 'run' / 'last'} (a lower --lr, or --precision fp32, may help)")
+    assert torch.load(tmp_path / "run/last/training_state.pt", weights_only=True)["step"] == 2
+    for folder in ("best", "last"):
+        assert all(tensor.isfinite().all() for tensor in checkpoint_weights(tmp_path / "run" / folder).values())
+    numbers = leaderboard_numbers(tmp_path / "predictions")
+    assert numbers and all(math.isfinite(number) for number in numbers)
+    assert not list((tmp_path / "predictions").glob("*-test-output.csv")), "the run did not end: no test files"
 
 
 def test_resume_knows_the_run_whatever_the_spelling_of_its_paths(tiny_model, course_data, tmp_path, monkeypatch):

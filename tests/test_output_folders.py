@@ -2,7 +2,11 @@
 folder that holds files unless it continues the run there (--resume) or starts a new one over it (--overwrite),
 and --resume refuses data that changed since the run started (--allow-changed-data goes on, saying so)."""
 import json
+import os
 import random
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -11,7 +15,10 @@ import multitask_classifier
 import pretrain_contrastive
 from common.errors import UsageError
 from common import files
+from common.run_folder import RunFolder
 from tests.conftest import write_course_files
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -26,6 +33,57 @@ def multitask_args(model, data, out: Path, *extra) -> list[str]:
 
 def contents(folder: Path) -> dict[str, bytes]:
     return {str(path.relative_to(folder)): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+# The first command, stopped before its first step until the test lets it go on.
+WAITS = """
+import pathlib, sys, time
+sys.path.insert(0, {root!r})
+from training import engine
+fit = engine.Engine.fit
+def waits(self, run):
+    pathlib.Path({ready!r}).touch()
+    while not pathlib.Path({go!r}).exists():
+        time.sleep(0.05)
+    return fit(self, run)
+engine.Engine.fit = waits
+import multitask_classifier
+multitask_classifier.main(sys.argv[1:])
+"""
+
+
+def test_a_second_command_into_a_folder_in_use_is_refused_and_the_first_runs_on_untouched(tiny_model, data,
+                                                                                        tmp_path):
+    ready, go, out = tmp_path / "ready", tmp_path / "go", tmp_path / "out"
+    script = tmp_path / "waits.py"
+    script.write_text(WAITS.format(root=str(ROOT), ready=str(ready), go=str(go)))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    first = subprocess.Popen([sys.executable, str(script), *multitask_args(tiny_model, data, out, "--seed", "1")],
+                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 300
+        while not ready.exists() and first.poll() is None and time.time() < deadline:
+            time.sleep(0.1)
+        assert ready.exists(), first.stderr.read()[-2000:] if first.poll() is not None else "not ready in time"
+        before = contents(out)
+        # The second the most destructive way: --overwrite, which would remove the first's files.
+        second = subprocess.run([sys.executable, "multitask_classifier.py",
+                                 *multitask_args(tiny_model, data, out, "--seed", "2", "--overwrite")],
+                                cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        assert second.returncode == 2
+        assert second.stderr.strip().splitlines()[-1] == (
+            f"error: --output-dir {out / 'run'} is in use by another command (pid {first.pid}); wait until it ends, "
+            f"or choose another --output-dir")
+        assert contents(out) == before
+        go.touch()
+        _, errors = first.communicate(timeout=300)
+        assert first.returncode == 0, errors[-2000:]
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert json.loads((out / "run/best/run_config.json").read_text())["seed"] == 1
+    assert [json.loads(line)["event"] for line in (out / "run/metrics.jsonl").read_text().splitlines()] == ["eval"]
+    assert not (out / "run/.lock").exists()  # released when the command ended
 
 
 def test_starting_again_in_a_run_folder_is_refused_and_changes_nothing(tiny_model, data, tmp_path, one_thread):
@@ -102,12 +160,31 @@ def test_resume_refuses_a_changed_data_file_unless_allowed_and_then_says_so(tiny
 
 # ---- the functions underneath ----
 
+def claimed(folder: Path, owned=("last",), overwrite=False, sources=None) -> None:
+    """A command's claim of the folder, ended at once."""
+    run = RunFolder(folder)
+    run.claim(owned, resume=False, overwrite=overwrite, sources=sources or {})
+    run.release()
+
+
 def test_a_folder_holding_only_empty_folders_holds_no_run(tmp_path):
     (tmp_path / "run" / "predictions").mkdir(parents=True)  # what a start refused after check_writable leaves
-    files.claim_output_dir(tmp_path / "run", ("last",), resume=False, overwrite=False)
+    claimed(tmp_path / "run")
     (tmp_path / "run" / "predictions" / ".hidden").write_text("")
     with pytest.raises(UsageError, match=r"already holds files \(predictions\)"):
-        files.claim_output_dir(tmp_path / "run", ("last",), resume=False, overwrite=False)
+        claimed(tmp_path / "run")
+
+
+def test_overwrite_removes_nothing_when_an_entry_it_would_remove_holds_what_the_command_reads(tmp_path):
+    for name in ("best", "last"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "model.safetensors").write_text(name)
+    before = contents(tmp_path)
+    with pytest.raises(UsageError, match=f"--overwrite would remove {tmp_path / 'best'}, which --init "
+                                         f"{tmp_path / 'last' / '..' / 'best'} reads"):
+        claimed(tmp_path, ("last", "best"), overwrite=True,
+                sources={"--model": "bert-base-uncased", "--init": str(tmp_path / "last" / ".." / "best")})
+    assert contents(tmp_path) == before
 
 
 def test_overwrite_removes_only_the_entries_the_command_owns(tmp_path):
@@ -115,7 +192,7 @@ def test_overwrite_removes_only_the_entries_the_command_owns(tmp_path):
     (tmp_path / "last" / "model.safetensors").write_text("old")
     (tmp_path / "metrics.jsonl").write_text("{}\n")
     (tmp_path / "notes.txt").write_text("the user's")
-    files.claim_output_dir(tmp_path, ("last", "metrics.jsonl", "best"), resume=False, overwrite=True)
+    claimed(tmp_path, ("last", "metrics.jsonl", "best"), overwrite=True)
     assert sorted(path.name for path in tmp_path.iterdir()) == ["notes.txt"]
 
 

@@ -72,6 +72,43 @@ def test_predict_input_in_csv_with_a_byte_order_mark_or_a_line_separator_keeps_i
         assert [row["id"] for row in csv.DictReader(f, delimiter="\t")] == ["1", "2"]
 
 
+def test_a_file_is_predicted_a_chunk_at_a_time_and_an_interrupted_command_keeps_what_it_wrote(run, tmp_path,
+                                                                                              monkeypatch, caplog):
+    sentences = [f"sentence number {i} is a red car" for i in range(12)]
+    source, out = tmp_path / "input.txt", tmp_path / "predictions.tsv"
+    source.write_text("".join(f"{sentence}\n" for sentence in sentences))
+    model = predict.MultitaskPredictor.from_run(run, device="cpu")
+    alone = [model.sentiment([sentence])[0]["probabilities"] for sentence in sentences[:10]]
+    monkeypatch.setattr(predict, "CHUNK", 5)
+    chunks, predictions = [], predict.MultitaskPredictor.predictions
+
+    def interrupted_at_the_third_chunk(self, task, examples):
+        chunks.append(len(examples))
+        if len(chunks) == 3:
+            raise KeyboardInterrupt
+        return predictions(self, task, examples)
+
+    monkeypatch.setattr(predict.MultitaskPredictor, "predictions", interrupted_at_the_third_chunk)
+    with caplog.at_level("INFO"), pytest.raises(KeyboardInterrupt):
+        predict.main([str(run), "--task", "sst", "--input", str(source), "--output", str(out), "--device", "cpu"])
+    assert chunks == [5, 5, 2]
+    with open(out, newline="") as f:
+        rows = list(csv.DictReader(f, delimiter="\t"))
+    assert [row["id"] for row in rows] == [str(line) for line in range(1, 11)]  # what the two chunks predicted
+    torch.testing.assert_close(torch.tensor([json.loads(row["probabilities"]) for row in rows]), torch.tensor(alone),
+                               atol=1e-5, rtol=1e-5)
+    assert "predicted 5 of 12 examples" in caplog.text and "predicted 10 of 12 examples" in caplog.text
+
+
+def test_bytes_of_an_input_file_that_are_not_utf8_are_named_by_line(run, tmp_path, caplog):
+    source = tmp_path / "input.txt"
+    source.write_bytes(b"a red car\ncaf\xe9 au lait\nthe big dog\n")
+    with caplog.at_level("WARNING"):
+        predict.main([str(run), "--task", "sst", "--input", str(source), "--output", str(tmp_path / "out.tsv"),
+                      "--device", "cpu"])
+    assert "input.txt: kept 3 of 3 rows; replaced bytes that are not UTF-8 (line 2)" in caplog.text
+
+
 def test_the_python_api_on_a_list_equals_the_command(run, capsys):
     model = predict.MultitaskPredictor.from_run(run, device="cpu")
     pair = ("a cat sat on the mat", "the dog ran fast")

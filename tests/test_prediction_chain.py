@@ -72,6 +72,18 @@ def test_predict_gives_each_id_the_output_of_that_example_alone(tiny_model, cour
     np.testing.assert_allclose(batched, alone, atol=1e-5)
 
 
+def test_inference_without_autocast_runs_with_gradients_off(tiny_model, course_data):
+    model = MultitaskModel(from_pretrained(tiny_model), pooling="mean")
+    tokenizer = Tokenizer.from_pretrained(tiny_model)
+    split = REGISTRY["sst"].load_split(course_data / REGISTRY["sst"].files[1], tokenizer, max_length=64,
+                                       encoding="single")
+    grad_enabled = []
+    model.register_forward_hook(lambda module, inputs, output: grad_enabled.append(torch.is_grad_enabled()))
+    outputs = soft_outputs(model, split, tokenizer.pad_id, batch_size=4)
+    assert grad_enabled and not any(grad_enabled), "every batch's forward pass builds no autograd graph"
+    assert not outputs.requires_grad
+
+
 def test_soft_outputs_and_hard_predictions_on_hand_picked_values():
     sst = torch.tensor([[2.0, 1.0, 0.0, -1.0, 0.5], [0.0, 0.1, -2.0, 3.0, 2.9]])
     for row, logits in zip(REGISTRY["sst"].soft(sst).tolist(), sst.tolist()):

@@ -248,3 +248,28 @@ def test_contrastive_data_with_a_byte_order_mark_is_recognised(tmp_path):
     from tasks import CONTRASTIVE_DATA
 
     assert CONTRASTIVE_DATA.detect_format(write(tmp_path, b"\xef\xbb\xbfsent0,sent1,hard_neg\na,b,c\n")) == "nli"
+
+
+def test_an_id_repeated_in_a_labeled_file_is_skipped_and_counted_so_every_reader_keeps_the_first(tmp_path, caplog):
+    from evaluation.outputs import dev_labels, dev_records
+
+    write(tmp_path, HEADER + "0\ta\tx\t1\n1\tb\ty\t2\n2\ta\tz\t4\n", name="ids-sst-dev.csv")
+    with caplog.at_level(logging.WARNING):
+        records, report = SST(tmp_path / "ids-sst-dev.csv")
+    assert [(r.id, r.label) for r in records] == [("a", 1), ("b", 2)]
+    assert dict(report.skipped) == {"an id of an earlier line": [4]}
+    assert "skipped 1 (an id of an earlier line: line 4)" in caplog.text
+    # What ensembles and the error analysis score an id with: the same row, once.
+    assert [r.sentence for r in dev_records(tmp_path, "sst", ["a", "b"])] == ["x", "y"]
+    assert dev_labels(tmp_path, "sst", ["a"]).tolist() == [1.0]
+
+
+def test_an_id_repeated_in_a_file_without_labels_stops_it_naming_both_lines(tmp_path):
+    with pytest.raises(DataError, match=r"bad\.csv: line 4: id 'a' is the id of line 2 too; every row of a file "
+                                        r"without labels needs an id of its own"):
+        SST(write(tmp_path, UNLABELED + "0\ta\tx\n1\tb\ty\n2\ta\tz\n"), labeled=False)
+
+
+def test_a_file_holding_a_nul_byte_is_refused_as_not_text(tmp_path):
+    with pytest.raises(DataError, match=r"bad\.txt: line 2: a NUL byte: a binary file, not text"):
+        read_lines(write(tmp_path, b"a line\nPK\x03\x04\x00\x00\n", name="bad.txt"))

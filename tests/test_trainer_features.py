@@ -78,6 +78,34 @@ def test_patience_stops_after_that_many_evaluations_without_a_better_score(tmp_p
     assert run.evaluated == 10 and run.saved == [2, 4, 8, 16, 18, 20]
 
 
+def test_resume_of_a_run_stopped_early_says_it_finished_and_trains_no_more(tmp_path, capsys):
+    scores = [0.5, 0.6, 0.55, 0.7, 0.69, 0.7, 0.1, 0.9, 0.95, 0.99]  # stops after evaluation 6 (step 12)
+    with Engine(FakeConfig(output_dir=str(tmp_path / "run"), device="cpu", patience=2)) as engine:
+        run = ScriptedRun(scores)
+        run.engine = engine
+        engine.fit(run)
+    log = (tmp_path / "run/metrics.jsonl").read_bytes()
+    with Engine(FakeConfig(output_dir=str(tmp_path / "run"), device="cpu", patience=2, resume=True)) as engine:
+        assert engine.finished == {"step": 12, "stopped_early": True}
+        assert engine.resume_state is None  # what a command fits: nothing
+    assert capsys.readouterr().out.strip() == (f"--resume: the run in {tmp_path / 'run'} finished at step 12 "
+                                               f"(stopped early by --patience); nothing to resume")
+    assert (tmp_path / "run/metrics.jsonl").read_bytes() == log
+
+
+def test_resume_of_a_finished_run_exits_at_once_and_changes_nothing(tiny_model, course_data, tmp_path, capsys):
+    args = tiny_args(tiny_model, course_data, tmp_path)
+    multitask_classifier.main(args)
+    run, predictions = tmp_path / "run", tmp_path / "predictions"
+    before = {path: path.read_bytes() for folder in (run, predictions) for path in folder.rglob("*") if path.is_file()}
+    capsys.readouterr()
+    assert multitask_classifier.main(args + ["--resume"]) == {}
+    last = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])["step"]  # the epoch's evaluation
+    assert f"finished at step {last}; nothing to resume" in capsys.readouterr().out
+    after = {path: path.read_bytes() for folder in (run, predictions) for path in folder.rglob("*") if path.is_file()}
+    assert after == before
+
+
 def test_max_steps_of_the_engine_stops_there_and_the_schedule_spans_those_steps(tmp_path):
     engine, run = fit(tmp_path, [0.1] * 10, max_steps=5, warmup=0.0)
     assert engine.step == 5 and engine.total_steps == 5

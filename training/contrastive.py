@@ -15,7 +15,7 @@ import torch
 
 from common import distributed
 from common.errors import DataError
-from common.files import atomic_files, remove_entry, write_json
+from common.files import atomic_files, write_json
 from common.tables import markdown_table
 from data.batching import split_rows
 from data.contrastive import Dataset, SentenceBatch, SentenceSet, as_sentences
@@ -140,9 +140,8 @@ class Pretraining:
         """Each stage's steps, learning rate and final loss, and the folders written: printed, also with --quiet."""
         rows = {name: {**stage, "lr": f"{stage['lr']:g}"} for name, stage in stages.items()}
         print(markdown_table(rows, ["steps", "updates", "lr", "mean_loss"], label="stage", digits=4))
-        output_dir = Path(self.config.output_dir)
-        files = [output_dir / name for name in encoders] + [output_dir / name for name in ("metrics.jsonl",
-                                                                                             "run_config.json")]
+        folder = self.engine.folder
+        files = [folder.path / name for name in encoders] + [folder.metrics_log, folder.config_file]
         print("written:\n" + "\n".join(f"  {path}" for path in files))
 
     def _save_final(self, encoders: dict, metrics: dict) -> None:
@@ -163,7 +162,7 @@ class Pretraining:
                 write_json(temp / "sts_benchmark.json", {"model": without_local_paths(config.model),
                                                          "method": config.method,
                                                          "pooling": config.pooling, "results": self.results})
-        remove_entry(output_dir / "last")
+        self.engine.folder.remove_resumable()
         log.info("saved %s", ", ".join(str(output_dir / name) for name in encoders))
 
     def _benchmark(self, encoder) -> dict:

@@ -29,9 +29,9 @@ else --resume needs) and finish() (the end of the run, and its result). The engi
 """
 import dataclasses
 import itertools
-import json
 import logging
 import math
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,12 +40,12 @@ from typing import Callable
 import torch
 
 from common import distributed
-from common.cli import AT_LEAST_0, AT_LEAST_1, FRACTION, POSITIVE, Range, check_ranges, flag, resolve_device
+from common.cli import AT_LEAST_0, AT_LEAST_1, FRACTION, POSITIVE, SEED, Range, check_ranges, flag, resolve_device
 from common.errors import CheckpointError, UsageError, UserError
-from common.files import (append_jsonl, atomic_directory, atomic_file, check_writable, claim_output_dir, load_or_fail,
-                          read_json, recover_directory, recover_files, write_json)
+from common.files import check_writable, load_or_fail
 from common.progress import Progress, on_terminal
 from common.provenance import check_data_unchanged, provenance
+from common.run_folder import LAST, METRICS, STATE, RunFolder
 from common.seeding import rng_state, seed_everything, set_rng_state
 from data.batching import split_evenly
 from models import AdamW
@@ -56,7 +56,6 @@ from tasks import BEST_METRICS, TASK_METRICS_HELP
 from training.precision import PRECISIONS, Precision
 
 log = logging.getLogger(__name__)
-STATE_FILE = "training_state.pt"
 # A pair cross-encoded as [CLS] s1 [SEP] s2 [SEP] needs room for its three special tokens and some of each sentence.
 MIN_LENGTH = Range(8)
 
@@ -74,15 +73,15 @@ class TrainingConfig:
     warmup: float = flag(0.1, "fraction of steps of linear warm-up, before linear decay to 0", range=FRACTION)
     max_grad_norm: float = flag(1.0, "gradient clipping norm (0 = off)", range=AT_LEAST_0)
     max_length: int = flag(128, "tokens per input; longer ones are truncated (and counted)", range=MIN_LENGTH)
-    seed: int = flag(11711, "random seed; the same seed gives the same run")
-    output_dir: str = flag("runs/multitask", "checkpoints and metrics.jsonl go here")
+    seed: int = flag(11711, "random seed; the same seed gives the same run", range=SEED)
+    output_dir: str = flag("runs/multitask", f"checkpoints and {METRICS} go here")
     resume: bool = flag(False, "continue the interrupted run in --output-dir from its last checkpoint")
     overwrite: bool = flag(False, "start a new run in an --output-dir that holds one, replacing the files this "
                                   "command writes there (nothing else in it is touched)")
     allow_changed_data: bool = flag(False, "--resume although a data file changed since the run started")
     save_every: int = flag(0, "also save the resumable checkpoint OUTPUT_DIR/last/ every N steps (0 = only when "
                               "the command saves anyway)", range=AT_LEAST_0)
-    log_every: int = flag(50, "write each task's mean training loss and the learning rate to metrics.jsonl "
+    log_every: int = flag(50, f"write each task's mean training loss and the learning rate to {METRICS} "
                               "every N steps", range=AT_LEAST_0)
     max_steps: int = flag(0, "stop after this many optimizer steps (a contrastive run: each stage); the learning-rate "
                              "schedule spans them (0 = run all epochs)", range=AT_LEAST_0)
@@ -106,13 +105,15 @@ class TrainingConfig:
                                        "seconds on a GPU; on one CPU thread about 8 minutes (the dev sets), 10 (the "
                                        "test predictions), 15 (--eval's STS benchmark)", range=POSITIVE)
 
-    # What --resume may change without changing the run.
+    # What --resume may change without changing the run; --output-dir among them: a run folder moved or copied
+    # resumes where it now is.
     RUNTIME_FIELDS = ("resume", "overwrite", "allow_changed_data", "device", "save_every", "log_every", "tensorboard",
-                      "quiet", "dist_timeout")
+                      "quiet", "dist_timeout", "output_dir")
     # What a run writes in --output-dir (a command adds its own): --overwrite removes these, and nothing else.
-    OUTPUTS = ("last", "metrics.jsonl")
-    # Flags that name files or folders: --resume compares where they point, not how they are spelled.
-    PATH_FIELDS = ("model", "output_dir", "tensorboard")
+    OUTPUTS = (LAST, METRICS)
+    # Flags that name what the run reads: --resume compares where they point, not how they are spelled, and
+    # --overwrite refuses to remove them.
+    SOURCES = ("model",)
 
     def __post_init__(self):
         check_ranges(self)
@@ -172,14 +173,20 @@ class LossTracker:
         return self._means(self.period, reset)
 
     def state_dict(self) -> dict:
-        """The whole steps' sums (a collective: every process calls this)."""
-        sums = distributed.sum_over_processes([total for total, _ in self.period.values()])
-        return {"period": {name: [total, count] for (name, (_, count)), total in zip(self.period.items(), sums)}}
+        """Both windows' sums over the whole steps (a collective: every process calls this): a resumed run's next
+        log line and epoch means are those of the run uninterrupted."""
+        state = {}
+        for key, store in (("window", self.window), ("period", self.period)):
+            sums = distributed.sum_over_processes([total for total, _ in store.values()])
+            state[key] = {name: [total, count] for (name, (_, count)), total in zip(store.items(), sums)}
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         # torchrun: rank 0 holds the saved sums, the others start from 0, so that the sums over processes are them.
-        self.period = {name: [total if distributed.is_main() else 0.0, count]
-                       for name, (total, count) in state["period"].items()}
+        # A state saved before the log window was saved has none: the window starts empty.
+        self.window, self.period = ({name: [total if distributed.is_main() else 0.0, count]
+                                     for name, (total, count) in state.get(key, {}).items()}
+                                    for key in ("window", "period"))
 
 
 @dataclass(frozen=True)
@@ -253,54 +260,90 @@ class Run:
 
 
 class Engine:
+    """Used as a context: a command's work inside `with Engine(config) as engine:` owns --output-dir until it ends
+    (rank 0 locks it), and a command that ends normally records that its run finished."""
+
     def __init__(self, config: TrainingConfig):
-        """Set-up, before any model or data: the device, half-written saves recovered, folders checked, seeds,
-        and with --resume the interrupted run's training state."""
+        """Set-up, before any model or data: the device, --output-dir claimed (half-written saves recovered),
+        folders checked, seeds, and with --resume the interrupted run's training state."""
         self.config = config
         if config.quiet:  # before joining torchrun's group, which quiets its other processes further
             logging.getLogger().setLevel(logging.WARNING)
         self.device = distributed.setup(resolve_device(config.device), config.dist_timeout)
         self.precision = Precision(config.precision, self.device)
-        self.output_dir = Path(config.output_dir)
+        self.folder = RunFolder(config.output_dir)
         self.is_main = distributed.is_main()
-        distributed.on_main(self._prepare_output_folders)  # torchrun: rank 0's machine alone has them
         resolve_attention(config.attention, self.device)  # FlagError: unpadded attention this device lacks
         if config.compile:
             check_can_compile(self.device)
         seed_everything(config.seed)
-        self.tensorboard = None
-        if config.tensorboard and self.is_main:
-            from torch.utils.tensorboard import SummaryWriter  # imported here: only runs that ask pay for it
+        self.step, self.stopped_early, self.saved_provenance = 0, False, {}
+        distributed.on_main(self._claim)  # torchrun: rank 0's machine alone has the folder
+        try:
+            self.tensorboard = None
+            if config.tensorboard and self.is_main:
+                from torch.utils.tensorboard import SummaryWriter  # imported here: only runs that ask pay for it
 
-            self.tensorboard = SummaryWriter(config.tensorboard)  # the flags go in with describe_run's values
-        self.started = time.time()
-        self.run_config = config.to_dict()
-        # --resume: the folder the run continues from (its weights), and the state its next fit restores.
-        # torchrun: rank 0 alone reads last/; the others get its training state by broadcast, and its weights
-        # from the run (distributed.start_replicas).
-        self.resume_from = distributed.on_main(self._check_resumable) if config.resume else None
-        self.resume_state = (distributed.on_main(lambda: load_training_state(self.resume_from))
-                             if self.resume_from else None)
+                self.tensorboard = SummaryWriter(config.tensorboard)  # the flags go in with describe_run's values
+            self.started = time.time()
+            self.run_config = config.to_dict()
+            # --resume: the folder the run continues from (its weights), and the state its next fit restores.
+            # torchrun: rank 0 alone reads last/; the others get its training state by broadcast, and its weights
+            # from the run (distributed.start_replicas). A run whose command ended has nothing left to do (the
+            # command returns at once), once its flags and data are checked where it kept last/.
+            self.resume_from = self.resume_state = self.finished = None
+            if config.resume:
+                self.finished = distributed.on_main(self.folder.finished)
+                if not self.finished or distributed.on_main(self.folder.state_file.exists):
+                    self.resume_from = distributed.on_main(self._check_resumable)
+                if not self.finished:
+                    self.resume_state = distributed.on_main(lambda: load_training_state(self.folder))
+                else:
+                    self.resume_from = None
+                    stopped = " (stopped early by --patience)" if self.finished["stopped_early"] else ""
+                    if self.is_main:
+                        print(f"--resume: the run in {self.folder} finished at step {self.finished['step']}{stopped}; "
+                              f"nothing to resume")
+        except BaseException:
+            self.__exit__(*sys.exc_info())
+            raise
 
-    def _prepare_output_folders(self) -> None:
-        """--output-dir claimed (a run in it refused, or removed with --overwrite); saves that died half-way: the
-        newest complete files back; then fail now if a folder is not writable. Rank 0 only (torchrun)."""
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, kind, error, trace) -> None:
+        """The command's end: its run finished, unless it failed; the folder released (rank 0)."""
+        if not self.is_main:
+            return
+        if kind is None and not self.finished:
+            self.folder.mark_finished(self.run_config, self.step, self.stopped_early)
+        self.folder.release()
+
+    def _claim(self) -> None:
+        """--output-dir claimed (locked; a run in it refused, or replaced with --overwrite unless that would remove
+        what the run reads), saves that died half-way recovered; --tensorboard writable. Rank 0 only (torchrun)."""
         config = self.config
-        claim_output_dir(self.output_dir, config.OUTPUTS, config.resume, config.overwrite)
-        recover_files(self.output_dir)
-        for folder in (self.output_dir / "last", self.output_dir / "best"):
-            recover_directory(folder)
-        for folder, name in ((config.output_dir, "--output-dir"), (config.tensorboard, "--tensorboard")):
-            if folder:
-                check_writable(folder, name)
+        self.folder.claim(config.OUTPUTS, config.resume, config.overwrite,
+                          {f"--{name.replace('_', '-')}": getattr(config, name) for name in config.SOURCES})
+        try:
+            for name in ("tensorboard", "predictions_dir"):  # written files inside best/ or last/ would go at a save
+                self.folder.check_outside_checkpoints(getattr(config, name, ""), f"--{name.replace('_', '-')}")
+            if config.tensorboard:
+                check_writable(config.tensorboard, "--tensorboard")
+        except BaseException:
+            self.folder.release()
+            raise
 
     def describe_run(self, data_files: list[Path], **resolved) -> None:
-        """OUTPUT_DIR/run_config.json: every flag, the values chosen for flags left to a default (resolved), and
-        what reproduces the run: the command, the git commit, library versions, a hash of each data file."""
-        self.run_config = {**self.config.to_dict(), "resolved": resolved,
-                           "provenance": provenance(getattr(self.config, "command", ""), data_files)}
+        """OUTPUT_DIR's run config: every flag, the values chosen for flags left to a default (resolved), and what
+        reproduces the run: the command, the git commit, library versions, a hash of each data file; a resumed run
+        keeps what its start recorded and adds each --resume's."""
+        record = provenance(getattr(self.config, "command", ""), data_files)
+        if self.saved_provenance:
+            record = {**self.saved_provenance, "resumed": [*self.saved_provenance.get("resumed", []), record]}
+        self.run_config = {**self.config.to_dict(), "resolved": resolved, "provenance": record}
         if self.is_main:
-            write_json(self.output_dir / "run_config.json", self.run_config)
+            self.folder.write_config(self.run_config)
         if self.tensorboard is not None:  # a flag left to a default chosen later shows that value, not None
             write_hparams(self.tensorboard, self.config.to_dict() | {
                 name: next(iter(value.values())) if isinstance(value, dict) and len(value) == 1 else value
@@ -308,16 +351,17 @@ class Engine:
 
     def _check_resumable(self) -> Path:
         """The interrupted run's last/ folder, after checking that the flags that shape the run are unchanged."""
-        last = self.output_dir / "last"
-        if not (last / STATE_FILE).exists():
-            raise CheckpointError(f"--resume: no interrupted run in {self.output_dir} (no last/{STATE_FILE})")
-        # A flag added since the run started is absent from its run_config.json: it ran with the default.
+        if not self.folder.state_file.exists():
+            raise CheckpointError(f"--resume: no interrupted run in {self.folder} (no "
+                                  f"{self.folder.state_file.relative_to(self.folder.path)})")
+        # A flag added since the run started is absent from its run config: it ran with the default.
         defaults = {f.name: f.default for f in dataclasses.fields(self.config)}
-        saved = defaults | read_json(last / "run_config.json")
+        saved = defaults | self.folder.saved_config()
         check_data_unchanged(saved.get("provenance", {}), self.config.allow_changed_data)
+        self.saved_provenance = saved.get("provenance", {})
 
         def same(name, value):  # runs/x, ./runs/x and /home/me/runs/x are one folder
-            if name in self.config.PATH_FIELDS and value and saved.get(name):
+            if name in self.config.SOURCES and value and saved.get(name):
                 return Path(saved[name]).expanduser().resolve() == Path(value).expanduser().resolve()
             return saved.get(name) == value
 
@@ -326,7 +370,7 @@ class Engine:
         if changed:
             raise CheckpointError(f"--resume: flags differ from the interrupted run's ({', '.join(changed)}); "
                                   f"resume with the same flags, or start a new --output-dir")
-        return last
+        return self.folder.last
 
     def check_max_length(self, encoder) -> None:
         positions = encoder.config.max_position_embeddings
@@ -383,6 +427,7 @@ class Engine:
                 self.save_last(run)
                 since = self._clock()
             if evaluate and self._out_of_patience():
+                self.stopped_early = True
                 break
         progress.close()
         started = time.time()
@@ -446,11 +491,14 @@ class Engine:
         """Rank 0 scores the dev sets and saves best/ when the run's score improves. The record's training losses
         are the means over the epoch so far; train_seconds, the wall seconds of training steps so far."""
         # A collective (torchrun): every process calls it; every process starts the next epoch's means together.
+        self.check_finite(self.losses.window_means(reset=False))
+        self.check_finite_weights()
         train_loss = self.losses.period_means(reset=epoch_end)
         if not self.is_main:
             return
         started = time.time()
         metrics = run.evaluate()
+        self.check_finite(metrics, "dev metric")
         record = {"event": "eval", "epoch": epoch, "step": self.step, "train_loss": train_loss,
                   "dev": metrics, "seconds": round(time.time() - self.started, 1),
                   "train_seconds": round(train_seconds, 2), "eval_seconds": round(time.time() - started, 2)}
@@ -462,11 +510,10 @@ class Engine:
         if score > self.best:
             self.best, self.best_step, self.since_best = score, self.step, 0
             # About the size of best/: the weights.
-            with atomic_directory(self.output_dir / "best", expected=tensor_bytes(self.parameters)) as temp:
+            with self.folder.save_checkpoint(True, self.run_config, expected=tensor_bytes(self.parameters)) as temp:
                 run.save(temp, record, best=True)
-                write_json(temp / "run_config.json", self.run_config)
             log.info("new best: %s %.4f at step %d, saved to %s", self._metric_name(), score, self.step,
-                     self.output_dir / "best")
+                     self.folder.best)
 
     def _metric_name(self) -> str:
         return getattr(self.config, "metric_for_best", "score")
@@ -495,22 +542,29 @@ class Engine:
                      "  ".join(f"{k} {v:.4f}" for k, v in means.items()), line["lr"])
         return line
 
-    def check_finite(self, losses: dict[str, float]) -> None:
-        bad = [name for name, value in losses.items() if not math.isfinite(value)]
+    def check_finite(self, values: dict[str, float], what: str = "loss") -> None:
+        """Stop a run that diverged before anything of it is saved (best/, last/, a leaderboard file)."""
+        bad = [name for name, value in values.items() if not math.isfinite(value)]
         if bad:
-            last = self.output_dir / "last"
-            saved = f"the last good checkpoint is {last}" if (last / STATE_FILE).exists() else "no checkpoint was saved"
-            # torchrun: the losses are every process's summed, so every process stops here.
-            raise distributed.on_every_process(UserError(
-                f"step {self.step}: the {', '.join(bad)} loss is not finite ({losses[bad[0]]}); the run stopped; "
-                f"{saved} (a lower --lr, or --precision fp32, may help)"))
+            self._diverged(f"the {', '.join(bad)} {what} is not finite ({values[bad[0]]})")
+
+    def check_finite_weights(self) -> None:
+        if not all(torch.isfinite(p).all() for p in self.parameters):
+            self._diverged("the weights are not finite")
+
+    def _diverged(self, what: str) -> None:
+        """One line: the step, what is not finite, and the last good checkpoint."""
+        saved = (f"the last good checkpoint is {self.folder.last}" if self.folder.state_file.exists()
+                 else "no checkpoint was saved")
+        # torchrun: the losses are every process's summed and the weights alike, so every process stops here.
+        raise distributed.on_every_process(UserError(
+            f"step {self.step}: {what}; the run stopped; {saved} (a lower --lr, or --precision fp32, may help)"))
 
     def write_record(self, record: dict) -> None:
-        """A line of metrics.jsonl, and its numbers in TensorBoard (rank 0 only)."""
+        """A line of the metrics log, and its numbers in TensorBoard (rank 0 only)."""
         if not self.is_main:
             return
-        self.output_dir.mkdir(parents=True, exist_ok=True)
-        append_jsonl(self.output_dir / "metrics.jsonl", record)
+        self.folder.append_record(record)
         if self.tensorboard is not None:
             # One set of tags for every trainer: train/loss/<name>, train/epoch_loss/<name>, train/lr, train/head_lr,
             # train/examples_per_s, dev/<metric>.
@@ -525,24 +579,24 @@ class Engine:
     # ---- checkpoints ----
 
     def save_last(self, run: Run) -> Path:
-        """OUTPUT_DIR/last/: the run's files, run_config.json and the training state, written atomically.
+        """OUTPUT_DIR/last/: the run's files, its run config and the training state, written atomically.
         Never of weights a non-finite loss has reached: the run stops instead, naming the last good checkpoint."""
         self.check_finite(self.losses.window_means(reset=False))
+        self.check_finite_weights()
         rng = distributed.all_gather_objects(rng_state())  # every process's own random state
         losses = self.losses.state_dict()  # a collective: before rank 0 alone writes
-        folder = self.output_dir / "last"
         if self.is_main:
             # About the size of last/: the weights, and AdamW's two moments of each in the training state.
-            with atomic_directory(folder, expected=3 * tensor_bytes(self.parameters)) as temp:
+            with self.folder.save_checkpoint(False, self.run_config,
+                                             expected=3 * tensor_bytes(self.parameters)) as temp:
                 run.save(temp, self.last_record, best=False)
-                write_json(temp / "run_config.json", self.run_config)
                 torch.save({"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
                             "scaler": self.precision.state_dict(), "step": self.step, "rng": rng,
                             "losses": losses, "best": self.best, "last_record": self.last_record,
                             "best_step": self.best_step, "since_best": self.since_best,
-                            "run": run.state_dict()}, temp / STATE_FILE)
+                            "run": run.state_dict()}, temp / STATE)
         distributed.barrier()
-        return folder
+        return self.folder.last
 
     def _restore(self, state: dict, run: Run) -> None:
         """Continue from a training state of save_last (after _prepare, with the same parameters)."""
@@ -559,31 +613,14 @@ class Engine:
         self.best_step, self.since_best = state.get("best_step", 0), state.get("since_best", 0)
         run.load_state_dict(state["run"])
         if self.is_main:
-            self._forget_log_after(self.step)
+            self.folder.keep_records_until(self.step)
         set_rng_state(state["rng"][distributed.rank()])
         log.info("resuming at step %d of %d", self.step, self.total_steps)
 
-    def _forget_log_after(self, step: int) -> None:
-        """A run killed after a log line but before its checkpoint repeats those steps: their lines go."""
-        log_file = self.output_dir / "metrics.jsonl"
-        if not log_file.exists():
-            return
-        lines = [line for line in log_file.read_text(encoding="utf-8").splitlines() if line.strip()]
-        kept = []
-        for line in lines:
-            try:
-                if json.loads(line)["step"] <= step:
-                    kept.append(line)
-            except (json.JSONDecodeError, KeyError, TypeError):
-                continue  # a line the kill cut short
-        if len(kept) < len(lines):
-            with atomic_file(log_file) as temp:
-                temp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
 
-
-def load_training_state(folder: Path) -> dict:
+def load_training_state(folder: RunFolder) -> dict:
     # Tensors, numbers, strings and containers only: weights_only refuses anything executable.
-    return load_or_fail(folder / STATE_FILE, lambda file: torch.load(file, map_location="cpu", weights_only=True),
+    return load_or_fail(folder.state_file, lambda file: torch.load(file, map_location="cpu", weights_only=True),
                         "the training state")
 
 

@@ -237,7 +237,7 @@ class ContrastiveConfig(TrainingConfig):
 
     RUNTIME_FIELDS = TrainingConfig.RUNTIME_FIELDS + ("eval", "eval_batch_size")
     OUTPUTS = TrainingConfig.OUTPUTS + ("model1", "model2", "sts_benchmark.json")
-    PATH_FIELDS = TrainingConfig.PATH_FIELDS + ("data_dir",)
+    SOURCES = TrainingConfig.SOURCES + ("data_dir",)
 
     def __post_init__(self):
         super().__post_init__()  # every flag's range

@@ -49,7 +49,6 @@ class MultitaskRun(Run):
 
     def __init__(self, config: MultitaskConfig, engine: Engine):
         self.config, self.engine, self.lr, self.head_lr = config, engine, config.lr, config.head_lr
-        self.output_dir = Path(config.output_dir)
         # torchrun: rank 0's machine alone has the output folders.
         distributed.on_main(lambda: check_writable(config.predictions_dir, "--predictions-dir"))
         # torchrun: rank 0 alone reads last/; the others start from --init or --model and receive its weights
@@ -208,7 +207,7 @@ class MultitaskRun(Run):
 
     def finish(self) -> dict:
         """Reload the best checkpoint, write its test predictions (dev ones were written with it)."""
-        best = self.output_dir / "best"
+        best = self.engine.folder.best
         if self.engine.is_main:
             self.model.encoder = from_pretrained(best)
             load_heads(self.model, best)
@@ -225,7 +224,8 @@ class MultitaskRun(Run):
         if config.max_eval_examples:
             log.warning("the leaderboard files hold predictions for a sample of at most %d dev and test examples a "
                         "task (--max-eval-examples): they are not a full submission", config.max_eval_examples)
-        files = [self.output_dir / name for name in ("best", "last", "metrics.jsonl", "run_config.json")]
+        folder = self.engine.folder
+        files = [folder.best, folder.last, folder.metrics_log, folder.config_file]
         files += [prediction_path(config.predictions_dir, name, split) for name in config.task_list
                   for split in SPLITS]
         others = sorted(set(Path(config.predictions_dir).glob("*-*-output.csv")) - set(files))

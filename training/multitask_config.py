@@ -1,10 +1,11 @@
-"""The flags of multi-task fine-tuning (multitask_classifier.py), which are also its saved run_config.json: the
+"""The flags of multi-task fine-tuning (multitask_classifier.py), which are also its saved run config: the
 model's (model.ModelConfig), SMART's (training/smart.py), evaluation's and every trainer's (training/engine.py),
 and those of the schedule, the data and the outputs, checked together before any data is read."""
 from dataclasses import dataclass
 
 from common.cli import AT_LEAST_0, AT_LEAST_1, POSITIVE, Range, flag, parse_task_order, task_weights_text
 from common.files import DEFAULT_DATA
+from common.run_folder import BEST
 from model import ModelConfig
 from tasks import RECIPE_TASK_WEIGHTS, TASK_NAMES, check_best_metric, trained_task_weights
 from training.engine import EvaluationConfig, TrainingConfig
@@ -47,8 +48,8 @@ class MultitaskConfig(ModelConfig, SmartConfig, EvaluationConfig, TrainingConfig
     predictions_dir: str = flag("predictions", "leaderboard CSVs of the best checkpoint go here")
 
     RUNTIME_FIELDS = TrainingConfig.RUNTIME_FIELDS + ("predictions_dir", "eval_batch_size")
-    OUTPUTS = TrainingConfig.OUTPUTS + ("best",)
-    PATH_FIELDS = TrainingConfig.PATH_FIELDS + ("init", "data_dir", "predictions_dir")
+    OUTPUTS = TrainingConfig.OUTPUTS + (BEST,)
+    SOURCES = TrainingConfig.SOURCES + ("init", "data_dir")
 
     def __post_init__(self):
         super().__post_init__()  # ModelConfig's: every flag's range, the tasks and the head flags

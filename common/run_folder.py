@@ -1,0 +1,244 @@
+"""A run's folder (a trainer's --output-dir): the one module that knows its layout, resolves a run to its
+checkpoint, and owns the folder while a command writes there.
+
+    OUTPUT_DIR/
+        best/               the best checkpoint (multitask_classifier.py)
+        last/               the resumable checkpoint: a checkpoint folder plus training_state.pt
+        metrics.jsonl       the metrics log, one JSON object a line
+        run_config.json     every flag, the values chosen for flags left to a default (resolved), what reproduces
+                            the run (provenance: the command, and each --resume's), and, once the command ended,
+                            where the run finished (finished)
+        .lock               while a command runs in it: that command's pid, locked by its process
+
+Every checkpoint folder (best/, last/, pretrain_contrastive.py's output and its model1/, model2/) holds the
+run config it was trained with, in a file of the same name. Paths inside the folder are never recorded as flags
+to compare: a moved or copied run folder resumes where it now is.
+"""
+import fcntl
+import json
+import logging
+import os
+from contextlib import contextmanager
+from pathlib import Path
+
+from common.errors import CheckpointError, UsageError
+from common.files import (append_jsonl, atomic_directory, atomic_file, check_writable, read_json, recover_directory,
+                          recover_files, remove_entry, write_json)
+
+log = logging.getLogger(__name__)
+
+BEST, LAST = "best", "last"
+METRICS = "metrics.jsonl"
+RUN_CONFIG = "run_config.json"
+STATE = "training_state.pt"
+LOCK = ".lock"
+# What a run config holds beside the flags: a run's run config is a --config file too, whose reader skips these.
+RECORD_KEYS = ("resolved", "provenance", "finished")
+
+# The folders this process has locked (resolved path -> [open lock file, claims]): a process owns a folder once, so
+# that a second claim by the same process (a library caller building two runs in one folder) is not refused.
+_held: dict[str, list] = {}
+
+
+# ---- a checkpoint folder's run config ----
+
+def config_file(checkpoint: str | Path) -> Path:
+    return Path(checkpoint) / RUN_CONFIG
+
+
+def has_config(checkpoint: str | Path) -> bool:
+    return config_file(checkpoint).is_file()
+
+
+def read_config(checkpoint: str | Path) -> dict:
+    """The run config of a checkpoint or run folder; anything but a JSON object is one line naming the file."""
+    path = config_file(checkpoint)
+    config = read_json(path)
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{path}: not a run's configuration (a JSON {type(config).__name__}, expected an "
+                              f"object of flags)")
+    return config
+
+
+def write_config(checkpoint: str | Path, config: dict) -> None:
+    write_json(config_file(checkpoint), config)
+
+
+# ---- a run folder ----
+
+class RunFolder:
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.best, self.last = self.path / BEST, self.path / LAST
+        self.metrics_log = self.path / METRICS
+        self.state_file = self.last / STATE
+        self.config_file = config_file(self.path)
+        self.lock_file = self.path / LOCK
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+    # ---- a finished run, as what reads it sees it ----
+
+    def checkpoint(self) -> Path:
+        """The checkpoint a run stands for: a run folder's best/, or the folder itself (a checkpoint folder)."""
+        return self.best if self.best.is_dir() else self.path
+
+    def encoders(self) -> list[Path]:
+        """The checkpoint folders of pretrain_contrastive.py's output: the folder itself, or the subfolders holding
+        a run config (--method ct writes model1/ and model2/)."""
+        inside = sorted(entry for entry in self.path.iterdir() if has_config(entry)) if self.path.is_dir() else []
+        return inside or [self.path]
+
+    # ---- owning it ----
+
+    def claim(self, owned: tuple[str, ...], resume: bool, overwrite: bool, sources: dict[str, str]) -> None:
+        """Own the folder for a command: created if need be and locked for this process (a second command into it
+        is refused, naming the first's pid); a run in it refused unless continued (--resume) or replaced
+        (--overwrite: the entries `owned`, what the command writes, are removed, nothing else; refused when one
+        holds a source the command reads, `sources`: flag -> path); then the newest complete files of saves that
+        died half-way put back. Under torchrun rank 0 alone claims (its machine alone has the folder)."""
+        if resume and overwrite:
+            raise UsageError("--resume continues the run in --output-dir and --overwrite replaces it: give one of them")
+        check_writable(self.path, "--output-dir")
+        self._lock()
+        try:
+            if not resume:
+                self._replace(owned, overwrite, sources)
+            recover_files(self.path)
+            for folder in (self.last, self.best):
+                recover_directory(folder)
+        except BaseException:
+            self.release()
+            raise
+
+    def _lock(self) -> None:
+        key = str(self.path.resolve())
+        if key in _held:
+            _held[key][1] += 1
+            return
+        while True:
+            handle = open(self.lock_file, "a+")
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.seek(0)
+                holder = handle.read().strip()
+                handle.close()
+                raise UsageError(f"--output-dir {self.path} is in use by another command (pid {holder or '?'}); "
+                                 f"wait until it ends, or choose another --output-dir") from None
+            try:  # the holder may have released it and removed the file after we opened it: lock the new one
+                if os.stat(self.lock_file).st_ino == os.fstat(handle.fileno()).st_ino:
+                    break
+            except FileNotFoundError:
+                pass
+            handle.close()
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        _held[key] = [handle, 1]
+
+    def release(self) -> None:
+        """End this command's claim; the process's last claim unlocks the folder and removes the lock file (the
+        kernel unlocks it too when the process ends, however it ends)."""
+        key = str(self.path.resolve())
+        if key not in _held:
+            return
+        _held[key][1] -= 1
+        if _held[key][1] == 0:
+            handle = _held.pop(key)[0]
+            self.lock_file.unlink(missing_ok=True)  # before unlocking: no one can lock the file we remove
+            handle.close()
+
+    def _replace(self, owned: tuple[str, ...], overwrite: bool, sources: dict[str, str]) -> None:
+        """Refuse to start a run in a folder that holds another (the transformers Trainer's rule: no run is mixed
+        with another, or silently replaced), unless --overwrite replaces what the command owns."""
+        # Folders without a file in them do not count: a start refused after check_writable leaves such folders;
+        # nor does a run config alone: a start that stopped before its first step (bad data, a loss not finite).
+        held = [entry.name for entry in sorted(self.path.iterdir()) if entry.name != LOCK
+                and (not entry.is_dir() or any(path.is_file() for path in entry.rglob("*")))]
+        if held == [RUN_CONFIG]:
+            held = []
+        if held and not overwrite:
+            shown = ", ".join(held[:5]) + (f" and {len(held) - 5} more" if len(held) > 5 else "")
+            raise UsageError(f"--output-dir {self.path} already holds files ({shown}): continue its run with --resume, "
+                             f"start again over it with --overwrite, or choose another --output-dir")
+        replaced = [self.path / name for name in owned if (self.path / name).exists()]
+        for entry in replaced:
+            for flag, source in sources.items():
+                if source and _inside(Path(source), entry):
+                    raise UsageError(f"--overwrite would remove {entry}, which {flag} {source} reads; copy it out of "
+                                     f"{self.path} first, or choose another --output-dir")
+        for entry in replaced:
+            remove_entry(entry)
+        if replaced:
+            log.info("--overwrite: removed %s from %s", ", ".join(entry.name for entry in replaced), self.path)
+
+    def check_outside_checkpoints(self, path: str | Path, flag: str) -> None:
+        """Refuse an output folder inside best/ or last/, which each save replaces whole (its files would go)."""
+        for folder in (self.best, self.last):
+            if path and _inside(Path(path), folder):
+                raise UsageError(f"{flag} {path}: inside {folder}, which each save of the run replaces whole; "
+                                 f"choose a folder outside {self.best} and {self.last}")
+
+    # ---- what a run writes ----
+
+    @contextmanager
+    def save_checkpoint(self, best: bool, run_config: dict, expected: int = 0):
+        """best/ or last/: yields a temporary folder for the checkpoint's files; with the run config beside them it
+        takes the place of the old checkpoint in one swap (a save that dies half-way leaves the old one)."""
+        with atomic_directory(self.best if best else self.last, expected=expected) as temp:
+            yield temp
+            write_config(temp, run_config)
+
+    def remove_resumable(self) -> None:
+        """A finished command that keeps no resumable checkpoint (pretrain_contrastive.py) removes last/."""
+        remove_entry(self.last)
+
+    def write_config(self, config: dict) -> None:
+        write_config(self.path, config)
+
+    def saved_config(self) -> dict:
+        """The run config of the resumable checkpoint: the flags the interrupted run was trained with."""
+        return read_config(self.last)
+
+    def finished(self) -> dict | None:
+        """Where the run's command ended ({"step", "stopped_early"}), or None when it did not (or never began)."""
+        return read_config(self.path).get("finished") if has_config(self.path) else None
+
+    def mark_finished(self, run_config: dict, step: int, stopped_early: bool) -> None:
+        """The command ended: --resume has nothing left to do."""
+        write_config(self.path, {**run_config, "finished": {"step": step, "stopped_early": stopped_early}})
+
+    def append_record(self, record: dict) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        append_jsonl(self.metrics_log, record)
+
+    def keep_records_until(self, step: int) -> None:
+        """--resume: a run killed after a log line but before its checkpoint repeats those steps; their lines go, and
+        so does a line the kill cut short. A line that is not UTF-8 text was not written by a run: one line names it."""
+        if not self.metrics_log.exists():
+            return
+        lines = [line for line in self.metrics_log.read_bytes().split(b"\n") if line.strip()]
+        kept = []
+        for number, line in enumerate(lines, start=1):
+            try:
+                text = line.decode("utf-8")
+            except UnicodeDecodeError:
+                raise CheckpointError(f"{self.metrics_log}: line {number}: not UTF-8 text, so not a line of ours; "
+                                      f"remove it to resume") from None
+            try:
+                if json.loads(text)["step"] <= step:
+                    kept.append(text)
+            except (json.JSONDecodeError, KeyError, TypeError):
+                continue  # a line the kill cut short
+        if len(kept) < len(lines):
+            with atomic_file(self.metrics_log) as temp:
+                temp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    """Whether `path` is `folder` or lies inside it, wherever either points (symbolic links, ., ..)."""
+    path, folder = path.expanduser().resolve(), folder.expanduser().resolve()
+    return path == folder or folder in path.parents
