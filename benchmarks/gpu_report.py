@@ -12,7 +12,6 @@ and compiled.json (benchmarks/gpu_throughput.py), baseline.json (benchmarks/hf_s
 ensembles.json). A table whose results are missing says why (the step's exit code and log) instead of vanishing.
 """
 import argparse
-import io
 import json
 import re
 import sys
@@ -22,6 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.gpu_throughput import markdown as throughput_markdown  # noqa: E402
 from common.files import write_json  # noqa: E402
+from common.run_folder import BEST, METRICS, RUN_CONFIG  # noqa: E402
 from common.tables import markdown_table  # noqa: E402
 
 # What the device tool brings back from $OUT: at most 8 files of at most 16 MiB, 64 MiB in all, no deeper than two
@@ -73,7 +73,7 @@ def recipe_rows(results: Path, steps: dict[str, dict], precision: str | None) ->
     lines = read_lines(run / "metrics.jsonl")
     evaluations = [line for line in lines if line.get("event") == "eval"]
     finish = next((line for line in lines if line.get("event") == "finish"), None)
-    config = read_json(run / "run_config.json") or {}
+    config = read_json(run / RUN_CONFIG) or {}
     if evaluations and finish:
         best = max(evaluations, key=lambda line: line["dev"]["overall"])
         rows["ours: one shared encoder, mtdnn"] = {
@@ -179,8 +179,8 @@ def bundle(results: Path, out: Path, call: str) -> list[Path]:
         files.append(out / f"{call}.log")
         files[-1].write_bytes(log.read_bytes())
     patterns = ["*.json", "*.jsonl", "logs/*", "runs/*.jsonl", "runs/*.json", "runs/*.log", "runs/*.md",
-                "runs/*/metrics.jsonl", "runs/*/run_config.json", "runs/*/best/metrics.json",
-                "runs/*/best/outputs-*.pt", "runs/*/predictions/*.csv"]
+                f"runs/*/{METRICS}", f"runs/*/{RUN_CONFIG}", f"runs/*/{BEST}/metrics.json",
+                f"runs/*/{BEST}/outputs-*.pt", "runs/*/predictions/*.csv"]
     with tarfile.open(out / ARCHIVE, "w:gz") as archive:
         for pattern in patterns:
             for path in sorted(results.glob(pattern)):
