@@ -82,7 +82,7 @@ def test_a_second_command_into_a_folder_in_use_is_refused_and_the_first_runs_on_
         if first.poll() is None:
             first.kill()
     assert json.loads((out / "run/best/run_config.json").read_text())["seed"] == 1
-    assert [json.loads(line)["event"] for line in (out / "run/metrics.jsonl").read_text().splitlines()] == ["eval"]
+    assert [json.loads(line)["event"] for line in (out / "run/metrics.jsonl").read_text().splitlines()] == ["eval", "finish"]
     assert not (out / "run/.lock").exists()  # released when the command ended
 
 
