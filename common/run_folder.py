@@ -11,8 +11,8 @@ checkpoint, and owns the folder while a command writes there.
         .lock               while a command runs in it: that command's pid, locked by its process
 
 Every checkpoint folder (best/, last/, pretrain_contrastive.py's output and its model1/, model2/) holds the
-run config it was trained with, in a file of the same name. Paths inside the folder are never recorded as flags
-to compare: a moved or copied run folder resumes where it now is.
+run config it was trained with, in a file of the same name. Where the folder is, is not a flag --resume compares
+(training/engine.py): a moved or copied run folder resumes where it now is.
 """
 import fcntl
 import json
@@ -67,6 +67,8 @@ def write_config(checkpoint: str | Path, config: dict) -> None:
 # ---- a run folder ----
 
 class RunFolder:
+    """A run folder, at `path`: its entries, the run it holds, its claim by a command."""
+
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self.best, self.last = self.path / BEST, self.path / LAST
@@ -220,9 +222,11 @@ class RunFolder:
         so does a line the kill cut short. A line that is not UTF-8 text was not written by a run: one line names it."""
         if not self.metrics_log.exists():
             return
-        lines = [line for line in self.metrics_log.read_bytes().split(b"\n") if line.strip()]
+        lines = self.metrics_log.read_bytes().split(b"\n")
         kept = []
         for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
             try:
                 text = line.decode("utf-8")
             except UnicodeDecodeError:
@@ -233,7 +237,7 @@ class RunFolder:
                     kept.append(text)
             except (json.JSONDecodeError, KeyError, TypeError):
                 continue  # a line the kill cut short
-        if len(kept) < len(lines):
+        if len(kept) < sum(1 for line in lines if line.strip()):
             with atomic_file(self.metrics_log) as temp:
                 temp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
 
