@@ -141,7 +141,7 @@ CASES = [
      2),
     ("checkpoint", "bytes that are not UTF-8 in metrics.jsonl, on --resume", "multitask",
      [*TRAIN, "--data-dir", "edited-data", "--output-dir", "bad-log", "--resume", "--allow-changed-data"],
-     "error: bad-log/metrics.jsonl: line 2: not UTF-8 text, so not a line of ours; remove it to resume", 2),
+     "error: bad-log/metrics.jsonl: line 3: not UTF-8 text, so not a line of ours; remove it to resume", 2),
     # data files
     ("data", "empty file to pretrain on", "pretrain", ["--model", "MODEL", "--data", "empty.txt", "--output-dir", "OUT"],
      "error: empty.txt: no usable rows", 2),
