@@ -644,6 +644,9 @@ def test_a_refusal_of_rank_0_is_printed_by_rank_0_alone_naming_the_processes(tin
     machines[0].mkdir()
     subprocess.run([sys.executable, str(ROOT / "multitask_classifier.py"), *args], cwd=machines[0], check=True,
                    capture_output=True, timeout=600, env=ENV)
+    # As a kill after its last checkpoint leaves it: the command did not end, so there is a run to resume.
+    run_config = machines[0] / "run" / "run_config.json"
+    run_config.write_text(json.dumps({k: v for k, v in json.loads(run_config.read_text()).items() if k != "finished"}))
     assert two_machines(ROOT / "multitask_classifier.py", [*args, "--resume"], machines, logs) == [1, 1]
     refusal = ("error: --resume: this is 2 x 1 = 2 processes (--nnodes x --nproc-per-node), but the run was trained "
                "by 1; resume it with as many")

@@ -73,10 +73,13 @@ class MultitaskRun(Run):
         if config.max_tokens:  # FlagError: a budget that the longest input allowed would not fit in
             check_token_budget(config.max_tokens, max(config.max_length * len(self.splits[t]["train"].views)
                                                       for t in config.task_list))
-        if not heads_loaded:  # else what the heads measured came with them
-            # torchrun: rank 0 measures on its own weights, the ones start_replicas hands to every process, with
-            # the heads' buffers (what they measured).
-            distributed.on_main(lambda: self.model.calibrate(self._splits("train"), self.tokenizer.pad_id))
+        def calibrate():
+            if not heads_loaded:  # else what the heads measured came with them
+                self.model.calibrate(self._splits("train"), self.tokenizer.pad_id)
+
+        # torchrun: rank 0 alone decides (it alone reads last/) and measures, on its own weights, the ones
+        # start_replicas hands to every process with the heads' buffers (what they measured).
+        distributed.on_main(calibrate)
         distributed.start_replicas([self.model], config.seed)  # torchrun: rank 0's weights, a random stream each
         engine.describe_run([Path(config.data_dir) / file for name in config.task_list
                              for file in REGISTRY[name].files])
