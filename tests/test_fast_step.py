@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import multitask_classifier
+from common.run_folder import RunFolder
 from data.splits import TaskStream
 from evaluation.inference import soft_outputs
 from tests.conftest import assert_same_weights, checkpoint_weights, multitask_argv
@@ -108,7 +109,7 @@ def test_the_training_step_never_reads_from_the_device(tiny_model, course_data, 
     run_with_a_step_that_may_not_sync(tiny_model, course_data, tmp_path, monkeypatch)
     assert losses(tmp_path), "log lines read the summed losses"
     # The optimizer's state goes into last/ only, never into best/.
-    assert (tmp_path / "run" / "last" / engine_module.STATE_FILE).exists()
+    assert RunFolder(tmp_path / "run").state_file.exists()
     assert not list((tmp_path / "run" / "best").glob("training_state*"))
 
 
