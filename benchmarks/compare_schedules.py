@@ -17,6 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import multitask_classifier  # noqa: E402
 from common.cli import HelpFormatter  # noqa: E402
+from common.run_folder import RunFolder  # noqa: E402
 from common.tables import markdown_table  # noqa: E402
 from tasks import COURSE_TASKS  # noqa: E402
 from training.schedules import SCHEDULES  # noqa: E402
@@ -46,7 +47,7 @@ def main():
             "--model", args.model, "--schedule", schedule, "--epochs", str(epochs),
             "--max-train-examples", str(args.max_train_examples), "--output-dir", str(out / "run"),
             "--predictions-dir", str(out / "predictions"), *passthrough])
-        steps = json.loads((out / "run" / "last" / "metrics.json").read_text())["step"]
+        steps = json.loads((RunFolder(out / "run").last / "metrics.json").read_text())["step"]
         rows.append((schedule, metrics, steps, time.time() - started))
     print(f"\n{args.model}, {args.max_train_examples} examples per task, {args.epochs} epochs' worth of "
           f"batches, extra flags: {' '.join(passthrough) or 'none'}")
