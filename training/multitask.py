@@ -106,20 +106,25 @@ class MultitaskRun(Run):
                     task_weights=config.weights, generator=torch.Generator().manual_seed(config.seed * 1000 + epoch)))]
                 for epoch, batch_counts in enumerate(counts)]
 
+    def _shares(self) -> int:
+        """The parts a step's batch is shared out into: --grad-accum of them on each process."""
+        return distributed.world_size() * self.config.grad_accum
+
     def batch_size(self) -> int:
-        return self.config.batch_size * distributed.world_size() * self.config.grad_accum
+        return self.config.batch_size * self._shares()
+
+    def max_tokens(self) -> int:
+        """A step's token budget (0: none), shared out as its batch is."""
+        return self.config.max_tokens * self._shares()
 
     def describe(self) -> str:
         sizes = ", ".join(f"{task} {len(splits['train']):,}" for task, splits in self.splits.items())
-        scale = distributed.world_size() * self.config.grad_accum
-        batch = (f"up to {self.config.max_tokens * scale:,} tokens" if self.config.max_tokens
-                 else f"{self.batch_size()} examples")
+        batch = f"up to {self.max_tokens():,} tokens" if self.config.max_tokens else f"{self.batch_size()} examples"
         return f"training examples: {sizes}; batches of {batch}"
 
     def _stream(self, task: str, task_index: int, epoch: int) -> TaskStream:
-        scale = distributed.world_size() * self.config.grad_accum  # one step's batch is shared out, as batch_size
         return TaskStream(self.splits[task]["train"], self.batch_size(), self.config.seed, epoch, task_index,
-                          max_tokens=self.config.max_tokens * scale)
+                          max_tokens=self.max_tokens())
 
     def _streams(self, epoch: int) -> dict[str, TaskStream]:
         if self.stream_epoch != epoch:
