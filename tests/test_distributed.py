@@ -618,6 +618,36 @@ def test_a_process_that_stops_ends_the_other_with_one_line_naming_its_rank(tiny_
         assert "Timed out" not in reason and ended - stopped < DIST_TIMEOUT
 
 
+NAN_DEV_METRIC = """
+import math, sys
+sys.path.insert(0, {root!r})
+from common import cli
+from training import multitask
+import multitask_classifier
+multitask.MultitaskRun.evaluate = lambda self: {{"sst_accuracy": math.nan}}  # rank 0 alone evaluates
+cli.run(lambda: multitask_classifier.main(sys.argv[1:]))
+"""
+
+
+def test_a_dev_metric_that_is_not_finite_on_rank_0_stops_every_process_with_one_line(tiny_model, data_48, tmp_path):
+    """Rank 0 alone scores the dev sets: its verdict reaches the others, which would otherwise wait for it at the
+    next collective until --dist-timeout."""
+    script = tmp_path / "nan_dev.py"
+    script.write_text(NAN_DEV_METRIC.format(root=str(ROOT)))
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script),
+         *multitask_args(tiny_model, data_48, tmp_path, 8, "--tasks", "sst", "--max-steps", "2",
+                         "--dist-timeout", str(DIST_TIMEOUT))],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, env=ENV)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert output.count("error: step 2: the sst_accuracy dev metric is not finite (nan); the run stopped") == 1, output
+    # Not as before: rank 1 went on to the next collective, met rank 0's exit there and ended in a traceback
+    # ("[rank1]: Traceback ...", before torchrun's own report of the failed processes).
+    assert "[rank1]" not in output and "stopped (" not in output, output
+    assert not (tmp_path / "run" / "best").exists()
+
+
 def test_torchruns_processes_count_as_nnodes_x_nproc_per_node(monkeypatch):
     for name, value in {"WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4", "GROUP_WORLD_SIZE": "2"}.items():
         monkeypatch.setenv(name, value)

@@ -494,8 +494,10 @@ class Engine:
         self.check_finite(self.losses.window_means(reset=False))
         self.check_finite_weights()
         train_loss = self.losses.period_means(reset=epoch_end)
-        if not self.is_main:
-            return
+        # Rank 0 alone scores; a non-finite dev metric stops every process (on_main raises it on each).
+        distributed.on_main(lambda: self._score_dev(run, epoch, train_loss, train_seconds))
+
+    def _score_dev(self, run: Run, epoch: int, train_loss: dict[str, float], train_seconds: float) -> None:
         started = time.time()
         metrics = run.evaluate()
         self.check_finite(metrics, "dev metric")
