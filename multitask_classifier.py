@@ -15,8 +15,8 @@ from training.multitask_config import MultitaskConfig
 def main(argv: list[str] | None = None) -> dict:
     config = cli.parse_config(MultitaskConfig, __doc__, argv, program="multitask_classifier.py",
                               recipe="recipes/mtdnn-minilm.yaml")
-    with Engine(config) as engine:
-        return {} if engine.finished else engine.fit(MultitaskRun(config, engine))
+    with Engine(config) as engine:  # engine.config: with --resume, the run's own flags
+        return {} if engine.finished else engine.fit(MultitaskRun(engine.config, engine))
 
 
 if __name__ == "__main__":

@@ -19,8 +19,8 @@ from training.methods import ContrastiveConfig
 def main(argv: list[str] | None = None) -> dict:
     config = cli.parse_config(ContrastiveConfig, __doc__, argv, program="pretrain_contrastive.py",
                               recipe="recipes/simcse-nli.yaml")
-    with Engine(config) as engine:
-        return {} if engine.finished else Pretraining(config, engine).run()
+    with Engine(config) as engine:  # engine.config: with --resume, the run's own flags
+        return {} if engine.finished else Pretraining(engine.config, engine).run()
 
 
 if __name__ == "__main__":

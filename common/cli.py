@@ -138,7 +138,14 @@ def parse_config(config_class: type, description: str, argv: list[str] | None = 
     config.command = shlex.join(["python", parser.prog, *argv])
     # The same command without the file: what a model card shows, so that it says what ran, not which file.
     config.command_with_values = shlex.join(["python", parser.prog, *spelled_out(parser, file_values, argv)])
+    # The flags the user chose (the command line's and the file's): --resume takes the others from the run.
+    config.given_flags = {action.dest for action in parser._actions if given(action, argv)} | set(file_values)
     return config
+
+
+def given(action: argparse.Action, argv: list[str]) -> bool:
+    """Whether argv gives the flag (in any of its spellings: --eval, --no-eval, --lr=1e-4)."""
+    return any(word == option or word.startswith(option + "=") for word in argv for option in action.option_strings)
 
 
 def flag_words(name: str, value) -> list[str]:
@@ -149,11 +156,8 @@ def flag_words(name: str, value) -> list[str]:
 
 def spelled_out(parser: argparse.ArgumentParser, file_values: dict, argv: list[str]) -> list[str]:
     """argv with --config FILE replaced by the file's flags (those argv does not give again: argv wins)."""
-    def given(action) -> bool:
-        return any(word == option or word.startswith(option + "=") for word in argv for option in action.option_strings)
-
     actions = {action.dest: action for action in parser._actions if action.option_strings}
-    words = [word for name, value in file_values.items() if value is not None and not given(actions[name])
+    words = [word for name, value in file_values.items() if value is not None and not given(actions[name], argv)
              for word in flag_words(name, value)]
     rest, skip = [], False
     for word in argv:

@@ -1,5 +1,6 @@
 """training/multitask.py through multitask_classifier.py, on a tiny random encoder and tiny course-format files."""
 import json
+import shlex
 import subprocess
 import sys
 from collections import Counter
@@ -66,8 +67,14 @@ def test_resumed_run_ends_with_the_same_weights(tiny_model, course_data, tmp_pat
         return original_step(self, *a)
 
     monkeypatch.setattr(multitask.MultitaskRun, "step", counted_step)
-    multitask_classifier.main(interrupted + ["--resume"])
+    # avg: --resume alone, the run's run_config.json gives every flag; pcgrad: the command repeated, as before.
+    resume = (["--output-dir", str(tmp_path / "resumed/run"), "--resume"] if schedule == "avg"
+              else interrupted + ["--resume"])
+    multitask_classifier.main(resume)
     assert steps_after_resume[0] == 6, "the resumed run starts after the last checkpoint, not from scratch"
+    start = json.loads((tmp_path / "resumed/run/run_config.json").read_text())["provenance"]
+    assert [start["command"], *(command["command"] for command in start["resumed"])] == [
+        shlex.join(["python", "multitask_classifier.py", *argv]) for argv in (interrupted, resume)]
 
     assert_same_weights(checkpoint_weights(tmp_path / "resumed/run/last"),
                         checkpoint_weights(tmp_path / "full/run/last"))
@@ -78,7 +85,8 @@ def test_resumed_run_ends_with_the_same_weights(tiny_model, course_data, tmp_pat
 
 def test_resume_refuses_changed_flags(tiny_model, course_data, tmp_path):
     multitask_classifier.main(multitask_argv(tiny_model, course_data, tmp_path, "--epochs", "1"))
-    with pytest.raises(Exception, match="flags differ.*batch_size"):
+    with pytest.raises(CheckpointError, match=r"--resume: --batch-size 4 \(the run's: 8\): the run continues with "
+                                              r"its own flags \(from .*last/run_config.json\); leave these out"):
         multitask_classifier.main(multitask_argv(tiny_model, course_data, tmp_path, "--epochs", "1", "--resume",
                                                  "--batch-size", "4"))
 
@@ -90,7 +98,7 @@ def test_resume_takes_flags_newer_than_the_run_as_their_defaults(tiny_model, cou
     del config["loss_weights"], config["layer_lr_decay"]  # as written before these flags existed
     saved.write_text(json.dumps(config))
     multitask_classifier.main(multitask_argv(tiny_model, course_data, tmp_path, "--epochs", "1", "--resume"))
-    with pytest.raises(Exception, match="flags differ.*layer_lr_decay"):
+    with pytest.raises(CheckpointError, match=r"--layer-lr-decay 0.5 \(the run's: 1.0\)"):
         multitask_classifier.main(multitask_argv(tiny_model, course_data, tmp_path, "--epochs", "1", "--resume",
                                                  "--layer-lr-decay", "0.5"))
 

@@ -45,7 +45,7 @@ from common.errors import CheckpointError, UsageError, UserError
 from common.files import check_writable, load_or_fail
 from common.progress import Progress, on_terminal
 from common.provenance import check_data_unchanged, provenance
-from common.run_folder import LAST, METRICS, STATE, RunFolder
+from common.run_folder import LAST, METRICS, RUN_CONFIG, STATE, RunFolder
 from common.seeding import rng_state, seed_everything, set_rng_state
 from data.batching import split_evenly
 from models import AdamW
@@ -109,6 +109,8 @@ class TrainingConfig:
     # resumes where it now is.
     RUNTIME_FIELDS = ("resume", "overwrite", "allow_changed_data", "device", "save_every", "log_every", "tensorboard",
                       "quiet", "dist_timeout", "output_dir")
+    # What belongs to one command, not to its run: --resume never takes these from the run's flags.
+    COMMAND_FIELDS = ("resume", "overwrite", "allow_changed_data", "device", "quiet", "dist_timeout", "output_dir")
     # What a run writes in --output-dir (a command adds its own): --overwrite removes these, and nothing else.
     OUTPUTS = (LAST, METRICS)
     # Flags that name what the run reads: --resume compares where they point, not how they are spelled, and
@@ -265,37 +267,29 @@ class Engine:
 
     def __init__(self, config: TrainingConfig):
         """Set-up, before any model or data: the device, --output-dir claimed (half-written saves recovered),
-        folders checked, seeds, and with --resume the interrupted run's training state."""
-        self.config = config
+        folders checked, seeds, and with --resume the interrupted run's flags and training state (self.config:
+        the flags the run trains with)."""
         if config.quiet:  # before joining torchrun's group, which quiets its other processes further
             logging.getLogger().setLevel(logging.WARNING)
         self.device = distributed.setup(resolve_device(config.device), config.dist_timeout)
-        self.precision = Precision(config.precision, self.device)
         self.folder = RunFolder(config.output_dir)
         self.is_main = distributed.is_main()
-        resolve_attention(config.attention, self.device)  # FlagError: unpadded attention this device lacks
-        if config.compile:
-            check_can_compile(self.device)
-        seed_everything(config.seed)
+        self._use_flags(config)
         self.step, self.stopped_early, self.saved_provenance = 0, False, {}
         distributed.on_main(self._claim)  # torchrun: rank 0's machine alone has the folder
         try:
-            self.tensorboard = None
-            if config.tensorboard and self.is_main:
-                from torch.utils.tensorboard import SummaryWriter  # imported here: only runs that ask pay for it
-
-                self.tensorboard = SummaryWriter(config.tensorboard)  # the flags go in with describe_run's values
             self.started = time.time()
-            self.run_config = config.to_dict()
-            # --resume: the folder the run continues from (its weights), and the state its next fit restores.
-            # torchrun: rank 0 alone reads last/; the others get its training state by broadcast, and its weights
-            # from the run (distributed.start_replicas). A run whose command ended has nothing left to do (the
-            # command returns at once), once its flags and data are checked where it kept last/.
+            # --resume: the folder the run continues from (its weights), the flags it was started with, and the
+            # state its next fit restores. torchrun: rank 0 alone reads last/; the others get its flags and training
+            # state by broadcast, and its weights from the run (distributed.start_replicas). A run whose command
+            # ended has nothing left to do (the command returns at once), once its flags and data are checked where
+            # it kept last/.
             self.resume_from = self.resume_state = self.finished = None
-            if config.resume:
+            if self.config.resume:
                 self.finished = distributed.on_main(self.folder.finished)
                 if not self.finished or distributed.on_main(self.folder.state_file.exists):
-                    self.resume_from = distributed.on_main(self._check_resumable)
+                    self.resume_from, saved = distributed.on_main(self._check_resumable)
+                    self._use_flags(with_values(self.config, **saved))
                 if not self.finished:
                     self.resume_state = distributed.on_main(lambda: load_training_state(self.folder))
                 else:
@@ -304,9 +298,24 @@ class Engine:
                     if self.is_main:
                         print(f"--resume: the run in {self.folder} finished at step {self.finished['step']}{stopped}; "
                               f"nothing to resume")
+            self.run_config = self.config.to_dict()
+            self.tensorboard = None
+            if self.config.tensorboard and self.is_main:
+                from torch.utils.tensorboard import SummaryWriter  # imported here: only runs that ask pay for it
+
+                self.tensorboard = SummaryWriter(self.config.tensorboard)  # the flags go in with describe_run's
         except BaseException:
             self.__exit__(*sys.exc_info())
             raise
+
+    def _use_flags(self, config: TrainingConfig) -> None:
+        """The flags the run trains with: its precision, attention and compilation checked on this device, its seed."""
+        self.config = config
+        self.precision = Precision(config.precision, self.device)
+        resolve_attention(config.attention, self.device)  # FlagError: unpadded attention this device lacks
+        if config.compile:
+            check_can_compile(self.device)
+        seed_everything(config.seed)
 
     def __enter__(self) -> "Engine":
         return self
@@ -349,8 +358,9 @@ class Engine:
                 name: next(iter(value.values())) if isinstance(value, dict) and len(value) == 1 else value
                 for name, value in resolved.items()})
 
-    def _check_resumable(self) -> Path:
-        """The interrupted run's last/ folder, after checking that the flags that shape the run are unchanged."""
+    def _check_resumable(self) -> tuple[Path, dict]:
+        """The interrupted run's last/ folder, and the flags it was trained with that the command leaves out (the
+        command's own flags must not change the run: one that does is refused, naming it)."""
         if not self.folder.state_file.exists():
             raise CheckpointError(f"--resume: no interrupted run in {self.folder} (no "
                                   f"{self.folder.state_file.relative_to(self.folder.path)})")
@@ -359,18 +369,23 @@ class Engine:
         saved = defaults | self.folder.saved_config()
         check_data_unchanged(saved.get("provenance", {}), self.config.allow_changed_data)
         self.saved_provenance = saved.get("provenance", {})
+        # Flags built from a config object, not a command line (a library caller): all of them given.
+        given = getattr(self.config, "given_flags", set(defaults))
+        taken = {name: saved[name] for name in defaults
+                 if name not in given and name not in self.config.COMMAND_FIELDS}
 
         def same(name, value):  # runs/x, ./runs/x and /home/me/runs/x are one folder
             if name in self.config.SOURCES and value and saved.get(name):
                 return Path(saved[name]).expanduser().resolve() == Path(value).expanduser().resolve()
             return saved.get(name) == value
 
-        changed = [k for k, v in self.config.to_dict().items()
-                   if k not in self.config.RUNTIME_FIELDS and not same(k, v)]
+        changed = [f"--{name.replace('_', '-')} {value} (the run's: {saved.get(name)})"
+                   for name, value in self.config.to_dict().items()
+                   if name not in taken and name not in self.config.RUNTIME_FIELDS and not same(name, value)]
         if changed:
-            raise CheckpointError(f"--resume: flags differ from the interrupted run's ({', '.join(changed)}); "
-                                  f"resume with the same flags, or start a new --output-dir")
-        return self.folder.last
+            raise CheckpointError(f"--resume: {'; '.join(changed)}: the run continues with its own flags (from "
+                                  f"{self.folder.last / RUN_CONFIG}); leave these out, or start a new --output-dir")
+        return self.folder.last, taken
 
     def check_max_length(self, encoder) -> None:
         positions = encoder.config.max_position_embeddings
@@ -618,6 +633,20 @@ class Engine:
             self.folder.keep_records_until(self.step)
         set_rng_state(state["rng"][distributed.rank()])
         log.info("resuming at step %d of %d", self.step, self.total_steps)
+
+
+def with_values(config: TrainingConfig, **values) -> TrainingConfig:
+    """The config with some flags changed (checked again), remembering the command it came from."""
+    if not values:
+        return config
+    try:
+        changed = dataclasses.replace(config, **values)
+    except ValueError as error:  # a run config edited by hand
+        raise CheckpointError(f"--resume: the run's flags are refused: {error}") from None
+    for name in ("command", "command_with_values", "given_flags"):
+        if hasattr(config, name):
+            setattr(changed, name, getattr(config, name))
+    return changed
 
 
 def load_training_state(folder: RunFolder) -> dict:
