@@ -30,6 +30,7 @@ import contextlib
 import datetime
 import logging
 import os
+import socket
 import sys
 import threading
 import time
@@ -49,6 +50,19 @@ def launched_by_torchrun() -> bool:
     return int(os.environ.get("WORLD_SIZE", "1")) > 1
 
 
+def restarts() -> int:
+    """How many times torchrun has restarted this job's processes (--max-restarts): 0 in its first attempt."""
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+
+
+def job() -> str | None:
+    """The torchrun job of this process, the same in each of its attempts: its run id, this machine and its
+    torchrun agent (the processes' parent, which restarts them); None without torchrun."""
+    if "TORCHELASTIC_RUN_ID" not in os.environ:
+        return None
+    return f"{os.environ['TORCHELASTIC_RUN_ID']} on {socket.gethostname()}, agent pid {os.getppid()}"
+
+
 def setup(device: torch.device, timeout: float) -> torch.device:
     """Join torchrun's process group (NCCL on GPUs, gloo on CPU); returns this process's device. `timeout`: the
     seconds a collective waits for the other processes (--dist-timeout) before it fails.
@@ -61,7 +75,18 @@ def setup(device: torch.device, timeout: float) -> torch.device:
     if device.type == "cuda":
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
         torch.cuda.set_device(device)
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=datetime.timedelta(seconds=timeout))
+    backend, timeout = "nccl" if device.type == "cuda" else "gloo", datetime.timedelta(seconds=timeout)
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        # torchrun keeps one store for every attempt of a job (--max-restarts), and the group's keys are the same in
+        # each: a restarted attempt would meet the addresses of the processes before it and fail to connect, or
+        # hang. Each attempt meets under its own prefix instead.
+        world = int(os.environ["WORLD_SIZE"])
+        store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size=world,
+                              is_master=False, timeout=timeout)
+        dist.init_process_group(backend, store=dist.PrefixStore(f"attempt {restarts()}", store), timeout=timeout,
+                                rank=int(os.environ["RANK"]), world_size=world)
+    else:
+        dist.init_process_group(backend, timeout=timeout)
     _start_heartbeat()
     if dist.get_rank() != 0:
         logging.getLogger().setLevel(logging.ERROR)

@@ -209,6 +209,13 @@ class RunFolder:
         """Where the run's command ended ({"step", "stopped_early"}), or None when it did not (or never began)."""
         return read_config(self.path).get("finished") if has_config(self.path) else None
 
+    def latest_command(self) -> dict:
+        """The provenance of the last command that ran the run (its start's, or its latest --resume's); {} if none."""
+        if not has_config(self.path):
+            return {}
+        start = read_config(self.path).get("provenance", {})
+        return [start, *start.get("resumed", [])][-1]
+
     def mark_finished(self, run_config: dict, step: int, stopped_early: bool) -> None:
         """The command ended: --resume has nothing left to do."""
         write_config(self.path, {**run_config, "finished": {"step": step, "stopped_early": stopped_early}})

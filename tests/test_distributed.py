@@ -531,25 +531,39 @@ def test_two_machines_that_share_no_disk_train_and_rank_0_alone_writes(tiny_mode
 KILLED_AFTER_STEP_4 = """
 import os, sys
 sys.path.insert(0, {root!r})
+from common import cli
 from training import multitask
 import multitask_classifier
 step = multitask.MultitaskRun.step
 def dies(self, item, share):
-    if self.engine.step == 4 and os.environ["RANK"] == "1":  # the checkpoint of step 4 is on disk
+    # The checkpoint of step 4 is on disk. Only in the job's first attempt (torchrun --max-restarts restarts it).
+    if self.engine.step == 4 and os.environ["RANK"] == "1" and os.environ["TORCHELASTIC_RESTART_COUNT"] == "0":
         os._exit(137)  # as a SIGKILL: no clean-up of any kind
     return step(self, item, share)
 multitask.MultitaskRun.step = dies
-multitask_classifier.main(sys.argv[1:])
+cli.run(lambda: multitask_classifier.main(sys.argv[1:]))  # as the command runs: its log, its end
 """
 
 
+def killable_args(model: Path, data: Path, out: Path) -> list[str]:
+    """A run of 2 epochs with a checkpoint every 2 steps; dropout on: each process draws its own masks, and a resumed
+    process restores its own random state."""
+    return multitask_args(model, data, out, 4, "--epochs", "2", "--eval-every", "2", "--schedule", "mtdnn",
+                          "--head-dropout", "0.3")
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tiny_model, data_48, tmp_path_factory) -> Path:
+    """The run that killable_args' killed runs must end as, uninterrupted, by two processes: its folder."""
+    out = tmp_path_factory.mktemp("uninterrupted")
+    torchrun("multitask_classifier.py", *killable_args(tiny_model, data_48, out))
+    return out
+
+
 def test_a_worker_killed_on_one_of_two_machines_ends_the_job_and_the_run_resumes_to_the_same_weights(
-        tiny_model, data_48, tmp_path):
-    """Dropout on: each process draws its own masks, and the resumed processes restore each one's random state.
-    The machines share no disk: on --resume, rank 0 reads last/ and hands its state to the other machine."""
-    args = lambda out: multitask_args(tiny_model, data_48, out, 4, "--epochs", "2", "--eval-every", "2",  # noqa: E731
-                                      "--schedule", "mtdnn", "--head-dropout", "0.3")
-    torchrun("multitask_classifier.py", *args(tmp_path / "full"))
+        tiny_model, data_48, tmp_path, uninterrupted):
+    """The machines share no disk: on --resume, rank 0 reads last/ and hands its state to the other machine."""
+    args = lambda out: killable_args(tiny_model, data_48, out)  # noqa: E731
     killer = tmp_path / "killed_after_step_4.py"
     killer.write_text(KILLED_AFTER_STEP_4.format(root=str(ROOT)))
     machines, logs = [tmp_path / "machine0", tmp_path / "machine1"], tmp_path / "logs"
@@ -559,11 +573,30 @@ def test_a_worker_killed_on_one_of_two_machines_ends_the_job_and_the_run_resumes
     assert two_machines(ROOT / "multitask_classifier.py", [*args(Path(".")), "--resume"], machines, logs) == [0, 0], \
         (logs / "node1.log").read_text()[-3000:]
     assert "resuming at step 4" in (logs / "node0.log").read_text()
-    assert_same_weights(final_weights(machines[0]), final_weights(tmp_path / "full"), atol=1e-6)
+    assert_same_weights(final_weights(machines[0]), final_weights(uninterrupted), atol=1e-6)
     assert_same_losses(metrics(machines[0] / "run/metrics.jsonl", "eval"),
-                       metrics(tmp_path / "full/run/metrics.jsonl", "eval"), key="train_loss",
-                       scales=output_scales(tmp_path / "full/run"))
+                       metrics(uninterrupted / "run/metrics.jsonl", "eval"), key="train_loss",
+                       scales=output_scales(uninterrupted / "run"))
     assert list(machines[1].iterdir()) == []
+
+
+def test_torchrun_max_restarts_resumes_a_killed_worker_by_itself_to_the_same_weights(tiny_model, data_48, tmp_path,
+                                                                                    uninterrupted):
+    """torchrun --max-restarts 2: a worker killed after the checkpoint of step 4 ends the attempt; torchrun starts the
+    same command again, which goes on from last/ by itself and ends as the uninterrupted run."""
+    killer = tmp_path / "killed_after_step_4.py"
+    killer.write_text(KILLED_AFTER_STEP_4.format(root=str(ROOT)))
+    # --dist-timeout: a restarted attempt that cannot form its group fails in a minute, not in 30.
+    result = torchrun("--max-restarts", "2", str(killer), *killable_args(tiny_model, data_48, tmp_path),
+                      "--dist-timeout", "60")
+    output = result.stdout + result.stderr
+    assert "torchrun restart 1: resuming the run in" in output and "resuming at step 4" in output
+    assert_same_weights(final_weights(tmp_path), final_weights(uninterrupted), atol=1e-6)
+    assert_same_losses(metrics(tmp_path / "run/metrics.jsonl", "eval"),
+                       metrics(uninterrupted / "run/metrics.jsonl", "eval"), key="train_loss",
+                       scales=output_scales(uninterrupted / "run"))
+    start = json.loads((tmp_path / "run/run_config.json").read_text())["provenance"]
+    assert [start["torchrun_job"]] == [command["torchrun_job"] for command in start["resumed"]]
 
 
 # ---- a process that stops, and refusals ----

@@ -2,6 +2,7 @@
 --config FILE (YAML, run_config.json), TensorBoard tags and hparams, the summary at the end."""
 import json
 import logging
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -10,6 +11,8 @@ import torch
 
 import multitask_classifier
 import pretrain_contrastive
+from common import distributed
+from common.errors import UsageError
 from common.files import read_json
 from tests.conftest import assert_same_weights, checkpoint_weights, multitask_argv
 from training import multitask
@@ -91,6 +94,58 @@ def test_resume_of_a_run_stopped_early_says_it_finished_and_trains_no_more(tmp_p
     assert capsys.readouterr().out.strip() == (f"--resume: the run in {tmp_path / 'run'} finished at step 12 "
                                                f"(stopped early by --patience); nothing to resume")
     assert (tmp_path / "run/metrics.jsonl").read_bytes() == log
+
+
+class KilledAtStep(ScriptedRun):
+    """A ScriptedRun whose process dies before step `at` (as a worker killed by torchrun's agent)."""
+
+    def __init__(self, scores, at):
+        super().__init__(scores)
+        self.at = at
+
+    def step(self, item, share):
+        if self.engine.step + 1 == self.at:
+            raise KeyboardInterrupt
+        return super().step(item, share)
+
+
+def attempt(tmp_path, monkeypatch, job: str, restart: int, run: ScriptedRun) -> Engine:
+    """One attempt of a torchrun job (its environment as torchrun sets it, for one process): describe_run records
+    the job in the run config, as the commands do, then the run trains."""
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", job)
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", str(restart))
+    with Engine(FakeConfig(output_dir=str(tmp_path / "run"), device="cpu", save_every=2)) as engine:
+        engine.describe_run([])
+        run.engine = engine
+        engine.fit(run)
+    return engine
+
+
+def test_a_restarted_torchrun_attempt_resumes_its_jobs_run_and_leaves_another_commands_alone(tmp_path, monkeypatch,
+                                                                                            caplog):
+    scores = [0.5] * 10
+    with pytest.raises(KeyboardInterrupt):  # killed before step 5: last/ holds step 4
+        attempt(tmp_path, monkeypatch, "job-a", 0, KilledAtStep(scores, 5))
+    # Another job's restart into the folder: a run it did not begin, refused as any command without --resume.
+    with pytest.raises(UsageError, match="already holds files"):
+        attempt(tmp_path, monkeypatch, "job-b", 1, ScriptedRun(scores))
+    # The job's own restart goes on from step 4, said in the log, to the uninterrupted run's end.
+    with caplog.at_level(logging.INFO):
+        engine = attempt(tmp_path, monkeypatch, "job-a", 1, ScriptedRun(scores))
+    assert "torchrun restart 1: resuming the run in" in caplog.text and "resuming at step 4 of 20" in caplog.text
+    assert engine.step == 20
+    provenance = read_json(tmp_path / "run/run_config.json")["provenance"]
+    assert provenance["torchrun_job"] == provenance["resumed"][0]["torchrun_job"] == distributed.job()
+    # Killed after best/ and the metrics log, before last/ (removed here): the restart starts the run again over
+    # what the attempt wrote.
+    with pytest.raises(KeyboardInterrupt):
+        attempt(tmp_path / "early", monkeypatch, "job-c", 0, KilledAtStep(scores, 3))
+    shutil.rmtree(tmp_path / "early/run/last")
+    with caplog.at_level(logging.INFO):
+        engine = attempt(tmp_path / "early", monkeypatch, "job-c", 1, ScriptedRun(scores))
+    assert "saved no checkpoint before its processes stopped; starting it again" in caplog.text
+    log = [json.loads(line) for line in (tmp_path / "early/run/metrics.jsonl").read_text().splitlines()]
+    assert engine.step == 20 and [line["step"] for line in log if line["event"] == "eval"] == list(range(2, 21, 2))
 
 
 def test_resume_of_a_finished_run_exits_at_once_and_changes_nothing(tiny_model, course_data, tmp_path, capsys):

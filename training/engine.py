@@ -276,6 +276,8 @@ class Engine:
         self.is_main = distributed.is_main()
         self._use_flags(config)
         self.step, self.stopped_early, self.saved_provenance = 0, False, {}
+        if distributed.restarts() and not config.resume:
+            self._use_flags(with_values(config, **distributed.on_main(self._after_restart)))
         distributed.on_main(self._claim)  # torchrun: rank 0's machine alone has the folder
         try:
             self.started = time.time()
@@ -317,6 +319,20 @@ class Engine:
             check_can_compile(self.device)
         seed_everything(config.seed)
 
+    def _after_restart(self) -> dict:
+        """torchrun --max-restarts, in a restarted attempt (rank 0): the run its job's last attempt began in
+        --output-dir goes on from its last checkpoint (resume), or starts again where it saved none (overwrite); a
+        run of another command is left alone (the command then runs as given)."""
+        if self.folder.latest_command().get("torchrun_job") != distributed.job():
+            return {}
+        if self.folder.state_file.exists():
+            log.warning("torchrun restart %d: resuming the run in %s from its last checkpoint", distributed.restarts(),
+                        self.folder)
+            return {"resume": True}
+        log.warning("torchrun restart %d: the run in %s saved no checkpoint before its processes stopped; starting "
+                    "it again", distributed.restarts(), self.folder)
+        return {"overwrite": True}
+
     def __enter__(self) -> "Engine":
         return self
 
@@ -348,6 +364,8 @@ class Engine:
         reproduces the run: the command, the git commit, library versions, a hash of each data file; a resumed run
         keeps what its start recorded and adds each --resume's."""
         record = provenance(getattr(self.config, "command", ""), data_files)
+        if distributed.job():  # what a restarted attempt of the job recognises (torchrun --max-restarts)
+            record["torchrun_job"] = distributed.job()
         if self.saved_provenance:
             record = {**self.saved_provenance, "resumed": [*self.saved_provenance.get("resumed", []), record]}
         self.run_config = {**self.config.to_dict(), "resolved": resolved, "provenance": record}
