@@ -3,6 +3,7 @@ full disk is one line naming what could not be written."""
 import errno
 import json
 import os
+import shlex
 import shutil
 import tempfile
 from contextlib import contextmanager
@@ -250,3 +251,14 @@ def append_jsonl(path: str | Path, record: dict) -> None:
         if full is None:
             raise
         raise full from None
+
+
+def without_local_paths(command: str) -> str:
+    """The command with each absolute or home-relative path shortened to its last part (a card is published:
+    where the files lay on the machine that trained it means nothing elsewhere, and may say too much)."""
+    def shorten(word: str) -> str:
+        flag, equals, value = word.partition("=") if word.startswith("--") else ("", "", word)
+        if value.startswith(("/", "~")):
+            value = Path(value).name or value
+        return flag + equals + value
+    return shlex.join(shorten(word) for word in shlex.split(command))

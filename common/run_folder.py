@@ -23,7 +23,7 @@ from pathlib import Path
 
 from common.errors import CheckpointError, UsageError
 from common.files import (append_jsonl, atomic_directory, atomic_file, check_writable, read_json, recover_directory,
-                          recover_files, remove_entry, write_json)
+                          recover_files, remove_entry, without_local_paths, write_json)
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +62,26 @@ def read_config(checkpoint: str | Path) -> dict:
 
 def write_config(checkpoint: str | Path, config: dict) -> None:
     write_json(config_file(checkpoint), config)
+
+
+def shareable_config(config: dict) -> dict:
+    """A run config as a folder made to be shared holds it (best/, pretrain_contrastive.py's output): every absolute
+    or home path, a flag's value, a data file's name or a path in a command, shortened to its last part. Where the
+    files lay on the machine that trained it means nothing elsewhere, and may say too much. The run folder's own
+    run config and last/'s keep them: --resume reads the run's flags and data files there."""
+    def shorten(value, key=""):
+        if isinstance(value, dict):
+            return {shorten_path(name): shorten(item, name) for name, item in value.items()}
+        if isinstance(value, list):
+            return [shorten(item, key) for item in value]
+        if isinstance(value, str):
+            return without_local_paths(value) if key == "command" else shorten_path(value)
+        return value
+
+    def shorten_path(text: str) -> str:
+        return (Path(text).name or text) if text.startswith(("/", "~")) else text
+
+    return shorten(config)
 
 
 # ---- a run folder ----
@@ -189,10 +209,11 @@ class RunFolder:
     @contextmanager
     def save_checkpoint(self, best: bool, run_config: dict, expected: int = 0):
         """best/ or last/: yields a temporary folder for the checkpoint's files; with the run config beside them it
-        takes the place of the old checkpoint in one swap (a save that dies half-way leaves the old one)."""
+        takes the place of the old checkpoint in one swap (a save that dies half-way leaves the old one). best/ is
+        made to be shared: its run config names no local path (shareable_config)."""
         with atomic_directory(self.best if best else self.last, expected=expected) as temp:
             yield temp
-            write_config(temp, run_config)
+            write_config(temp, shareable_config(run_config) if best else run_config)
 
     def remove_resumable(self) -> None:
         """A finished command that keeps no resumable checkpoint (pretrain_contrastive.py) removes last/."""

@@ -21,12 +21,12 @@ import torch.nn.functional as F
 
 from common import cli
 from common.cli import AT_LEAST_0, AT_LEAST_1, flag
-from common.files import DEFAULT_DATA, check_writable_file, write_json
+from common.files import DEFAULT_DATA, check_writable_file, without_local_paths, write_json
 from common.metrics import spearman
 from common.tables import markdown_table
 from data.readers import PairExample, read_sts, read_sts_eval
 from models import POOLINGS, BertModel, SentenceEncoder, Tokenizer
-from models.shareable import update_card, without_local_paths
+from models.shareable import update_card
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,6 @@ What the folder inherits from the base model, so that users get what they got fr
   value if it has one, else the encoder's positions.
 """
 import re
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,7 +30,7 @@ import yaml
 from safetensors.torch import load_file, save_file
 
 from common.errors import CheckpointError
-from common.files import atomic_file, read_json, write_json
+from common.files import atomic_file, read_json, without_local_paths, write_json
 from models.loading import PACKAGED, normalise_names, packaged_folder, read_state_dict
 from models.sentence_embedding import POOLINGS
 
@@ -247,17 +246,6 @@ def front_matter(card: Path) -> dict:
     if not text.startswith("---"):
         return {}
     return yaml.safe_load(text.split("---", 2)[1]) or {}
-
-
-def without_local_paths(command: str) -> str:
-    """The command with each absolute or home-relative path shortened to its last part (a card is published:
-    where the files lay on the machine that trained it means nothing elsewhere, and may say too much)."""
-    def shorten(word: str) -> str:
-        flag, equals, value = word.partition("=") if word.startswith("--") else ("", "", word)
-        if value.startswith(("/", "~")):
-            value = Path(value).name or value
-        return flag + equals + value
-    return shlex.join(shorten(word) for word in shlex.split(command))
 
 
 def format_number(value) -> str:

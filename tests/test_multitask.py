@@ -34,6 +34,12 @@ def test_run_writes_checkpoints_metrics_and_leaderboard_files(tiny_model, course
     assert [r.get("epoch") for r in records] == [1, 2, None]  # an evaluation per epoch, numbered from 1; the finish
     # The best folder is a plain Hugging Face checkpoint: transformers loads its encoder as is.
     transformers.BertModel.from_pretrained(run / "best")
+    # It is made to be shared: no file of it says where the files lay (last/, which --resume reads, does).
+    for path in (run / "best").rglob("*"):
+        if path.is_file():
+            text = path.read_bytes()
+            assert str(tmp_path).encode() not in text and str(tiny_model).encode() not in text, path
+    assert str(course_data) in (run / "last" / "run_config.json").read_text()
     readers = {"sst": lambda p, **k: read_sentiment(p, 5, **k), "para": read_quora, "sts": read_sts}
     for task, stem in (("sst", "ids-sst"), ("para", "quora"), ("sts", "sts")):
         for split, source in (("dev", f"{stem}-dev.csv"), ("test", f"{stem}-test-student.csv")):

@@ -15,14 +15,15 @@ import torch
 
 from common import distributed
 from common.errors import DataError
-from common.files import atomic_files, write_json
+from common.files import atomic_files, without_local_paths, write_json
+from common.run_folder import shareable_config
 from common.tables import markdown_table
 from data.batching import split_rows
 from data.contrastive import Dataset, SentenceBatch, SentenceSet, as_sentences
 from evaluation.sts_benchmark import TABLE_COLUMNS, sts_benchmark
 from models import SentenceEncoder, Tokenizer, from_pretrained
 from models.checkpoint import tensor_bytes, write_encoder_folder
-from models.shareable import without_local_paths, write_shareable_files
+from models.shareable import write_shareable_files
 from tasks import CONTRASTIVE_DATA
 from training.engine import Engine, Run, Share
 from training.grad_cache import grad_cache_backward
@@ -152,7 +153,8 @@ class Pretraining:
         with atomic_files(output_dir, expected=size) as temp:
             for name, encoder in encoders.items():
                 (temp / name).mkdir(exist_ok=True)
-                write_encoder_folder(temp / name, encoder, self.tokenizer, self.engine.run_config, metrics)
+                write_encoder_folder(temp / name, encoder, self.tokenizer, shareable_config(self.engine.run_config),
+                                     metrics)
                 write_shareable_files(temp / name, pooling=config.pooling, max_length=config.max_length,
                                       base_model=config.model, command=getattr(config, "command_with_values", ""),
                                       metrics=metrics["sts_benchmark"] if config.eval else metrics["stages"],
