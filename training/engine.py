@@ -47,7 +47,7 @@ from common.progress import Progress, on_terminal
 from common.provenance import check_data_unchanged, provenance
 from common.run_folder import LAST, METRICS, STATE, RunFolder
 from common.seeding import rng_state, seed_everything, set_rng_state
-from data.batching import split_evenly
+from data.batching import Share
 from models import AdamW
 from models.bert import ATTENTION, resolve_attention
 from models.checkpoint import tensor_bytes
@@ -187,22 +187,6 @@ class LossTracker:
         self.window, self.period = ({name: [total if distributed.is_main() else 0.0, count]
                                      for name, (total, count) in state.get(key, {}).items()}
                                     for key in ("window", "period"))
-
-
-@dataclass(frozen=True)
-class Share:
-    """One process's part of a step's batch in one accumulation step: part `index` of `parts` (process r takes
-    parts r * --grad-accum ... (r + 1) * --grad-accum - 1, one an accumulation step), `world` processes in all."""
-    index: int
-    parts: int
-    world: int
-
-    def of(self, rows: list[int]) -> tuple[list[int], float]:
-        """This part's rows of a batch, and the weight of their mean loss: the part's share of the batch's examples,
-        times the processes (whose gradients are averaged). Each part's mean loss times its weight makes the
-        step's gradient that of the mean loss over the whole batch, as one process with one batch gives."""
-        piece = split_evenly(rows, self.parts)[self.index]
-        return piece, len(piece) * self.world / len(rows)
 
 
 class Run:

@@ -14,7 +14,7 @@ import torch
 from common import distributed
 from common.files import check_writable, read_json
 from common.tables import markdown_table
-from data.batching import check_token_budget, to_device
+from data.batching import Share, check_token_budget, to_device
 from data.splits import TaskSplit, TaskStream
 from evaluation.inference import soft_outputs
 from evaluation.outputs import write_outputs
@@ -24,7 +24,7 @@ from models import Tokenizer, from_pretrained
 from models.checkpoint import load_heads, write_encoder_folder
 from models.shareable import write_shareable_files
 from tasks import REGISTRY, best_metric, describe_best_metric, metric_names, summary
-from training.engine import Engine, Run, Share
+from training.engine import Engine, Run
 from training.gradient_surgery import surgery_backward
 from training.multitask_config import MultitaskConfig
 from training.schedules import numbered, plan_epoch
@@ -138,20 +138,17 @@ class MultitaskRun(Run):
         streams, device = self._streams(epoch), self.engine.device
         task_losses, reported, examples = {}, {}, 0
         for task, k in batches:
-            all_rows = streams[task].batch_indices(k)
-            rows, weight = share.of(all_rows)
-            # torchrun: an empty share is computed on a stand-in row whose loss weighs 0 (share.of's weight).
-            computed = distributed.rows_to_compute(rows, all_rows)
-            if computed is None:
+            rows, weight = share.of(streams[task].batch_indices(k))
+            if not rows:  # a single process's part without rows: nothing to compute
                 continue
-            batch = self.splits[task]["train"].batch(computed, self.tokenizer.pad_id)
+            batch = self.splits[task]["train"].batch(rows, self.tokenizer.pad_id)
             batch["inputs"] = {name: to_device(v, device) for name, v in batch["inputs"].items()}
             batch["labels"] = to_device(batch["labels"], device)
             # Whether the batch is padded, known on the host: the encoder need not read its mask back from the device.
             with self.engine.precision.autocast(), self.model.encoder.padding_known(batch["padded"]):
                 task_losses[task] = weight * task_loss(self.model, task, batch, self.smart)
             reported[task] = task_losses[task].detach() / share.world
-            examples += len(rows)
+            examples += len(rows) if weight else 0  # a stand-in row (torchrun) is no example
         if task_losses:
             self._backward(task_losses, len(batches))
         return reported, examples
