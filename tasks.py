@@ -429,32 +429,6 @@ def summary(metrics: dict[str, float]) -> dict[str, float]:
     return metrics
 
 
-# What --metric-for-best may name: the selection score (overall), the plain mean, or one task's metric.
-BEST_METRICS = ("overall", "mean") + TASK_NAMES
-TASK_METRICS_HELP = ", ".join(f"{name} ({task.metric_name})" for name, task in REGISTRY.items())
-
-
-def best_metric(metrics: dict[str, float], name: str) -> float:
-    """The value of --metric-for-best NAME in an evaluation's metrics (higher is better)."""
-    return selection_score(metrics) if name == "overall" else metrics[name]
-
-
-def describe_best_metric(name: str, tasks: Sequence[str]) -> str:
-    """What --metric-for-best NAME is, for the summary: "overall" is the course's only with its three tasks."""
-    if name == "overall":
-        return ("overall (the course's overall score)" if set(tasks) == set(COURSE_TASKS)
-                else f"overall (the mean of {', '.join(tasks)} scores on [0, 1])")
-    return "mean (of sst, para and sts)" if name == "mean" else f"{name} ({REGISTRY[name].metric_name})"
-
-
-def check_best_metric(name: str, tasks: Sequence[str]) -> None:
-    """ValueError unless the trained tasks give --metric-for-best NAME."""
-    needed = COURSE_TASKS if name == "mean" else () if name == "overall" else (name,)
-    missing = [task for task in needed if task not in tasks]
-    if missing:
-        raise ValueError(f"--metric-for-best {name}: needs {', '.join(missing)} in --tasks ({','.join(tasks)})")
-
-
 def selection_score(metrics: dict[str, float]) -> float:
     """What picks the best checkpoint: the mean of the trained tasks' scores on [0, 1] (with the three course
     tasks, the course's overall score)."""

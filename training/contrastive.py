@@ -24,11 +24,12 @@ from models import SentenceEncoder, Tokenizer, from_pretrained
 from models.checkpoint import tensor_bytes, write_encoder_folder
 from models.shareable import without_local_paths, write_shareable_files
 from tasks import CONTRASTIVE_DATA
-from training.engine import Engine, Run
+from training.engine import Engine
 from training.grad_cache import grad_cache_backward
 from training.methods import METHODS, ContrastiveConfig
 from training.objectives import Objective, SentimentFusion
 from training.precision import Precision
+from training.run import Run
 
 log = logging.getLogger(__name__)
 

@@ -23,10 +23,11 @@ from model import MultitaskModel, build_model, check_head_flags
 from models import Tokenizer, from_pretrained
 from models.checkpoint import load_heads, write_encoder_folder
 from models.shareable import write_shareable_files
-from tasks import REGISTRY, best_metric, describe_best_metric, metric_names, summary
-from training.engine import Engine, Run
+from tasks import REGISTRY, metric_names, summary
+from training.engine import Engine
 from training.gradient_surgery import surgery_backward
-from training.multitask_config import MultitaskConfig
+from training.multitask_config import MultitaskConfig, best_metric, describe_best_metric
+from training.run import Run
 from training.schedules import numbered, plan_epoch
 from training.smart import Smart
 
@@ -49,6 +50,7 @@ class MultitaskRun(Run):
 
     def __init__(self, config: MultitaskConfig, engine: Engine):
         self.config, self.engine, self.lr, self.head_lr = config, engine, config.lr, config.head_lr
+        self.score_name, self.eval_every, self.patience = config.metric_for_best, config.eval_every, config.patience
         # torchrun: rank 0's machine alone has the output folders.
         distributed.on_main(lambda: check_writable(config.predictions_dir, "--predictions-dir"))
         # torchrun: rank 0 alone reads last/; the others start from --init or --model and receive its weights
