@@ -5,7 +5,7 @@ head it gets, its loss, how the head's raw outputs become soft outputs (what ens
 predictions (what the leaderboard gets), its metric, its leaderboard file, and how its predictions read in
 words. Heads, trainer, evaluation, predictions and ensembles ask the registry; none of them knows a task by name
 or kind. Reporting is the analysis's: each kind's dev errors, their report and their panel are in
-analysis/errors.py.
+analysis/errors.py, the axis of its training loss in analysis/curves.py.
 
     sst     SST-5 sentiment, 5 classes, accuracy                  (the course's first task)
     para    Quora paraphrase detection, 0/1, accuracy              (second)
@@ -158,7 +158,6 @@ class Task:
         raise NotImplementedError
 
     # ---- metric ----
-    loss_description = ""  # the training loss, for axis labels
     metric_name = "accuracy"
     # The task as one transformers AutoModelForSequenceClassification sees it (1 = regression); the baseline's.
     sequence_classifier_outputs = 2
@@ -184,7 +183,6 @@ class Task:
 class Classification(Task):
     """One sentence, one of len(class_names) classes; cross-entropy; accuracy."""
     class_names: tuple[str, ...] = ("negative", "positive")
-    loss_description = "cross-entropy (nats)"
 
     @property
     def num_classes(self) -> int:
@@ -239,7 +237,6 @@ class Paraphrase(Task):
     """A pair, paraphrase or not; one logit, binary cross-entropy; accuracy at P = 0.5."""
     pair: bool = True
     label_dtype = torch.float
-    loss_description = "binary cross-entropy (nats)"
 
     def records(self, path, labeled, report):
         return pair_records(path, labeled, report, *QUORA)
@@ -287,7 +284,6 @@ class Similarity(Task):
     pair: bool = True
     label_dtype = torch.float
     metric_name = "pearson"
-    loss_description = "squared error of the 0-5 score"
     sequence_classifier_outputs = 1
 
     def records(self, path, labeled, report):
