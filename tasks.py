@@ -5,7 +5,7 @@ head it gets, its loss, how the head's raw outputs become soft outputs (what ens
 predictions (what the leaderboard gets), its metric, its leaderboard file, and how its predictions read in
 words. Heads, trainer, evaluation, predictions and ensembles ask the registry; none of them knows a task by name
 or kind. Reporting is the analysis's: each kind's dev errors, their report and their panel are in
-analysis/errors.py.
+analysis/errors.py, the axis of its training loss in analysis/curves.py.
 
     sst     SST-5 sentiment, 5 classes, accuracy                  (the course's first task)
     para    Quora paraphrase detection, 0/1, accuracy              (second)
@@ -158,7 +158,6 @@ class Task:
         raise NotImplementedError
 
     # ---- metric ----
-    loss_description = ""  # the training loss, for axis labels
     metric_name = "accuracy"
     # The task as one transformers AutoModelForSequenceClassification sees it (1 = regression); the baseline's.
     sequence_classifier_outputs = 2
@@ -184,7 +183,6 @@ class Task:
 class Classification(Task):
     """One sentence, one of len(class_names) classes; cross-entropy; accuracy."""
     class_names: tuple[str, ...] = ("negative", "positive")
-    loss_description = "cross-entropy (nats)"
 
     @property
     def num_classes(self) -> int:
@@ -239,7 +237,6 @@ class Paraphrase(Task):
     """A pair, paraphrase or not; one logit, binary cross-entropy; accuracy at P = 0.5."""
     pair: bool = True
     label_dtype = torch.float
-    loss_description = "binary cross-entropy (nats)"
 
     def records(self, path, labeled, report):
         return pair_records(path, labeled, report, *QUORA)
@@ -287,7 +284,6 @@ class Similarity(Task):
     pair: bool = True
     label_dtype = torch.float
     metric_name = "pearson"
-    loss_description = "squared error of the 0-5 score"
     sequence_classifier_outputs = 1
 
     def records(self, path, labeled, report):
@@ -427,32 +423,6 @@ def summary(metrics: dict[str, float]) -> dict[str, float]:
         values = [metrics[name] for name in COURSE_TASKS]
         metrics = {**metrics, "overall": overall_score(*values), "mean": mean_score(*values)}
     return metrics
-
-
-# What --metric-for-best may name: the selection score (overall), the plain mean, or one task's metric.
-BEST_METRICS = ("overall", "mean") + TASK_NAMES
-TASK_METRICS_HELP = ", ".join(f"{name} ({task.metric_name})" for name, task in REGISTRY.items())
-
-
-def best_metric(metrics: dict[str, float], name: str) -> float:
-    """The value of --metric-for-best NAME in an evaluation's metrics (higher is better)."""
-    return selection_score(metrics) if name == "overall" else metrics[name]
-
-
-def describe_best_metric(name: str, tasks: Sequence[str]) -> str:
-    """What --metric-for-best NAME is, for the summary: "overall" is the course's only with its three tasks."""
-    if name == "overall":
-        return ("overall (the course's overall score)" if set(tasks) == set(COURSE_TASKS)
-                else f"overall (the mean of {', '.join(tasks)} scores on [0, 1])")
-    return "mean (of sst, para and sts)" if name == "mean" else f"{name} ({REGISTRY[name].metric_name})"
-
-
-def check_best_metric(name: str, tasks: Sequence[str]) -> None:
-    """ValueError unless the trained tasks give --metric-for-best NAME."""
-    needed = COURSE_TASKS if name == "mean" else () if name == "overall" else (name,)
-    missing = [task for task in needed if task not in tasks]
-    if missing:
-        raise ValueError(f"--metric-for-best {name}: needs {', '.join(missing)} in --tasks ({','.join(tasks)})")
 
 
 def selection_score(metrics: dict[str, float]) -> float:

@@ -15,10 +15,13 @@ from common.cli import flag
 from common.errors import DataError
 from common.run_folder import RunFolder
 from common.tables import markdown_table
-from tasks import REGISTRY
+from tasks import REGISTRY, Classification, Paraphrase, Similarity
 
 log = logging.getLogger(__name__)
 METRIC_AXES = {"accuracy": "accuracy (fraction of dev examples)", "pearson": "Pearson r of predicted and gold scores"}
+# Each kind of task's training loss (its Task.loss), for the axis; a new kind of task (tasks.py) adds its own.
+LOSS_AXES = {Classification: "cross-entropy (nats)", Paraphrase: "binary cross-entropy (nats)",
+             Similarity: "squared error of the 0-5 score"}
 # metric -> (title, y axis, table header): each task's own, then the course's two scores (tasks.summary)
 DEV_METRICS = {
     **{name: (f"Dev {task.title} {task.metric_name}", METRIC_AXES[task.metric_name],
@@ -150,7 +153,7 @@ def build(config: CurvesConfig) -> Report:
         series = {loss_label(name, curves, task): curves.train_loss.get(task, []) for name, curves in runs.items()}
         if any(series.values()):
             pictures[f"curves-train-loss-{task}.png"] = draw_curve(
-                series, ylabel=f"training loss: {spec.loss_description}", title=f"{spec.title} training loss")
+                series, ylabel=f"training loss: {LOSS_AXES[type(spec)]}", title=f"{spec.title} training loss")
     for metric, (title, ylabel, _) in DEV_METRICS.items():
         series = {f"{name} ({counted(len(curves.dev.get(metric, [])), 'evaluation')})": curves.dev.get(metric, [])
                   for name, curves in runs.items()}

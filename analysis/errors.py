@@ -1,7 +1,7 @@
 """errors: a finished multi-task run's dev errors, each task's as its kind calls for (task_errors, error_report,
 error_panel: a classification's confusion matrix, a paraphrase task's false positives and negatives, a similarity
 task's predictions against gold), and whether errors fall on the sentences the tasks share. A new kind of task
-(tasks.py) registers its three here."""
+(tasks.py) registers its three here (and the axis of its training loss in analysis/curves.py)."""
 import functools
 import textwrap
 from collections.abc import Callable

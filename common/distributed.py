@@ -6,11 +6,11 @@ process with the whole batch:
     start      each process joins the group first (setup), and asks its rank only after; rank 0's starting weights
                are broadcast, then each process draws its own random stream (dropout, augmentations) from the seed
                and its rank (start_replicas); a world of one keeps the seed's own stream
-    each step  a process's loss weighs its share of the step's rows (loss_weight), so that the gradients averaged
-               over the processes are the gradients of the mean loss over all the rows; a process without rows
-               computes a stand-in row whose loss counts zero (rows_to_compute): every process then runs the same
-               forward and backward passes, has gradients (zeros, for it) for the same parameters, and meets the
-               others in the same collectives
+    each step  a process's loss weighs its share of the step's rows, so that the gradients averaged over the
+               processes are the gradients of the mean loss over all the rows; a process without rows computes a
+               stand-in row whose loss counts zero (data.batching.Share): every process then runs the same forward
+               and backward passes, has gradients (zeros, for it) for the same parameters, and meets the others
+               in the same collectives
     gradients  averaged by GradientSync: while the plain backward pass runs, in buckets sent as their gradients
                are ready (communication overlaps the pass, as in torch's DistributedDataParallel); after other
                passes (PCGrad's Jacobians, gradient caching's replays) in one all_reduce of a flat buffer
@@ -343,23 +343,7 @@ def start_replicas(modules, seed: int) -> None:
     seed_everything(derived_seed(seed, rank()))
 
 
-# ---- a step's rows ----
-
-def loss_weight(rows: int, step_rows: int) -> float:
-    """The factor of the mean loss over this process's `rows` of a step's `step_rows` (all processes' together):
-    the gradients averaged over the processes are then those of the mean loss over all the step's rows, however
-    unevenly they are shared out. 1 in a single process with the whole batch; 0 for a process with none."""
-    return world_size() * rows / step_rows
-
-
-def rows_to_compute(piece: list, rows: list) -> list | None:
-    """The rows this process computes for its `piece` of a batch's `rows`: the piece; or, where it is empty under
-    torchrun, the batch's first row as a stand-in, whose loss the caller weighs zero (loss_weight(0, ...)), so that
-    this process runs the same passes as the others. None in a single process: it skips an empty piece."""
-    if piece:
-        return piece
-    return rows[:1] if world_size() > 1 else None
-
+# ---- the logged sums ----
 
 @_collective()
 def sum_over_processes(values: list) -> list[float]:
@@ -378,9 +362,9 @@ def sum_over_processes(values: list) -> list[float]:
 def average_gradients(parameters) -> None:
     """Replace every gradient by its mean over the processes, in one all_reduce of a flat buffer.
 
-    Only parameters that have a gradient take part: every process runs the same passes (rows_to_compute), so
-    they have gradients for the same parameters; a parameter without one stays without, and the optimizer
-    leaves it alone as in a single-process run.
+    Only parameters that have a gradient take part: every process runs the same passes (on a stand-in row where
+    it has none), so they have gradients for the same parameters; a parameter without one stays without, and the
+    optimizer leaves it alone as in a single-process run.
     """
     world = world_size()
     if world == 1:

@@ -1,9 +1,11 @@
 """Which rows go into which batch: length-grouped for training, length-sorted for evaluation, by a number of rows
-or by a budget of real tokens, shared out between processes and accumulation steps.
+or by a budget of real tokens, shared out between processes and accumulation steps (Share: a part's rows, and
+the weight of their loss).
 
 Every function returns lists of row indices into the caller's examples; the caller puts each batch's outputs
 back at its rows (outputs[rows] = ...), so predictions come out in the examples' own order."""
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -92,6 +94,30 @@ def split_evenly(rows: list[int], parts: int) -> list[list[int]]:
         pieces.append(rows[start:end])
         start = end
     return pieces
+
+
+@dataclass(frozen=True)
+class Share:
+    """One process's part of a step's batch in one accumulation step: part `index` of `parts` (process r takes
+    parts r * --grad-accum ... (r + 1) * --grad-accum - 1, one an accumulation step), `world` processes in all.
+    Share() is the whole batch in a single process."""
+    index: int = 0
+    parts: int = 1
+    world: int = 1
+
+    def of(self, rows: list[int]) -> tuple[list[int], float]:
+        """The rows this part computes of a step's `rows`, and the weight of their mean loss: the part's share of
+        the step's rows, times the processes (whose gradients are averaged). Each part's mean loss times its weight
+        makes the step's gradient that of the mean loss over all its rows, as one process with the whole batch
+        gives, however unevenly they are shared out.
+
+        A part without rows computes, under torchrun, the step's first row as a stand-in, weighed 0: every process
+        then runs the same forward and backward passes, has gradients (zeros, for it) for the same parameters, and
+        meets the others in the same collectives. In a single process it computes nothing ([], 0)."""
+        piece = split_evenly(rows, self.parts)[self.index]
+        if piece:
+            return piece, len(piece) * self.world / len(rows)
+        return (rows[:1] if self.world > 1 else []), 0.0
 
 
 def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:

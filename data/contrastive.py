@@ -22,7 +22,7 @@ import torch
 
 from common.errors import DataError
 from common.seeding import derived_seed
-from data.batching import length_grouped_batches, split_evenly, to_device
+from data.batching import Share, length_grouped_batches, to_device
 from data.readers import read_lines, read_nli, sample_records
 from models.tokenizer import Encoded, Tokenizer, collate
 
@@ -281,31 +281,26 @@ class ContrastiveData:
 class PlannedBatch:
     source: str  # the set it comes from: nli, quora, sst, ...
     rows: int  # the step's rows, all processes' together
-    # (pad_id, rank, world) -> this process's part of the batch; built when trained on, so a plan costs little memory
-    make: Callable[[int, int, int], Batch]
+    # (pad_id, share) -> the share's batch and its loss's weight; built when trained on, so a plan costs little memory
+    make: Callable[[int, Share], tuple[Batch, float]]
 
-    def build(self, pad_id: int, rank: int = 0, world: int = 1) -> Batch:
-        """This process's part of the batch; it may have no rows (the last batch of an epoch, under torchrun)."""
-        return self.make(pad_id, rank, world)
-
-    def stand_in(self, pad_id: int) -> Batch:
-        """The batch's first row: what a process without rows computes, its loss weighed zero, where its loss is
-        its own rows' (common.distributed.rows_to_compute)."""
-        return self.build(pad_id).head(1)
+    def build(self, pad_id: int, share: Share = Share()) -> tuple[Batch, float]:
+        """The batch that `share` computes and the weight of its mean loss (Share.of): its part of the rows, or
+        where it has none (the last batch of an epoch, under torchrun) the stand-in row, weighed 0."""
+        return self.make(pad_id, share)
 
 
-def _share_of_rows(dataset: Dataset, rows: list[int], pad_id: int, rank: int, world: int) -> Batch:
-    """This process's share of a planned batch (all of it in a single process). A process without rows gets a
-    batch of none, shaped as the others': it still embeds it, to take part in gathering the batch's embeddings."""
-    share = split_evenly(rows, world)[rank]
-    return dataset.batch(share, pad_id) if share else dataset.batch(rows[:1], pad_id).head(0)
+def _share_of_rows(dataset: Dataset, rows: list[int], pad_id: int, share: Share) -> tuple[Batch, float]:
+    computed, weight = share.of(rows)
+    return dataset.batch(computed, pad_id), weight
 
 
 def _own_tension_batch(dataset: SentenceSet, batch_size: int, negatives_per_positive: int, seed_words: tuple,
-                       pad_id: int, rank: int, world: int) -> PairBatch:
-    # Drawn when built, from a seed of its own; under torchrun each process draws its own batch.
-    seed = derived_seed(*seed_words) if world == 1 else derived_seed(*seed_words, rank)
-    return dataset.tension_batch(batch_size, negatives_per_positive, seed, pad_id)
+                       pad_id: int, share: Share) -> tuple[PairBatch, float]:
+    # Drawn when built, from a seed of its own; under torchrun each process draws a whole batch of its own, whose
+    # mean loss weighs as one process's (the processes' gradients are averaged).
+    seed = derived_seed(*seed_words) if share.parts == 1 else derived_seed(*seed_words, share.index)
+    return dataset.tension_batch(batch_size, negatives_per_positive, seed, pad_id), 1.0
 
 
 def plan_epoch(datasets: list[Dataset], batch_size: int, seed: int, epoch: int) -> list[PlannedBatch]:

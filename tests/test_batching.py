@@ -1,12 +1,12 @@
 """Batches by a budget of real tokens: every example once, none over budget, length-grouped, seeded, and the
-examples' own order restorable."""
+examples' own order restorable; a step's batch shared out, each part's loss weighed by its rows."""
 import random
 
 import pytest
 import torch
 
 from common.errors import FlagError
-from data.batching import (_fill, check_token_budget, length_grouped_batches, sorted_batches,
+from data.batching import (Share, _fill, check_token_budget, length_grouped_batches, sorted_batches,
                            sorted_token_budget_batches, token_budget_batches)
 
 BUDGET = 256
@@ -95,3 +95,14 @@ def test_batches_by_count_keep_their_shape():
     batches = length_grouped_batches(lengths, 10, torch.Generator().manual_seed(0))
     assert sorted(map(len, batches)) == [3] + [10] * 10
     assert [len(rows) for rows in sorted_batches(lengths, 10)] == [10] * 10 + [3]
+
+
+def test_each_part_of_a_step_weighs_its_rows_and_a_part_without_rows_computes_a_stand_in_weighed_0():
+    rows = [10, 11, 12]
+    # 2 processes x 2 accumulation parts: a row each for the first three parts, none for the last.
+    parts = [Share(index, parts=4, world=2).of(rows) for index in range(4)]
+    assert parts == [([10], 2 / 3), ([11], 2 / 3), ([12], 2 / 3), ([10], 0.0)]
+    # The processes' gradients are averaged: the weights sum to the processes, as one process's whole batch weighs 1.
+    assert sum(weight for _, weight in parts) == pytest.approx(2)
+    assert Share().of(rows) == (rows, 1.0)
+    assert Share(1, parts=2).of([10]) == ([], 0.0)  # a single process computes nothing for a part without rows

@@ -21,15 +21,22 @@ def whole_epoch(datasets, batch_size=100, epoch=0):
     return plan_epoch(datasets, batch_size, seed=1, epoch=epoch)
 
 
+def built(planned, tokenizer):
+    """A planned batch, whole, as a single process builds it: its loss weighs 1."""
+    batch, weight = planned.build(tokenizer.pad_id)
+    assert weight == 1.0
+    return batch
+
+
 def first_batch(datasets, tokenizer):
     """All of a small set in one batch."""
-    return whole_epoch(datasets)[0].build(tokenizer.pad_id)
+    return built(whole_epoch(datasets)[0], tokenizer)
 
 
 def test_nli_gives_triplets_in_the_files_rows(contrastive_data, tokenizer):
     datasets = CONTRASTIVE_DATA.load("nli", contrastive_data, tokenizer, max_length=32)
     assert [type(d) for d in datasets] == [TripletSet]
-    batch = whole_epoch(datasets)[0].build(tokenizer.pad_id)
+    batch = first_batch(datasets, tokenizer)
     assert isinstance(batch, TripletBatch)
     triplets = {(r["sent0"], r["sent1"], r["hard_neg"]) for r in rows_of(contrastive_data / "nli_for_simcse.csv", ",")}
     got = {tuple(decode(tokenizer, inputs, i) for inputs in (batch.anchor, batch.positive, batch.negative))
@@ -73,9 +80,9 @@ def test_all3_visits_quora_then_sst_then_sts_in_every_epoch(contrastive_data, to
         plan = plan_epoch(datasets, batch_size=8, seed=1, epoch=epoch)
         expected = [name for name in ("quora", "sst", "sts") for _ in range(math.ceil(sizes[name] / 8))]
         assert [p.source for p in plan] == expected
-        kinds = {p.source: type(p.build(tokenizer.pad_id)) for p in plan}
+        kinds = {p.source: type(built(p, tokenizer)) for p in plan}
         assert kinds == {"quora": PairBatch, "sst": SentenceBatch, "sts": SentenceBatch}
-    first, second = (plan_epoch(datasets, 8, seed=1, epoch=e)[0].build(tokenizer.pad_id) for e in (0, 1))
+    first, second = (built(plan_epoch(datasets, 8, seed=1, epoch=e)[0], tokenizer) for e in (0, 1))
     assert not torch.equal(first.first["input_ids"], second.first["input_ids"])  # reshuffled every epoch
 
 
@@ -98,7 +105,7 @@ def test_sentence_methods_take_the_distinct_sentences_of_pairs_and_ct_builds_its
     assert sorted(sentences.texts) == sorted({s for row in nli.texts for s in row})
     plan = plan_tension_epoch([sentences], batch_size=16, negatives_per_positive=7, seed=0, epoch=0)
     assert len(plan) == math.ceil(len(sentences) / 2)  # 2 anchors a batch: every sentence an anchor once on average
-    batch = plan[0].build(tokenizer.pad_id)
+    batch = built(plan[0], tokenizer)
     assert isinstance(batch, PairBatch) and batch.labels.tolist() == ([1.0] + [0.0] * 7) * 2
     for group in (0, 8):
         anchor = decode(tokenizer, batch.first, group)

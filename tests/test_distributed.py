@@ -151,7 +151,7 @@ def train_steps(model, rank: int, sync=None) -> dict:
         mine = step_batch(step)[start:start + ROWS[rank]]
         passes = (mine[:(len(mine) + 1) // 2], mine[(len(mine) + 1) // 2:])
         for index, ids in enumerate(passes):
-            loss = distributed.loss_weight(len(ids), sum(ROWS)) * mean_loss(model, ids)
+            loss = WORLD * len(ids) / sum(ROWS) * mean_loss(model, ids)  # weighed as data.batching.Share does
             sync.backward(loss, overlap=index == 1) if sync else loss.backward()
         sync.average() if sync else distributed.average_gradients(list(model.parameters()))
         first = first or {name: p.grad.clone() if p.grad is not None else None for name, p in model.named_parameters()}

@@ -13,7 +13,7 @@ import torch
 
 import multitask_classifier
 from tests.conftest import assert_same_weights, checkpoint_weights, multitask_argv
-from training.engine import linear_warmup_decay
+from training.run import linear_warmup_decay
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -3,7 +3,6 @@
 import json
 import logging
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -16,21 +15,19 @@ from common.errors import UsageError
 from common.files import read_json
 from tests.conftest import assert_same_weights, checkpoint_weights, multitask_argv
 from training import multitask
-from training.engine import Engine, EvaluationConfig, Run, TrainingConfig
+from training.config import TrainingConfig
+from training.engine import Engine
+from training.run import Run
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-@dataclass
-class FakeConfig(EvaluationConfig, TrainingConfig):
-    pass
-
-
 class ScriptedRun(Run):
     """Two steps an epoch, ten epochs; each evaluation's dev score comes from `scores`, in turn."""
+    score_name = "x"
 
-    def __init__(self, scores):
-        self.lr, self.scores, self.evaluated, self.saved = 0.1, list(scores), 0, []
+    def __init__(self, scores, patience=0):
+        self.lr, self.scores, self.evaluated, self.saved, self.patience = 0.1, list(scores), 0, [], patience
         self.weight = torch.nn.Parameter(torch.ones(1))
 
     def parameters(self):
@@ -57,9 +54,9 @@ class ScriptedRun(Run):
             self.saved.append(record["step"])
 
 
-def fit(tmp_path, scores, **flags):
-    engine = Engine(FakeConfig(output_dir=str(tmp_path / "run"), device="cpu", **flags))
-    run = ScriptedRun(scores)
+def fit(tmp_path, scores, patience=0, **flags):
+    engine = Engine(TrainingConfig(output_dir=str(tmp_path / "run"), device="cpu", **flags))
+    run = ScriptedRun(scores, patience)
     run.engine = engine
     engine.fit(run)
     return engine, run
@@ -74,7 +71,7 @@ def test_patience_stops_after_that_many_evaluations_without_a_better_score(tmp_p
     assert run.evaluated == 6 and engine.step == 12
     assert run.saved == [2, 4, 8]  # best/ replaced at evaluations 1, 2 and 4 (2 steps an epoch)
     assert (tmp_path / "run/best/step").read_text() == "8"
-    assert f"new best: overall 0.7000 at step 8, saved to {tmp_path / 'run' / 'best'}" in caplog.text
+    assert f"new best: x 0.7000 at step 8, saved to {tmp_path / 'run' / 'best'}" in caplog.text
     assert "early stop at step 12" in caplog.text
     # --patience 0: every evaluation runs.
     engine, run = fit(tmp_path / "off", scores, patience=0)
@@ -83,12 +80,12 @@ def test_patience_stops_after_that_many_evaluations_without_a_better_score(tmp_p
 
 def test_resume_of_a_run_stopped_early_says_it_finished_and_trains_no_more(tmp_path, capsys):
     scores = [0.5, 0.6, 0.55, 0.7, 0.69, 0.7, 0.1, 0.9, 0.95, 0.99]  # stops after evaluation 6 (step 12)
-    with Engine(FakeConfig(output_dir=str(tmp_path / "run"), device="cpu", patience=2)) as engine:
-        run = ScriptedRun(scores)
+    with Engine(TrainingConfig(output_dir=str(tmp_path / "run"), device="cpu")) as engine:
+        run = ScriptedRun(scores, patience=2)
         run.engine = engine
         engine.fit(run)
     log = (tmp_path / "run/metrics.jsonl").read_bytes()
-    with Engine(FakeConfig(output_dir=str(tmp_path / "run"), device="cpu", patience=2, resume=True)) as engine:
+    with Engine(TrainingConfig(output_dir=str(tmp_path / "run"), device="cpu", resume=True)) as engine:
         assert engine.finished == {"step": 12, "stopped_early": True}
         assert engine.resume_state is None  # what a command fits: nothing
     assert capsys.readouterr().out.strip() == (f"--resume: the run in {tmp_path / 'run'} finished at step 12 "
@@ -114,7 +111,7 @@ def attempt(tmp_path, monkeypatch, job: str, restart: int, run: ScriptedRun) -> 
     the job in the run config, as the commands do, then the run trains."""
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", job)
     monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", str(restart))
-    with Engine(FakeConfig(output_dir=str(tmp_path / "run"), device="cpu", save_every=2)) as engine:
+    with Engine(TrainingConfig(output_dir=str(tmp_path / "run"), device="cpu", save_every=2)) as engine:
         engine.describe_run([])
         run.engine = engine
         engine.fit(run)

@@ -18,18 +18,19 @@ from common.errors import DataError
 from common.files import atomic_files, without_local_paths, write_json
 from common.run_folder import shareable_config
 from common.tables import markdown_table
-from data.batching import split_rows
+from data.batching import Share, split_rows
 from data.contrastive import Dataset, SentenceBatch, SentenceSet, as_sentences
 from evaluation.sts_benchmark import TABLE_COLUMNS, sts_benchmark
 from models import SentenceEncoder, Tokenizer, from_pretrained
 from models.checkpoint import tensor_bytes, write_encoder_folder
 from models.shareable import write_shareable_files
 from tasks import CONTRASTIVE_DATA
-from training.engine import Engine, Run, Share
+from training.engine import Engine
 from training.grad_cache import grad_cache_backward
 from training.methods import METHODS, ContrastiveConfig
 from training.objectives import Objective, SentimentFusion
 from training.precision import Precision
+from training.run import Run
 
 log = logging.getLogger(__name__)
 
@@ -207,26 +208,23 @@ class StageRun(Run):
     def step(self, planned, share: Share):
         engine, fusion, objective = self.pretraining.engine, self.pretraining.fusion, self.stage.objective
         pad_id = self.pretraining.tokenizer.pad_id
-        batch = planned.build(pad_id, share.index, share.parts).to(engine.device)
-        if share.world == 1:  # a single process: its losses as they are
-            own_rows, own_weight, reported = batch, 1.0, 1.0
-        else:
-            # torchrun: a loss of this process's rows alone weighs their share of the step's (loss_weight); a
-            # process without rows computes a stand-in row, weighed 0. A loss over every process's gathered rows is
-            # the whole batch's already, and a process without rows takes part with its empty batch.
-            own_rows = batch if len(batch) else planned.stand_in(pad_id).to(engine.device)
-            own_weight = distributed.loss_weight(len(batch), planned.rows)
-            reported = len(batch) / planned.rows  # this process's part of the step's loss (they sum to it)
+        # A loss of this process's rows alone weighs their share of the step's (1 in a single process); a process
+        # without rows (torchrun) computes a stand-in row, weighed 0. A loss over every process's gathered rows is
+        # the whole batch's already: a process without rows takes part with none (the stand-in cut to 0 rows).
+        batch, weight = planned.build(pad_id, share)
+        batch = batch.to(engine.device)
+        own_rows = batch if weight else batch.head(0)
         if fusion and isinstance(batch, SentenceBatch) and batch.labels is not None:
             # Fusion: the sentiment step first, an update of its own, then the contrastive step on the same batch.
-            backward(fusion, own_rows, engine.precision, weight=own_weight, plain_backward=engine.backward)
+            backward(fusion, batch, engine.precision, weight=weight, plain_backward=engine.backward)
             engine.update(advance_schedule=False)
             self.fusion_updates += 1
         if objective.gathers_batch:
-            loss = backward(objective, batch, engine.precision, self.chunk, plain_backward=engine.backward)
+            loss = backward(objective, own_rows, engine.precision, self.chunk, plain_backward=engine.backward)
         else:
-            loss = backward(objective, own_rows, engine.precision, self.chunk, own_weight, engine.backward)
-        return {"loss": loss if reported == 1.0 else loss * reported}, len(batch)
+            loss = backward(objective, batch, engine.precision, self.chunk, weight, engine.backward)
+        reported = weight / share.world  # this process's part of the step's loss (they sum to it)
+        return {"loss": loss if reported == 1.0 else loss * reported}, len(own_rows)
 
     def state_dict(self) -> dict:
         return {"stage": self.index, "results": self.pretraining.results,

@@ -1,264 +1,58 @@
 """The one training loop that multi-task fine-tuning and contrastive pretraining share: Engine.fit(run).
 
-A run says what it trains and what a step is; the engine says when things happen. A run (class Run) gives
-    parameters()            what it trains, in its modules' order (and parameter_groups() for AdamW, if it has
-                            several learning rates)
-    plan()                  its epochs, each a list of items: one optimizer step an item
-    step(item, share)       the forward passes of one share of the item's batch, and engine.backward(loss)
-and may give evaluate() and score() (dev metrics, and the number that picks best/), save() (its files of a
-checkpoint folder), after_update() (what follows each optimizer step), state_dict() / load_state_dict() (what
-else --resume needs) and finish() (the end of the run, and its result). The engine owns the rest:
+A run (training/run.py) says what it trains and what a step is; the engine says when things happen, and owns the
+rest, from the flags every trainer has (training/config.py):
 
     device and precision      --device, --precision (bf16/fp16 autocast on GPUs, fp32 on CPU)
     seeding                   --seed; each process's random state is saved with every checkpoint
     schedule                  linear warm-up over --warmup of the steps, then linear decay to 0 (or the run's own)
     accumulation              each step's batch is shared out between the processes and --grad-accum parts
-                              (Share); every process averages its gradients with the others', clips, steps AdamW
-    evaluation                a run with evaluate(): at the end of each epoch and every --eval-every steps; a
-                              better score saves OUTPUT_DIR/best/
+                              (data.batching.Share); every process averages its gradients with the others', clips,
+                              steps AdamW
+    evaluation                a run with evaluate(): at the end of each epoch and every run.eval_every steps; a
+                              better score saves OUTPUT_DIR/best/; run.patience evaluations without one stop the run
     checkpoints and resume    OUTPUT_DIR/last/ (atomic) after each evaluation and every --save-every steps;
-                              --resume continues from it with the same flags, to the same final weights
+                              --resume continues from it with the run's own flags, to the same final weights, and
+                              so does a torchrun attempt after a restart (training/resume.py)
     metrics                   OUTPUT_DIR/metrics.jsonl: a "train" line every --log-every steps (each loss's
-                              mean, the learning rate, examples a second), an "eval" line per evaluation (with
-                              the wall seconds spent training so far and on this evaluation), a "finish" line
-                              (a scored run: the seconds of run.finish(), the test predictions); the same scalars in
-                              TensorBoard with --tensorboard DIR
+                              mean, training/loss_tracker.py; the learning rate, examples a second), an "eval" line
+                              per evaluation (with the wall seconds spent training so far and on this evaluation),
+                              a "finish" line (a scored run: the seconds of run.finish(), the test predictions); the
+                              same scalars in TensorBoard with --tensorboard DIR (training/tensorboard.py)
     progress                  a start line (steps, epochs, device, precision, the run's data); a progress bar on
                               a terminal, else a line every 30 s (common/progress.py) and one every --log-every
     several processes         torchrun --nproc_per_node N ...: rank 0 evaluates and writes, every rank trains
 """
-import dataclasses
 import itertools
 import logging
 import math
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import torch
 
 from common import distributed
-from common.cli import AT_LEAST_0, AT_LEAST_1, FRACTION, POSITIVE, SEED, Range, check_ranges, flag, resolve_device
+from common.cli import resolve_device
 from common.errors import CheckpointError, UsageError, UserError
-from common.files import check_writable, load_or_fail
+from common.files import check_writable
 from common.progress import Progress, on_terminal
-from common.provenance import check_data_unchanged, provenance
-from common.run_folder import LAST, METRICS, RUN_CONFIG, STATE, RunFolder
+from common.provenance import provenance
+from common.run_folder import STATE, RunFolder
 from common.seeding import rng_state, seed_everything, set_rng_state
-from data.batching import split_evenly
+from data.batching import Share
 from models import AdamW
-from models.bert import ATTENTION, resolve_attention
+from models.bert import resolve_attention
 from models.checkpoint import tensor_bytes
 from models.compile import check_can_compile, compile_encoder
-from tasks import BEST_METRICS, TASK_METRICS_HELP
-from training.precision import PRECISIONS, Precision
+from training.config import TrainingConfig
+from training.loss_tracker import LossTracker
+from training.precision import Precision
+from training.resume import check_resumable, flags_after_restart, load_training_state, with_values
+from training.run import Run
+from training.tensorboard import write_hparams, write_scalars
 
 log = logging.getLogger(__name__)
-# A pair cross-encoded as [CLS] s1 [SEP] s2 [SEP] needs room for its three special tokens and some of each sentence.
-MIN_LENGTH = Range(8)
-
-
-@dataclass
-class TrainingConfig:
-    """The flags every trainer has. A command's config extends it (and may change a default)."""
-    model: str = flag("bert-base-uncased", "starting weights: hub id, checkpoint folder, or all-MiniLM-L6-v2")
-    epochs: int = flag(3, "training epochs", range=AT_LEAST_1)
-    batch_size: int = flag(32, "examples per batch (per task, per process)", range=AT_LEAST_1)
-    grad_accum: int = flag(1, "gradient accumulation: add up the gradients of this many batches before each "
-                              "optimizer step (the same step as a batch this many times larger)", range=AT_LEAST_1)
-    lr: float = flag(2e-5, "peak learning rate of the encoder", range=POSITIVE)
-    weight_decay: float = flag(0.01, "AdamW decoupled weight decay (not on biases and LayerNorm)", range=AT_LEAST_0)
-    warmup: float = flag(0.1, "fraction of steps of linear warm-up, before linear decay to 0", range=FRACTION)
-    max_grad_norm: float = flag(1.0, "gradient clipping norm (0 = off)", range=AT_LEAST_0)
-    max_length: int = flag(128, "tokens per input; longer ones are truncated (and counted)", range=MIN_LENGTH)
-    seed: int = flag(11711, "random seed; the same seed gives the same run", range=SEED)
-    output_dir: str = flag("runs/multitask", f"checkpoints and {METRICS} go here")
-    resume: bool = flag(False, "continue the interrupted run in --output-dir from its last checkpoint")
-    overwrite: bool = flag(False, "start a new run in an --output-dir that holds one, replacing the files this "
-                                  "command writes there (nothing else in it is touched)")
-    allow_changed_data: bool = flag(False, "--resume although a data file changed since the run started")
-    save_every: int = flag(0, "also save the resumable checkpoint OUTPUT_DIR/last/ every N steps (0 = only when "
-                              "the command saves anyway)", range=AT_LEAST_0)
-    log_every: int = flag(50, f"write each task's mean training loss and the learning rate to {METRICS} "
-                              "every N steps", range=AT_LEAST_0)
-    max_steps: int = flag(0, "stop after this many optimizer steps (a contrastive run: each stage); the learning-rate "
-                             "schedule spans them (0 = run all epochs)", range=AT_LEAST_0)
-    tensorboard: str = flag("", "also write losses, learning rates, throughput, dev metrics and the run's flags "
-                                "(hparams) to this TensorBoard folder")
-    quiet: bool = flag(False, "print only warnings, errors and the summary at the end (no progress, no log lines)")
-    device: str = flag("auto", "cpu, cuda, cuda:1, ... (auto: cuda when present; under torchrun each process "
-                               "takes its own GPU)")
-    precision: str = flag("auto", "auto: bf16 (or fp16) autocast on GPUs, fp32 on CPU; tf32: fp32 with TF32 matrix "
-                                  "products on a GPU", choices=PRECISIONS)
-    attention: str = flag("auto", "how the encoder runs a padded batch: padded, every sentence padded to the "
-                                  "batch's longest, with an additive mask; packed, only the real tokens through "
-                                  "every layer but attention, which runs padded; unpadded, only the real tokens, "
-                                  "attention too (nested jagged tensors); auto: packed on a CPU, padded on a GPU "
-                                  "(a batch without padding passes no mask either way)",
-                          choices=ATTENTION)
-    compile: bool = flag(False, "torch.compile the encoder's layers (dynamic shapes: compiled once, at the first "
-                                "step)")
-    dist_timeout: float = flag(1800.0, "torchrun: seconds a process waits for the others at a collective before "
-                                       "the run fails. They wait while rank 0 evaluates and saves: for bert-base, "
-                                       "seconds on a GPU; on one CPU thread about 8 minutes (the dev sets), 10 (the "
-                                       "test predictions), 15 (--eval's STS benchmark)", range=POSITIVE)
-
-    # What --resume may change without changing the run; --output-dir among them: a run folder moved or copied
-    # resumes where it now is.
-    RUNTIME_FIELDS = ("resume", "overwrite", "allow_changed_data", "device", "save_every", "log_every", "tensorboard",
-                      "quiet", "dist_timeout", "output_dir")
-    # What belongs to one command, not to its run: --resume never takes these from the run's flags.
-    COMMAND_FIELDS = ("resume", "overwrite", "allow_changed_data", "device", "quiet", "dist_timeout", "output_dir")
-    # What a run writes in --output-dir (a command adds its own): --overwrite removes these, and nothing else.
-    OUTPUTS = (LAST, METRICS)
-    # Flags that name what the run reads: --resume compares where they point, not how they are spelled, and
-    # --overwrite refuses to remove them.
-    SOURCES = ("model",)
-
-    def __post_init__(self):
-        check_ranges(self)
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-
-@dataclass
-class EvaluationConfig:
-    """The flags of a command whose runs are scored on dev data as they train (Run.evaluate)."""
-    eval_every: int = flag(0, "also evaluate (and save) every N steps (0 = after each epoch only)", range=AT_LEAST_0)
-    metric_for_best: str = flag("overall", "the dev metric that picks best/: overall, the mean of the trained tasks' "
-                                           "scores on [0, 1] (with sst, para and sts the course's overall score); "
-                                           f"mean, the plain mean of sst, para and sts; or one task's metric: {TASK_METRICS_HELP}",
-                                choices=BEST_METRICS)
-    patience: int = flag(0, "stop after this many evaluations in a row without a better --metric-for-best "
-                            "(0 = never stop early)", range=AT_LEAST_0)
-
-
-def linear_warmup_decay(step: int, total_steps: int, warmup: float) -> float:
-    """Learning-rate multiplier: linear warm-up over the first `warmup` fraction of steps, then linear decay to 0."""
-    warmup_steps = int(warmup * total_steps)
-    if step < warmup_steps:
-        return (step + 1) / warmup_steps
-    return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
-
-
-class LossTracker:
-    """Each named loss summed on the device (no wait for the GPU in the step) over two windows: since the
-    last log line, and since the trainer last took its period's means (an epoch)."""
-
-    def __init__(self):
-        self.window, self.period = {}, {}  # name -> [sum, count]
-
-    def add(self, losses: dict[str, torch.Tensor]) -> None:
-        """losses: this process's parts of the step's losses (under torchrun they sum to them over the processes)."""
-        for name, loss in losses.items():
-            for store in (self.window, self.period):
-                total = store.setdefault(name, [0.0, 0])
-                total[0] = total[0] + loss.detach().double()
-                total[1] += 1
-
-    @staticmethod
-    def _means(store: dict, reset: bool) -> dict[str, float]:
-        # torchrun: the whole steps' losses, every process's part summed (a collective: every process calls this).
-        sums = distributed.sum_over_processes([total for total, _ in store.values()])
-        means = {name: total / count for (name, (_, count)), total in zip(store.items(), sums)}
-        if reset:
-            store.clear()
-        return means
-
-    def window_means(self, reset: bool = True) -> dict[str, float]:
-        return self._means(self.window, reset)
-
-    def period_means(self, reset: bool = True) -> dict[str, float]:
-        return self._means(self.period, reset)
-
-    def state_dict(self) -> dict:
-        """Both windows' sums over the whole steps (a collective: every process calls this): a resumed run's next
-        log line and epoch means are those of the run uninterrupted."""
-        state = {}
-        for key, store in (("window", self.window), ("period", self.period)):
-            sums = distributed.sum_over_processes([total for total, _ in store.values()])
-            state[key] = {name: [total, count] for (name, (_, count)), total in zip(store.items(), sums)}
-        return state
-
-    def load_state_dict(self, state: dict) -> None:
-        # torchrun: rank 0 holds the saved sums, the others start from 0, so that the sums over processes are them.
-        # A state saved before the log window was saved has none: the window starts empty.
-        self.window, self.period = ({name: [total if distributed.is_main() else 0.0, count]
-                                     for name, (total, count) in state.get(key, {}).items()}
-                                    for key in ("window", "period"))
-
-
-@dataclass(frozen=True)
-class Share:
-    """One process's part of a step's batch in one accumulation step: part `index` of `parts` (process r takes
-    parts r * --grad-accum ... (r + 1) * --grad-accum - 1, one an accumulation step), `world` processes in all."""
-    index: int
-    parts: int
-    world: int
-
-    def of(self, rows: list[int]) -> tuple[list[int], float]:
-        """This part's rows of a batch, and the weight of their mean loss: the part's share of the batch's examples,
-        times the processes (whose gradients are averaged). Each part's mean loss times its weight makes the
-        step's gradient that of the mean loss over the whole batch, as one process with one batch gives."""
-        piece = split_evenly(rows, self.parts)[self.index]
-        return piece, len(piece) * self.world / len(rows)
-
-
-class Run:
-    """What a run tells the engine (see the module's docstring). parameters, plan and step are required."""
-    name = "train"  # what the progress bar calls it
-    lr: float  # the peak learning rate (parameter groups may scale it)
-    head_lr: float | None = None  # the heads' peak learning rate, where they have their own (logged beside lr)
-    adam_betas = (0.9, 0.999)
-    # dev metrics of the model as it is (rank 0 only); None: the run is not scored while it trains
-    evaluate: Callable[[], dict[str, float]] | None = None
-
-    def parameters(self) -> list[torch.nn.Parameter]:
-        """Everything trained, in the modules' order (the order clipping sums their norms in)."""
-        raise NotImplementedError
-
-    def parameter_groups(self) -> list[dict]:
-        """AdamW's parameter groups."""
-        return [{"params": self.parameters()}]
-
-    def plan(self) -> list[list]:
-        """The run's epochs, each a list of items, one an optimizer step."""
-        raise NotImplementedError
-
-    def step(self, item, share: Share) -> tuple[dict[str, torch.Tensor], int]:
-        """Forward passes and engine.backward for `share` of the item's batch: (losses to log by name, examples)."""
-        raise NotImplementedError
-
-    def describe(self) -> str:
-        """What the start line says of the run's data (examples, batch size)."""
-        return ""
-
-    def lr_multiplier(self, step: int, total_steps: int, warmup: float) -> float:
-        return linear_warmup_decay(step, total_steps, warmup)
-
-    def score(self, metrics: dict[str, float]) -> float:
-        """With evaluate: the number that picks best/ (higher is better)."""
-        raise NotImplementedError
-
-    def after_update(self) -> None:
-        """After each optimizer step."""
-
-    def save(self, folder: Path, record: dict, best: bool) -> None:
-        """The run's files of a checkpoint folder: last/ (best=False) or best/ (record: the evaluation that made
-        it best). What --resume needs beyond them goes in state_dict."""
-
-    def state_dict(self) -> dict:
-        """What --resume needs beyond the checkpoint's files and the optimizer."""
-        return {}
-
-    def load_state_dict(self, state: dict) -> None:
-        """Restore what state_dict gave."""
-
-    def finish(self):
-        """After the last step, on every process: the run's result (what Engine.fit returns)."""
 
 
 class Engine:
@@ -276,8 +70,8 @@ class Engine:
         self.is_main = distributed.is_main()
         self._use_flags(config)
         self.step, self.stopped_early, self.saved_provenance = 0, False, {}
-        if distributed.restarts() and not config.resume:
-            self._use_flags(with_values(config, **distributed.on_main(self._after_restart)))
+        if distributed.restarts() and not config.resume:  # torchrun --max-restarts
+            self._use_flags(with_values(config, **distributed.on_main(lambda: flags_after_restart(self.folder))))
         distributed.on_main(self._claim)  # torchrun: rank 0's machine alone has the folder
         try:
             self.started = time.time()
@@ -290,7 +84,8 @@ class Engine:
             if self.config.resume:
                 self.finished = distributed.on_main(self.folder.finished)
                 if not self.finished or distributed.on_main(self.folder.state_file.exists):
-                    self.resume_from, saved = distributed.on_main(self._check_resumable)
+                    self.resume_from, saved, self.saved_provenance = distributed.on_main(
+                        lambda: check_resumable(self.folder, self.config))
                     self._use_flags(with_values(self.config, **saved))
                 if not self.finished:
                     self.resume_state = distributed.on_main(lambda: load_training_state(self.folder))
@@ -318,20 +113,6 @@ class Engine:
         if config.compile:
             check_can_compile(self.device)
         seed_everything(config.seed)
-
-    def _after_restart(self) -> dict:
-        """torchrun --max-restarts, in a restarted attempt (rank 0): the run its job's last attempt began in
-        --output-dir goes on from its last checkpoint (resume), or starts again where it saved none (overwrite); a
-        run of another command is left alone (the command then runs as given)."""
-        if self.folder.latest_command().get("torchrun_job") != distributed.job():
-            return {}
-        if self.folder.state_file.exists():
-            log.warning("torchrun restart %d: resuming the run in %s from its last checkpoint", distributed.restarts(),
-                        self.folder)
-            return {"resume": True}
-        log.warning("torchrun restart %d: the run in %s saved no checkpoint before its processes stopped; starting "
-                    "it again", distributed.restarts(), self.folder)
-        return {"overwrite": True}
 
     def __enter__(self) -> "Engine":
         return self
@@ -375,35 +156,6 @@ class Engine:
             write_hparams(self.tensorboard, self.config.to_dict() | {
                 name: next(iter(value.values())) if isinstance(value, dict) and len(value) == 1 else value
                 for name, value in resolved.items()})
-
-    def _check_resumable(self) -> tuple[Path, dict]:
-        """The interrupted run's last/ folder, and the flags it was trained with that the command leaves out (the
-        command's own flags must not change the run: one that does is refused, naming it)."""
-        if not self.folder.state_file.exists():
-            raise CheckpointError(f"--resume: no interrupted run in {self.folder} (no "
-                                  f"{self.folder.state_file.relative_to(self.folder.path)})")
-        # A flag added since the run started is absent from its run config: it ran with the default.
-        defaults = {f.name: f.default for f in dataclasses.fields(self.config)}
-        saved = defaults | self.folder.saved_config()
-        check_data_unchanged(saved.get("provenance", {}), self.config.allow_changed_data)
-        self.saved_provenance = saved.get("provenance", {})
-        # Flags built from a config object, not a command line (a library caller): all of them given.
-        given = getattr(self.config, "given_flags", set(defaults))
-        taken = {name: saved[name] for name in defaults
-                 if name not in given and name not in self.config.COMMAND_FIELDS}
-
-        def same(name, value):  # runs/x, ./runs/x and /home/me/runs/x are one folder
-            if name in self.config.SOURCES and value and saved.get(name):
-                return Path(saved[name]).expanduser().resolve() == Path(value).expanduser().resolve()
-            return saved.get(name) == value
-
-        changed = [f"--{name.replace('_', '-')} {value} (the run's: {saved.get(name)})"
-                   for name, value in self.config.to_dict().items()
-                   if name not in taken and name not in self.config.RUNTIME_FIELDS and not same(name, value)]
-        if changed:
-            raise CheckpointError(f"--resume: {'; '.join(changed)}: the run continues with its own flags (from "
-                                  f"{self.folder.last / RUN_CONFIG}); leave these out, or start a new --output-dir")
-        return self.folder.last, taken
 
     def check_max_length(self, encoder) -> None:
         positions = encoder.config.max_position_embeddings
@@ -452,14 +204,14 @@ class Engine:
             run.after_update()
             epoch_end = self.step in epoch_ends
             evaluate = run.evaluate is not None and (
-                epoch_end or (config.eval_every and self.step % config.eval_every == 0))
+                epoch_end or (run.eval_every and self.step % run.eval_every == 0))
             if evaluate or (config.save_every and self.step % config.save_every == 0):
                 train_seconds += self._clock() - since
                 if evaluate:
                     self._evaluate(run, epoch + 1, epoch_end, train_seconds)
                 self.save_last(run)
                 since = self._clock()
-            if evaluate and self._out_of_patience():
+            if evaluate and self._out_of_patience(run):
                 self.stopped_early = True
                 break
         progress.close()
@@ -547,19 +299,14 @@ class Engine:
             # About the size of best/: the weights.
             with self.folder.save_checkpoint(True, self.run_config, expected=tensor_bytes(self.parameters)) as temp:
                 run.save(temp, record, best=True)
-            log.info("new best: %s %.4f at step %d, saved to %s", self._metric_name(), score, self.step,
-                     self.folder.best)
+            log.info("new best: %s %.4f at step %d, saved to %s", run.score_name, score, self.step, self.folder.best)
 
-    def _metric_name(self) -> str:
-        return getattr(self.config, "metric_for_best", "score")
-
-    def _out_of_patience(self) -> bool:
-        """--patience: every process stops after that many evaluations without a better score (rank 0 knows)."""
-        patience = getattr(self.config, "patience", 0)
-        stop = distributed.broadcast_object(bool(patience) and self.is_main and self.since_best >= patience)
+    def _out_of_patience(self, run: Run) -> bool:
+        """run.patience: every process stops after that many evaluations without a better score (rank 0 knows)."""
+        stop = distributed.broadcast_object(bool(run.patience) and self.is_main and self.since_best >= run.patience)
         if stop:
             log.warning("early stop at step %d: no better %s in %d evaluations (best %.4f at step %d)", self.step,
-                        self._metric_name(), patience, self.best, self.best_step)
+                        run.score_name, run.patience, self.best, self.best_step)
         return stop
 
     # ---- metrics ----
@@ -601,15 +348,7 @@ class Engine:
             return
         self.folder.append_record(record)
         if self.tensorboard is not None:
-            # One set of tags for every trainer: train/loss/<name>, train/epoch_loss/<name>, train/lr, train/head_lr,
-            # train/examples_per_s, dev/<metric>.
-            for group, prefix in (("loss", "train/loss"), ("train_loss", "train/epoch_loss"), ("dev", "dev")):
-                for name, value in record.get(group, {}).items():
-                    self.tensorboard.add_scalar(f"{prefix}/{name}", value, record["step"])
-            for name in ("lr", "head_lr", "examples_per_s"):
-                if name in record:
-                    self.tensorboard.add_scalar(f"train/{name}", record[name], record["step"])
-            self.tensorboard.flush()
+            write_scalars(self.tensorboard, record)
 
     # ---- checkpoints ----
 
@@ -651,34 +390,3 @@ class Engine:
             self.folder.keep_records_until(self.step)
         set_rng_state(state["rng"][distributed.rank()])
         log.info("resuming at step %d of %d", self.step, self.total_steps)
-
-
-def with_values(config: TrainingConfig, **values) -> TrainingConfig:
-    """The config with some flags changed (checked again), remembering the command it came from."""
-    if not values:
-        return config
-    try:
-        changed = dataclasses.replace(config, **values)
-    except ValueError as error:  # a run config edited by hand
-        raise CheckpointError(f"--resume: the run's flags are refused: {error}") from None
-    for name in ("command", "command_with_values", "given_flags"):
-        if hasattr(config, name):
-            setattr(changed, name, getattr(config, name))
-    return changed
-
-
-def load_training_state(folder: RunFolder) -> dict:
-    # Tensors, numbers, strings and containers only: weights_only refuses anything executable.
-    return load_or_fail(folder.state_file, lambda file: torch.load(file, map_location="cpu", weights_only=True),
-                        "the training state")
-
-
-def write_hparams(writer, flags: dict) -> None:
-    """The run's flags in TensorBoard: as hparams (its HPARAMS tab, in this folder, not a sub-run) and as text."""
-    from torch.utils.tensorboard.summary import hparams
-
-    values = {name: value if isinstance(value, (bool, int, float, str)) else str(value)
-              for name, value in flags.items()}
-    for summary in hparams(values, {}):
-        writer.file_writer.add_summary(summary)
-    writer.add_text("flags", "\n".join(f"    --{name.replace('_', '-')} {value}" for name, value in flags.items()))

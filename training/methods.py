@@ -23,8 +23,8 @@ from data.contrastive import Dataset, PairSet, TripletSet
 from model import as_flag
 from models import POOLINGS, BertModel
 from tasks import CONTRASTIVE_DATA
+from training.config import MIN_LENGTH, TrainingConfig
 from training.consert import AUGMENTATIONS, SCHEDULES, ConsertSupervised, ConsertUnsupervised
-from training.engine import MIN_LENGTH, TrainingConfig
 from training.objectives import ContrastiveTension, MultipleNegatives, Objective, SelfGuided, SimCSE
 
 DATA_NAMES = CONTRASTIVE_DATA.names

@@ -14,7 +14,7 @@ import torch
 from common import distributed
 from common.files import check_writable, read_json
 from common.tables import markdown_table
-from data.batching import check_token_budget, to_device
+from data.batching import Share, check_token_budget, to_device
 from data.splits import TaskSplit, TaskStream
 from evaluation.inference import soft_outputs
 from evaluation.outputs import write_outputs
@@ -23,10 +23,11 @@ from model import MultitaskModel, build_model, check_head_flags
 from models import Tokenizer, from_pretrained
 from models.checkpoint import load_heads, write_encoder_folder
 from models.shareable import write_shareable_files
-from tasks import REGISTRY, best_metric, describe_best_metric, metric_names, summary
-from training.engine import Engine, Run, Share
+from tasks import REGISTRY, metric_names, summary
+from training.engine import Engine
 from training.gradient_surgery import surgery_backward
-from training.multitask_config import MultitaskConfig
+from training.multitask_config import MultitaskConfig, best_metric, describe_best_metric
+from training.run import Run
 from training.schedules import numbered, plan_epoch
 from training.smart import Smart
 
@@ -49,6 +50,7 @@ class MultitaskRun(Run):
 
     def __init__(self, config: MultitaskConfig, engine: Engine):
         self.config, self.engine, self.lr, self.head_lr = config, engine, config.lr, config.head_lr
+        self.score_name, self.eval_every, self.patience = config.metric_for_best, config.eval_every, config.patience
         # torchrun: rank 0's machine alone has the output folders.
         distributed.on_main(lambda: check_writable(config.predictions_dir, "--predictions-dir"))
         # torchrun: rank 0 alone reads last/; the others start from --init or --model and receive its weights
@@ -138,20 +140,17 @@ class MultitaskRun(Run):
         streams, device = self._streams(epoch), self.engine.device
         task_losses, reported, examples = {}, {}, 0
         for task, k in batches:
-            all_rows = streams[task].batch_indices(k)
-            rows, weight = share.of(all_rows)
-            # torchrun: an empty share is computed on a stand-in row whose loss weighs 0 (share.of's weight).
-            computed = distributed.rows_to_compute(rows, all_rows)
-            if computed is None:
+            rows, weight = share.of(streams[task].batch_indices(k))
+            if not rows:  # a single process's part without rows: nothing to compute
                 continue
-            batch = self.splits[task]["train"].batch(computed, self.tokenizer.pad_id)
+            batch = self.splits[task]["train"].batch(rows, self.tokenizer.pad_id)
             batch["inputs"] = {name: to_device(v, device) for name, v in batch["inputs"].items()}
             batch["labels"] = to_device(batch["labels"], device)
             # Whether the batch is padded, known on the host: the encoder need not read its mask back from the device.
             with self.engine.precision.autocast(), self.model.encoder.padding_known(batch["padded"]):
                 task_losses[task] = weight * task_loss(self.model, task, batch, self.smart)
             reported[task] = task_losses[task].detach() / share.world
-            examples += len(rows)
+            examples += len(rows) if weight else 0  # a stand-in row (torchrun) is no example
         if task_losses:
             self._backward(task_losses, len(batches))
         return reported, examples

@@ -1,17 +1,56 @@
 """The flags of multi-task fine-tuning (multitask_classifier.py), which are also its saved run config: the
-model's (model.ModelConfig), SMART's (training/smart.py), evaluation's and every trainer's (training/engine.py),
-and those of the schedule, the data and the outputs, checked together before any data is read."""
+model's (model.ModelConfig), SMART's (training/smart.py), evaluation's (here, with what --metric-for-best means)
+and every trainer's (training/config.py), and those of the schedule, the data and the outputs, checked together
+before any data is read."""
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from common.cli import AT_LEAST_0, AT_LEAST_1, POSITIVE, Range, flag, parse_task_order, task_weights_text
 from common.files import DEFAULT_DATA
 from common.run_folder import BEST
 from model import ModelConfig
-from tasks import RECIPE_TASK_WEIGHTS, TASK_NAMES, check_best_metric, trained_task_weights
-from training.engine import EvaluationConfig, TrainingConfig
+from tasks import COURSE_TASKS, RECIPE_TASK_WEIGHTS, REGISTRY, TASK_NAMES, selection_score, trained_task_weights
+from training.config import TrainingConfig
 from training.gradient_surgery import METHODS as SURGERY_METHODS
 from training.schedules import SCHEDULES, check_plan
 from training.smart import SmartConfig
+
+# What --metric-for-best may name: the selection score (overall), the plain mean, or one task's metric.
+BEST_METRICS = ("overall", "mean") + TASK_NAMES
+TASK_METRICS_HELP = ", ".join(f"{name} ({task.metric_name})" for name, task in REGISTRY.items())
+
+
+@dataclass
+class EvaluationConfig:
+    """The flags of a run scored on dev data as it trains (the engine asks the run: MultitaskRun passes them on)."""
+    eval_every: int = flag(0, "also evaluate (and save) every N steps (0 = after each epoch only)", range=AT_LEAST_0)
+    metric_for_best: str = flag("overall", "the dev metric that picks best/: overall, the mean of the trained tasks' "
+                                           "scores on [0, 1] (with sst, para and sts the course's overall score); "
+                                           f"mean, the plain mean of sst, para and sts; or one task's metric: {TASK_METRICS_HELP}",
+                                choices=BEST_METRICS)
+    patience: int = flag(0, "stop after this many evaluations in a row without a better --metric-for-best "
+                            "(0 = never stop early)", range=AT_LEAST_0)
+
+
+def best_metric(metrics: dict[str, float], name: str) -> float:
+    """The value of --metric-for-best NAME in an evaluation's metrics (higher is better)."""
+    return selection_score(metrics) if name == "overall" else metrics[name]
+
+
+def describe_best_metric(name: str, tasks: Sequence[str]) -> str:
+    """What --metric-for-best NAME is, for the summary: "overall" is the course's only with its three tasks."""
+    if name == "overall":
+        return ("overall (the course's overall score)" if set(tasks) == set(COURSE_TASKS)
+                else f"overall (the mean of {', '.join(tasks)} scores on [0, 1])")
+    return "mean (of sst, para and sts)" if name == "mean" else f"{name} ({REGISTRY[name].metric_name})"
+
+
+def check_best_metric(name: str, tasks: Sequence[str]) -> None:
+    """ValueError unless the trained tasks give --metric-for-best NAME."""
+    needed = COURSE_TASKS if name == "mean" else () if name == "overall" else (name,)
+    missing = [task for task in needed if task not in tasks]
+    if missing:
+        raise ValueError(f"--metric-for-best {name}: needs {', '.join(missing)} in --tasks ({','.join(tasks)})")
 
 
 @dataclass

@@ -32,7 +32,7 @@ from heads.sentiment import SentimentHead
 from losses import (ProjectionHead, contrastive_tension_loss, l2_regulariser, multiple_negatives_ranking_loss,
                     quora_simcse_loss, sample_layer_views, self_guided_base_loss, self_guided_opt3_loss, simcse_loss)
 from models import BertModel, pool
-from training.engine import linear_warmup_decay
+from training.run import linear_warmup_decay
 
 
 @dataclass

@@ -1,0 +1,77 @@
+"""The flags every trainer has (TrainingConfig), and what --resume and --overwrite make of them; a command's config
+extends it."""
+import dataclasses
+from dataclasses import dataclass
+
+from common.cli import AT_LEAST_0, AT_LEAST_1, FRACTION, POSITIVE, SEED, Range, check_ranges, flag
+from common.run_folder import LAST, METRICS
+from models.bert import ATTENTION
+from training.precision import PRECISIONS
+
+# A pair cross-encoded as [CLS] s1 [SEP] s2 [SEP] needs room for its three special tokens and some of each sentence.
+MIN_LENGTH = Range(8)
+
+
+@dataclass
+class TrainingConfig:
+    """The flags every trainer has. A command's config extends it (and may change a default)."""
+    model: str = flag("bert-base-uncased", "starting weights: hub id, checkpoint folder, or all-MiniLM-L6-v2")
+    epochs: int = flag(3, "training epochs", range=AT_LEAST_1)
+    batch_size: int = flag(32, "examples per batch (per task, per process)", range=AT_LEAST_1)
+    grad_accum: int = flag(1, "gradient accumulation: add up the gradients of this many batches before each "
+                              "optimizer step (the same step as a batch this many times larger)", range=AT_LEAST_1)
+    lr: float = flag(2e-5, "peak learning rate of the encoder", range=POSITIVE)
+    weight_decay: float = flag(0.01, "AdamW decoupled weight decay (not on biases and LayerNorm)", range=AT_LEAST_0)
+    warmup: float = flag(0.1, "fraction of steps of linear warm-up, before linear decay to 0", range=FRACTION)
+    max_grad_norm: float = flag(1.0, "gradient clipping norm (0 = off)", range=AT_LEAST_0)
+    max_length: int = flag(128, "tokens per input; longer ones are truncated (and counted)", range=MIN_LENGTH)
+    seed: int = flag(11711, "random seed; the same seed gives the same run", range=SEED)
+    output_dir: str = flag("runs/multitask", f"checkpoints and {METRICS} go here")
+    resume: bool = flag(False, "continue the interrupted run in --output-dir from its last checkpoint")
+    overwrite: bool = flag(False, "start a new run in an --output-dir that holds one, replacing the files this "
+                                  "command writes there (nothing else in it is touched)")
+    allow_changed_data: bool = flag(False, "--resume although a data file changed since the run started")
+    save_every: int = flag(0, "also save the resumable checkpoint OUTPUT_DIR/last/ every N steps (0 = only when "
+                              "the command saves anyway)", range=AT_LEAST_0)
+    log_every: int = flag(50, f"write each task's mean training loss and the learning rate to {METRICS} "
+                              "every N steps", range=AT_LEAST_0)
+    max_steps: int = flag(0, "stop after this many optimizer steps (a contrastive run: each stage); the learning-rate "
+                             "schedule spans them (0 = run all epochs)", range=AT_LEAST_0)
+    tensorboard: str = flag("", "also write losses, learning rates, throughput, dev metrics and the run's flags "
+                                "(hparams) to this TensorBoard folder")
+    quiet: bool = flag(False, "print only warnings, errors and the summary at the end (no progress, no log lines)")
+    device: str = flag("auto", "cpu, cuda, cuda:1, ... (auto: cuda when present; under torchrun each process "
+                               "takes its own GPU)")
+    precision: str = flag("auto", "auto: bf16 (or fp16) autocast on GPUs, fp32 on CPU; tf32: fp32 with TF32 matrix "
+                                  "products on a GPU", choices=PRECISIONS)
+    attention: str = flag("auto", "how the encoder runs a padded batch: padded, every sentence padded to the "
+                                  "batch's longest, with an additive mask; packed, only the real tokens through "
+                                  "every layer but attention, which runs padded; unpadded, only the real tokens, "
+                                  "attention too (nested jagged tensors); auto: packed on a CPU, padded on a GPU "
+                                  "(a batch without padding passes no mask either way)",
+                          choices=ATTENTION)
+    compile: bool = flag(False, "torch.compile the encoder's layers (dynamic shapes: compiled once, at the first "
+                                "step)")
+    dist_timeout: float = flag(1800.0, "torchrun: seconds a process waits for the others at a collective before "
+                                       "the run fails. They wait while rank 0 evaluates and saves: for bert-base, "
+                                       "seconds on a GPU; on one CPU thread about 8 minutes (the dev sets), 10 (the "
+                                       "test predictions), 15 (--eval's STS benchmark)", range=POSITIVE)
+
+    # What --resume may change without changing the run; --output-dir among them: a run folder moved or copied
+    # resumes where it now is.
+    RUNTIME_FIELDS = ("resume", "overwrite", "allow_changed_data", "device", "save_every", "log_every", "tensorboard",
+                      "quiet", "dist_timeout", "output_dir")
+    # What belongs to one command, not to its run: --resume never takes these from the run's flags.
+    COMMAND_FIELDS = ("resume", "overwrite", "allow_changed_data", "device", "quiet", "dist_timeout", "output_dir")
+    # What a run writes in --output-dir (a command adds its own): --overwrite removes these, and nothing else.
+    OUTPUTS = (LAST, METRICS)
+    # Flags that name what the run reads: --resume compares where they point, not how they are spelled, and
+    # --overwrite refuses to remove them.
+    SOURCES = ("model",)
+
+    def __post_init__(self):
+        check_ranges(self)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+

@@ -1,0 +1,79 @@
+"""Continuing a run: --resume (the run's own flags, checked against the command's, and its training state) and a
+torchrun attempt after a restart (--max-restarts), which continues its job's run by itself."""
+import dataclasses
+import logging
+from pathlib import Path
+
+import torch
+
+from common import distributed
+from common.errors import CheckpointError
+from common.files import load_or_fail
+from common.provenance import check_data_unchanged
+from common.run_folder import RUN_CONFIG, RunFolder
+from training.config import TrainingConfig
+
+log = logging.getLogger(__name__)
+
+
+def check_resumable(folder: RunFolder, config: TrainingConfig) -> tuple[Path, dict, dict]:
+    """The interrupted run's last/ folder, the flags it was trained with that the command leaves out (the command's
+    own flags must not change the run: one that does is refused, naming it), and the provenance it recorded."""
+    if not folder.state_file.exists():
+        raise CheckpointError(f"--resume: no interrupted run in {folder} (no "
+                              f"{folder.state_file.relative_to(folder.path)})")
+    # A flag added since the run started is absent from its run config: it ran with the default.
+    defaults = {f.name: f.default for f in dataclasses.fields(config)}
+    saved = defaults | folder.saved_config()
+    check_data_unchanged(saved.get("provenance", {}), config.allow_changed_data)
+    # Flags built from a config object, not a command line (a library caller): all of them given.
+    given = getattr(config, "given_flags", set(defaults))
+    taken = {name: saved[name] for name in defaults if name not in given and name not in config.COMMAND_FIELDS}
+
+    def same(name, value):  # runs/x, ./runs/x and /home/me/runs/x are one folder
+        if name in config.SOURCES and value and saved.get(name):
+            return Path(saved[name]).expanduser().resolve() == Path(value).expanduser().resolve()
+        return saved.get(name) == value
+
+    changed = [f"--{name.replace('_', '-')} {value} (the run's: {saved.get(name)})"
+               for name, value in config.to_dict().items()
+               if name not in taken and name not in config.RUNTIME_FIELDS and not same(name, value)]
+    if changed:
+        raise CheckpointError(f"--resume: {'; '.join(changed)}: the run continues with its own flags (from "
+                              f"{folder.last / RUN_CONFIG}); leave these out, or start a new --output-dir")
+    return folder.last, taken, saved.get("provenance", {})
+
+
+def flags_after_restart(folder: RunFolder) -> dict:
+    """torchrun --max-restarts, in a restarted attempt (rank 0): the run its job's last attempt began in the folder
+    goes on from its last checkpoint (resume), or starts again where it saved none (overwrite); a run of another
+    command is left alone (the command then runs as given, and is refused as any command would be)."""
+    if folder.latest_command().get("torchrun_job") != distributed.job():
+        return {}
+    if folder.state_file.exists():
+        log.warning("torchrun restart %d: resuming the run in %s from its last checkpoint", distributed.restarts(),
+                    folder)
+        return {"resume": True}
+    log.warning("torchrun restart %d: the run in %s saved no checkpoint before its processes stopped; starting it "
+                "again", distributed.restarts(), folder)
+    return {"overwrite": True}
+
+
+def with_values(config: TrainingConfig, **values) -> TrainingConfig:
+    """The config with some flags changed (checked again), remembering the command it came from."""
+    if not values:
+        return config
+    try:
+        changed = dataclasses.replace(config, **values)
+    except ValueError as error:  # a run config edited by hand
+        raise CheckpointError(f"--resume: the run's flags are refused: {error}") from None
+    for name in ("command", "command_with_values", "given_flags"):
+        if hasattr(config, name):
+            setattr(changed, name, getattr(config, name))
+    return changed
+
+
+def load_training_state(folder: RunFolder) -> dict:
+    # Tensors, numbers, strings and containers only: weights_only refuses anything executable.
+    return load_or_fail(folder.state_file, lambda file: torch.load(file, map_location="cpu", weights_only=True),
+                        "the training state")

@@ -1,0 +1,86 @@
+"""What a run tells the engine (training/engine.py), which decides when each happens. A run (class Run) gives
+
+    parameters()            what it trains, in its modules' order (and parameter_groups() for AdamW, if it has
+                            several learning rates)
+    plan()                  its epochs, each a list of items: one optimizer step an item
+    step(item, share)       the forward passes of one share of the item's batch (data.batching.Share: the rows a
+                            process computes in an accumulation step, and their loss's weight), and
+                            engine.backward(loss)
+
+and may give evaluate() and score() (dev metrics, and the number that picks best/, with score_name, eval_every and
+patience), save() (its files of a checkpoint folder), after_update() (what follows each optimizer step),
+state_dict() / load_state_dict() (what else --resume needs) and finish() (the end of the run, and its result).
+"""
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from data.batching import Share
+
+
+def linear_warmup_decay(step: int, total_steps: int, warmup: float) -> float:
+    """Learning-rate multiplier: linear warm-up over the first `warmup` fraction of steps, then linear decay to 0."""
+    warmup_steps = int(warmup * total_steps)
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
+
+
+class Run:
+    """What a run tells the engine (see the module's docstring). parameters, plan and step are required."""
+    name = "train"  # what the progress bar calls it
+    lr: float  # the peak learning rate (parameter groups may scale it)
+    head_lr: float | None = None  # the heads' peak learning rate, where they have their own (logged beside lr)
+    adam_betas = (0.9, 0.999)
+    # dev metrics of the model as it is (rank 0 only); None: the run is not scored while it trains
+    evaluate: Callable[[], dict[str, float]] | None = None
+    # With evaluate: what the log calls score()'s number; every how many steps the run is also evaluated (0: at
+    # the end of each epoch only); after how many evaluations in a row without a better score it stops (0: never).
+    score_name = "score"
+    eval_every = 0
+    patience = 0
+
+    def parameters(self) -> list[torch.nn.Parameter]:
+        """Everything trained, in the modules' order (the order clipping sums their norms in)."""
+        raise NotImplementedError
+
+    def parameter_groups(self) -> list[dict]:
+        """AdamW's parameter groups."""
+        return [{"params": self.parameters()}]
+
+    def plan(self) -> list[list]:
+        """The run's epochs, each a list of items, one an optimizer step."""
+        raise NotImplementedError
+
+    def step(self, item, share: Share) -> tuple[dict[str, torch.Tensor], int]:
+        """Forward passes and engine.backward for `share` of the item's batch: (losses to log by name, examples)."""
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        """What the start line says of the run's data (examples, batch size)."""
+        return ""
+
+    def lr_multiplier(self, step: int, total_steps: int, warmup: float) -> float:
+        return linear_warmup_decay(step, total_steps, warmup)
+
+    def score(self, metrics: dict[str, float]) -> float:
+        """With evaluate: the number that picks best/ (higher is better)."""
+        raise NotImplementedError
+
+    def after_update(self) -> None:
+        """After each optimizer step."""
+
+    def save(self, folder: Path, record: dict, best: bool) -> None:
+        """The run's files of a checkpoint folder: last/ (best=False) or best/ (record: the evaluation that made
+        it best). What --resume needs beyond them goes in state_dict."""
+
+    def state_dict(self) -> dict:
+        """What --resume needs beyond the checkpoint's files and the optimizer."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore what state_dict gave."""
+
+    def finish(self):
+        """After the last step, on every process: the run's result (what Engine.fit returns)."""
