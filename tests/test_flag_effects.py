@@ -171,6 +171,11 @@ def test_a_contrastive_run_exports_the_pooling_it_trained_with(tiny_model, contr
     assert not torch.allclose(cls, mean, atol=1e-3)
     theirs = SentenceTransformer(str(out), device="cpu").encode(sentences, convert_to_tensor=True).cpu()
     torch.testing.assert_close(theirs, cls, atol=1e-5, rtol=0)
+    # The folder is made to be shared: none of its files says where the files lay.
+    for path in out.rglob("*"):
+        if path.is_file():
+            text = path.read_bytes()
+            assert str(tmp_path).encode() not in text and str(tiny_model).encode() not in text, path
 
 
 # ---- --config ----

@@ -151,11 +151,13 @@ class Pretraining:
         run is complete."""
         config, output_dir = self.config, Path(self.config.output_dir)
         size = tensor_bytes(tensor for encoder in encoders.values() for tensor in encoder.state_dict().values())
+        # The output folder is what the run shares: the run config written beside the weights, and the one the
+        # command records in it when it ends, name no local path.
+        self.engine.run_config = shareable_config(self.engine.run_config)
         with atomic_files(output_dir, expected=size) as temp:
             for name, encoder in encoders.items():
                 (temp / name).mkdir(exist_ok=True)
-                write_encoder_folder(temp / name, encoder, self.tokenizer, shareable_config(self.engine.run_config),
-                                     metrics)
+                write_encoder_folder(temp / name, encoder, self.tokenizer, self.engine.run_config, metrics)
                 write_shareable_files(temp / name, pooling=config.pooling, max_length=config.max_length,
                                       base_model=config.model, command=getattr(config, "command_with_values", ""),
                                       metrics=metrics["sts_benchmark"] if config.eval else metrics["stages"],
