@@ -122,21 +122,24 @@ pretrain_contrastive.main(sys.argv[1:])
 
 @pytest.mark.parametrize("method", ["simcse", "ct"])
 def test_pretraining_killed_after_a_checkpoint_resumes_to_the_same_weights(tiny_model, tmp_path, minilm_dir, method):
+    """4 steps of 16 sentences: killed as step 4 begins (step 2's checkpoint on disk, step 3's update not), the
+    resumed run takes steps 3 and 4 again and ends on the uninterrupted run's weights (run here, on one thread)."""
+    import pretrain_contrastive
+
     data = tmp_path / "sentences.txt"
     rng = random.Random(0)
     data.write_text("\n".join(" ".join(rng.choice("a cat dog sat on the mat red big".split())
-                                       for _ in range(rng.randint(3, 8))) for _ in range(96)) + "\n")
+                                       for _ in range(rng.randint(3, 8))) for _ in range(64)) + "\n")
     args = lambda out: ["--model", str(tiny_model), "--method", method, "--data", str(data),  # noqa: E731
                         "--batch-size", "16", "--lr", "1e-3", "--save-every", "2", "--epochs", "1",
                         "--output-dir", str(out), "--device", "cpu"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    subprocess.run([sys.executable, "pretrain_contrastive.py", *args(tmp_path / "full")], cwd=ROOT, env=env,
-                   check=True, capture_output=True)
+    pretrain_contrastive.main(args(tmp_path / "full"))
     killer = tmp_path / "killed.py"
     killer.write_text(KILLED_AT_STEP_3.format(root=str(ROOT)))
     died = subprocess.run([sys.executable, str(killer), *args(tmp_path / "resumed")], cwd=ROOT, env=env,
                           capture_output=True, text=True)
-    assert died.returncode == -9  # SIGKILL
+    assert died.returncode == -9  # SIGKILL: as step 4 began
     assert (tmp_path / "resumed/last/training_state.pt").exists()
     resumed = subprocess.run([sys.executable, "pretrain_contrastive.py", *args(tmp_path / "resumed"), "--resume"],
                              cwd=ROOT, env=env, capture_output=True, text=True)

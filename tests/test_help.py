@@ -1,8 +1,10 @@
 """Every command's --help explains every flag: some help text, every choice named in it, no empty "(default: )"."""
+import functools
 import os
 import re
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -13,11 +15,24 @@ COMMANDS = ["multitask_classifier.py", "pretrain_contrastive.py", "ensemble.py",
             *sorted(f"benchmarks/{path.name}" for path in (ROOT / "benchmarks").glob("*.py"))]
 # Flags of the trainers whose help does not yet name every choice; their help moves with the trainers'
 # refactor. A flag fixed there fails test_known_gaps_are_still_gaps: take it off this list.
+@functools.cache
+def help_output(command: str) -> subprocess.CompletedProcess:
+    """`command --help`, run once a test session (its output is only read)."""
+    # A wide terminal: argparse would otherwise wrap long lines, splitting words at hyphens.
+    return subprocess.run([sys.executable, *command.split(), "--help"], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "COLUMNS": "1000"}, timeout=120)
+
+
+def help_outputs_at_once(commands: list[str]) -> None:
+    """Each command's --help run beforehand, as many at a time as there are cores: each is a Python starting up
+    (torch imported), which one core at a time leaves the other idle."""
+    with ThreadPoolExecutor(os.cpu_count() or 2) as pool:
+        list(pool.map(help_output, commands))
+
+
 def help_entries(command: str) -> dict[str, tuple[str, str]]:
     """flag -> (its invocation, e.g. "--pooling {cls,mean}", its help text), from `command --help`."""
-    # A wide terminal: argparse would otherwise wrap long lines, splitting words at hyphens.
-    result = subprocess.run([sys.executable, *command.split(), "--help"], cwd=ROOT, capture_output=True, text=True,
-                            env={**os.environ, "COLUMNS": "1000"}, timeout=120)
+    result = help_output(command)
     assert result.returncode == 0, result.stderr
     entries, current = {}, None
     for line in result.stdout.partition("\noptions:\n")[2].splitlines():
@@ -48,6 +63,7 @@ def problems(invocation: str, text: str) -> list[str]:
 
 @pytest.fixture(scope="module", params=COMMANDS)
 def command(request):
+    help_outputs_at_once(COMMANDS)
     return request.param, help_entries(request.param)
 
 

@@ -66,6 +66,15 @@ def test_commands_run_in_the_copy_and_a_failure_is_seen(tmp_path):
     assert runner.run(python, tmp_path, timeout=60).status == "ok"
 
 
+def test_a_benchmark_with_sizes_of_its_own_gets_the_smaller_ones_after_its_flags_and_before_its_comment():
+    command = ".venv/bin/python benchmarks/encoder_speed.py --repeats 7    # 1.3 min [gpu]"
+    assert runner.smaller(command) == (".venv/bin/python benchmarks/encoder_speed.py --repeats 7 "
+                                       f"{runner.SMALLER['benchmarks/encoder_speed.py']}    # 1.3 min [gpu]")
+    assert runner.tags(runner.Command("bash", runner.smaller(command))) == {"gpu"}
+    other = ".venv/bin/python benchmarks/token_budget_speed.py    # 7 min"
+    assert runner.smaller(other) == other  # its sizes are the data's: as written
+
+
 def test_the_tiny_data_keeps_headers_and_samples_every_file(data_dir, tmp_path):
     runner.make_tiny_data(data_dir, tmp_path, rows=5)
     for name in ("ids-sst-train.csv", "sts-eval/sts12.tsv", "unlabeled-sentences.txt"):
