@@ -70,7 +70,7 @@ def recipe_rows(results: Path, steps: dict[str, dict], precision: str | None) ->
     metrics.jsonl) and transformers (three models, 3 epochs each), as table rows; a side without results says why."""
     rows = {}
     run = results / "runs" / SOLO_RUN
-    lines = read_lines(run / "metrics.jsonl")
+    lines = read_lines(run / METRICS)
     evaluations = [line for line in lines if line.get("event") == "eval"]
     finish = next((line for line in lines if line.get("event") == "finish"), None)
     config = read_json(run / RUN_CONFIG) or {}
@@ -238,7 +238,7 @@ def check(out: Path, runs: list[str], compiled: bool) -> list[str]:
     with tarfile.open(out / ARCHIVE) as archive:
         names = set(archive.getnames())
     for run in runs:
-        for needed in ("metrics.jsonl", "best/outputs-sst-dev.pt", "best/outputs-para-test.pt"):
+        for needed in (METRICS, f"{BEST}/outputs-sst-dev.pt", f"{BEST}/outputs-para-test.pt"):
             if f"runs/{run}/{needed}" not in names:
                 problems.append(f"{ARCHIVE}: runs/{run}/{needed} missing")
     return problems
