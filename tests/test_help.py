@@ -13,8 +13,8 @@ ROOT = Path(__file__).resolve().parents[1]
 COMMANDS = ["multitask_classifier.py", "pretrain_contrastive.py", "ensemble.py", "predict.py",
             "-m evaluation.sts_benchmark", "analyze.py",
             *sorted(f"benchmarks/{path.name}" for path in (ROOT / "benchmarks").glob("*.py"))]
-# Flags of the trainers whose help does not yet name every choice; their help moves with the trainers'
-# refactor. A flag fixed there fails test_known_gaps_are_still_gaps: take it off this list.
+
+
 @functools.cache
 def help_output(command: str) -> subprocess.CompletedProcess:
     """`command --help`, run once a test session (its output is only read)."""
