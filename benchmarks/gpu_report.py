@@ -13,6 +13,7 @@ ensembles.json). A table whose results are missing says why (the step's exit cod
 """
 import argparse
 import json
+import math
 import re
 import sys
 import tarfile
@@ -221,7 +222,9 @@ def check(out: Path, runs: list[str], compiled: bool) -> list[str]:
     for name, row in report["recipe"].items():
         if "error" in row:
             problems.append(f"recipe, {name}: {row['error']}")
-        elif not all(isinstance(row[column], (int, float)) and row[column] > 0
+        # Present, not positive: a tiny rehearsal's dev pass may round to 0.0 s, its STS r be below 0.
+        elif not all(isinstance(row[column], (int, float)) and math.isfinite(row[column]) and
+                     (row[column] >= 0 or column not in SECONDS)
                      for column in ("training s", "dev evaluation s", "sst", "para", "sts")):
             problems.append(f"recipe, {name}: a time or metric missing: {row}")
     seeds, ensembles = report["campaign"]["seeds"] or {}, report["campaign"]["ensembles"] or {}

@@ -51,3 +51,22 @@ def test_the_check_of_an_early_bundle_lists_every_missing_table(tmp_path):
     assert "compiled: no rows (not run yet (step compiled))" in problems
     assert "recipe, ours: one shared encoder, mtdnn: not run yet (step recipe)" in problems
     assert "results.tar.gz: runs/base-s2/metrics.jsonl missing" in problems
+
+
+def baseline_problems(tmp_path, sts_metric: float) -> list[str]:
+    """The check of a bundle whose baseline ran as a tiny CPU rehearsal does: each dev pass in under 5 ms."""
+    results = tmp_path / "results"
+    (results / "logs").mkdir(parents=True)
+    (results / "steps.jsonl").write_text(json.dumps(step("baseline", 0)) + "\n")
+    (results / "logs" / "call1.log").write_text("call1\n")
+    (results / "baseline.json").write_text(json.dumps({"precision": "fp32", "results": [
+        {"task": task, "epochs": 3, "train_seconds": 2.0, "dev_seconds": 0.001, "dev_metric": metric}
+        for task, metric in (("sst", 0.54), ("para", 0.67), ("sts", sts_metric))]}))
+    gpu_report.bundle(results, tmp_path / "out", "call1")
+    return [line for line in gpu_report.check(tmp_path / "out", [], compiled=False) if "transformers" in line]
+
+
+def test_a_dev_pass_that_rounds_to_0_s_and_a_negative_correlation_are_results_but_nan_is_not(tmp_path):
+    assert baseline_problems(tmp_path / "tiny", -0.09) == []  # dev evaluation s: 0.0; STS r below 0
+    [problem] = baseline_problems(tmp_path / "nan", float("nan"))
+    assert problem.startswith("recipe, transformers: a model a task: a time or metric missing")
