@@ -4,6 +4,10 @@ import torch
 
 from models import AdamW
 
+# 2,000 steps of tiny tensors: with OMP_NUM_THREADS above the cores, each op waits on busy threads (112 s a case
+# under load, with 3 threads on 2 cores); one thread does them at once.
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 
 def make_problem():
     torch.manual_seed(0)
