@@ -253,12 +253,16 @@ def append_jsonl(path: str | Path, record: dict) -> None:
         raise full from None
 
 
+def without_local_path(text: str) -> str:
+    """An absolute or home-relative path shortened to its last part, any other text as it is (what is shared, a card
+    or a run config: where the files lay on the machine that trained it means nothing elsewhere, and may say too
+    much)."""
+    return (Path(text).name or text) if text.startswith(("/", "~")) else text
+
+
 def without_local_paths(command: str) -> str:
-    """The command with each absolute or home-relative path shortened to its last part (a card is published:
-    where the files lay on the machine that trained it means nothing elsewhere, and may say too much)."""
+    """The command with each of its paths shortened by without_local_path (a flag's --flag=PATH too)."""
     def shorten(word: str) -> str:
         flag, equals, value = word.partition("=") if word.startswith("--") else ("", "", word)
-        if value.startswith(("/", "~")):
-            value = Path(value).name or value
-        return flag + equals + value
+        return flag + equals + without_local_path(value)
     return shlex.join(shorten(word) for word in shlex.split(command))

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from common.errors import CheckpointError, UsageError
 from common.files import (append_jsonl, atomic_directory, atomic_file, check_writable, read_json, recover_directory,
-                          recover_files, remove_entry, without_local_paths, write_json)
+                          recover_files, remove_entry, without_local_path, without_local_paths, write_json)
 
 log = logging.getLogger(__name__)
 
@@ -71,15 +71,12 @@ def shareable_config(config: dict) -> dict:
     run config and last/'s keep them: --resume reads the run's flags and data files there."""
     def shorten(value, key=""):
         if isinstance(value, dict):
-            return {shorten_path(name): shorten(item, name) for name, item in value.items()}
+            return {without_local_path(name): shorten(item, name) for name, item in value.items()}
         if isinstance(value, list):
             return [shorten(item, key) for item in value]
         if isinstance(value, str):
-            return without_local_paths(value) if key == "command" else shorten_path(value)
+            return without_local_paths(value) if key == "command" else without_local_path(value)
         return value
-
-    def shorten_path(text: str) -> str:
-        return (Path(text).name or text) if text.startswith(("/", "~")) else text
 
     return shorten(config)
 
