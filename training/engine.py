@@ -71,7 +71,9 @@ class Engine:
         self._use_flags(config)
         self.step, self.stopped_early, self.saved_provenance = 0, False, {}
         if distributed.restarts() and not config.resume:  # torchrun --max-restarts
-            self._use_flags(with_values(config, **distributed.on_main(lambda: flags_after_restart(self.folder))))
+            changes = distributed.on_main(lambda: flags_after_restart(self.folder))
+            if changes:
+                self._use_flags(with_values(config, **changes))
         distributed.on_main(self._claim)  # torchrun: rank 0's machine alone has the folder
         try:
             self.started = time.time()
@@ -86,7 +88,8 @@ class Engine:
                 if not self.finished or distributed.on_main(self.folder.state_file.exists):
                     self.resume_from, saved, self.saved_provenance = distributed.on_main(
                         lambda: check_resumable(self.folder, self.config))
-                    self._use_flags(with_values(self.config, **saved))
+                    if saved:
+                        self._use_flags(with_values(self.config, **saved))
                 if not self.finished:
                     self.resume_state = distributed.on_main(lambda: load_training_state(self.folder))
                 else:
@@ -144,9 +147,9 @@ class Engine:
         """OUTPUT_DIR's run config: every flag, the values chosen for flags left to a default (resolved), and what
         reproduces the run: the command, the git commit, library versions, a hash of each data file; a resumed run
         keeps what its start recorded and adds each --resume's."""
-        record = provenance(getattr(self.config, "command", ""), data_files)
-        if distributed.job():  # what a restarted attempt of the job recognises (torchrun --max-restarts)
-            record["torchrun_job"] = distributed.job()
+        record, job = provenance(getattr(self.config, "command", ""), data_files), distributed.job()
+        if job:  # what a restarted attempt of the job recognises (torchrun --max-restarts)
+            record["torchrun_job"] = job
         if self.saved_provenance:
             record = {**self.saved_provenance, "resumed": [*self.saved_provenance.get("resumed", []), record]}
         self.run_config = {**self.config.to_dict(), "resolved": resolved, "provenance": record}

@@ -61,8 +61,6 @@ def flags_after_restart(folder: RunFolder) -> dict:
 
 def with_values(config: TrainingConfig, **values) -> TrainingConfig:
     """The config with some flags changed (checked again), remembering the command it came from."""
-    if not values:
-        return config
     try:
         changed = dataclasses.replace(config, **values)
     except ValueError as error:  # a run config edited by hand
