@@ -757,6 +757,19 @@ def test_a_flag_refused_by_every_process_is_printed_once(tiny_model, data_48, tm
     assert (result.stdout + result.stderr).count("error: --epochs must be >= 1, got 0") == 1
 
 
+def test_a_refusal_is_printed_once_however_many_times_torchrun_restarts_the_command(tiny_model, data_48, tmp_path):
+    """torchrun --max-restarts 2 starts a refused command three times (a failed attempt is a failed attempt): the
+    refusal is printed by the first, and the attempts after it end silently."""
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--max-restarts", "2",
+         "multitask_classifier.py", *multitask_args(tiny_model, data_48, tmp_path, 8, "--epochs", "0")],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, env={**ENV, "LOGLEVEL": "INFO"})  # torchrun's log
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert output.count("will restart worker group") == 2, output[-3000:]  # three attempts
+    assert output.count("error: --epochs must be >= 1, got 0") == 1
+
+
 def test_a_refusal_of_rank_0_is_printed_by_rank_0_alone_naming_the_processes(tiny_model, data_48, tmp_path):
     """A run trained by one process, resumed by two on two machines: rank 0 reads its checkpoint and refuses, every
     process ends with code 2, and only rank 0's machine prints it."""
