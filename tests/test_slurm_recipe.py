@@ -115,7 +115,8 @@ def test_a_requeued_job_continues_its_own_folder_by_itself(cluster, trained):
     run, args, _, _ = trained
     config_file = run / "run_config.json"
     # As a job killed after its last checkpoint leaves it: the command did not end, so there is a run to resume.
-    config_file.write_text(json.dumps({k: v for k, v in json.loads(config_file.read_text()).items() if k != "finished"}))
+    config = json.loads(config_file.read_text())
+    config_file.write_text(json.dumps({k: v for k, v in config.items() if k != "finished"}))
     result, _ = sbatch(*args, SLURM_RESTART_COUNT="1")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "resuming at step 6" in result.stderr + result.stdout

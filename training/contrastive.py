@@ -103,8 +103,7 @@ class Pretraining:
             stage.objective.to(engine.device)
         engine.prepare_encoder(self.encoder)  # --compile: in place, so every objective holding it runs it compiled
         # torchrun: rank 0's weights, a random stream each.
-        start_replicas([stage.objective for stage in self.stages] + ([self.fusion] if self.fusion else []),
-                                   config.seed)
+        start_replicas([stage.objective for stage in self.stages] + ([self.fusion] if self.fusion else []), config.seed)
         self.results = {}  # the STS benchmark of --eval
 
     def _stage(self, name: str) -> Stage:

@@ -23,6 +23,7 @@ whole batch. PyTorch's DistributedDataParallel (DDP) averages the gradients.
 bf16_compress_hook), half the bytes, for slow links between machines.
 """
 import contextlib
+import inspect
 
 import torch
 import torch.distributed as dist
@@ -47,17 +48,22 @@ class DataParallel:
     """
 
     def __init__(self, module: nn.Module | None, parameters: list[torch.Tensor], passes_apart: bool = False,
-                 bucket_mb: float = 25, compress: str = "none"):
+                 bucket_mb: float = 25, compress: str = "none", wrap: bool | None = None):
+        """wrap: whether DDP wraps the module; by default where there are several processes (a world of one: the
+        module as it is, and no collectives; benchmarks/ddp_smoke.py wraps one)."""
         self.module, self.parameters, self.passes_apart = module, parameters, passes_apart
-        self.wrapped = distributed.world_size() > 1
-        if not self.wrapped:  # a world of one: the module as it is, and no collectives
+        self.wrapped = distributed.world_size() > 1 if wrap is None else wrap
+        if not self.wrapped:
             return
         device = next(module.parameters()).device
-        # Buffers are rank 0's from the start (DDP's own broadcast) and no buffer changes while training: a forward
-        # pass need not wait for rank 0's.
+        # Buffers are rank 0's from the start (start_replicas, and DDP's own broadcast) and none changes while
+        # training: a forward pass need not wait for rank 0's. (torch 2.13 renamed broadcast_buffers; the GPU
+        # machine's 2.11 knows only that name.)
+        names = inspect.signature(DistributedDataParallel).parameters
+        buffers = "forward_sync_buffers" if "forward_sync_buffers" in names else "broadcast_buffers"
         self.module = DistributedDataParallel(module, device_ids=[device] if device.type == "cuda" else None,
                                               bucket_cap_mb=bucket_mb, find_unused_parameters=True,
-                                              forward_sync_buffers=False)
+                                              **{buffers: False})
         if compress == "bf16":
             self.module.register_comm_hook(None, bf16_compress_hook if device.type == "cuda" else _bf16_on_gloo)
 
@@ -76,7 +82,7 @@ class DataParallel:
 
     def average(self) -> None:
         """After a step's passes, before clipping: the explicit all_reduce of a run whose passes run apart."""
-        if self.passes_apart:
+        if self.passes_apart and self.wrapped:
             average_gradients(self.parameters)
 
 
