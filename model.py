@@ -51,7 +51,10 @@ class ModelConfig:
                    "sts_target")
 
     def __post_init__(self):
-        check_ranges(self)  # every flag's range, those of a subclass too
+        if hasattr(super(), "__post_init__"):  # in a command's config (MultitaskConfig): its other parts' checks too
+            super().__post_init__()
+        else:
+            check_ranges(self)  # every flag's range, those of a subclass too
         self.task_list = parse_task_order(self.tasks, TASK_NAMES, option="--tasks")
         if len(set(self.task_list)) < len(self.task_list):
             raise ValueError(f"--tasks {self.tasks!r}: a task is named twice")

@@ -18,6 +18,7 @@ from data.readers import read_quora, read_sentiment, read_sts
 from tests.conftest import assert_same_weights, checkpoint_weights, multitask_argv
 from training import multitask
 from training.engine import Engine
+from training.config import TrainingConfig
 from training.multitask_config import MultitaskConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -169,6 +170,15 @@ def test_missing_data_file_is_a_clear_error(tiny_model, tmp_path):
 def test_bad_flag_values_are_usage_errors(tmp_path, flag, value, message):
     result = run_cli(flag, *value.split(), "--output-dir", str(tmp_path))
     assert result.returncode == 2 and message in result.stderr
+
+
+def test_every_part_of_the_config_checks_its_flags(monkeypatch):
+    """MultitaskConfig is ModelConfig + SmartConfig + EvaluationConfig + TrainingConfig: TrainingConfig's checks run
+    too (ModelConfig's __post_init__ once called no other, and they never ran)."""
+    checked, original = [], TrainingConfig.__post_init__
+    monkeypatch.setattr(TrainingConfig, "__post_init__", lambda config: checked.append(config) or original(config))
+    config = MultitaskConfig()
+    assert checked == [config]
 
 
 def test_weighted_losses_weigh_each_task_and_their_mean_is_the_step_loss():

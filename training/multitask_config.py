@@ -91,7 +91,7 @@ class MultitaskConfig(ModelConfig, SmartConfig, EvaluationConfig, TrainingConfig
     SOURCES = TrainingConfig.SOURCES + ("init", "data_dir")
 
     def __post_init__(self):
-        super().__post_init__()  # ModelConfig's: every flag's range, the tasks and the head flags
+        super().__post_init__()  # ModelConfig's (the tasks, the head flags), then TrainingConfig's (every range)
         self.order = parse_task_order(self.task_order, TASK_NAMES) if self.task_order else self.task_list
         if set(self.order) != set(self.task_list):
             raise ValueError(f"--task-order {self.task_order!r} must name each task of --tasks {self.tasks!r}, "
