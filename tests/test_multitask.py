@@ -49,11 +49,11 @@ def test_run_writes_checkpoints_metrics_and_leaderboard_files(tiny_model, course
             assert [line.split(",")[0].strip() for line in lines[1:]] == [r.id for r in records]
 
 
-@pytest.mark.parametrize("schedule", ["avg", "pcgrad"])
-def test_resumed_run_ends_with_the_same_weights(tiny_model, course_data, tmp_path, monkeypatch, schedule):
+@pytest.mark.parametrize("combine", ["mean", "pcgrad"])
+def test_resumed_run_ends_with_the_same_weights(tiny_model, course_data, tmp_path, monkeypatch, combine):
+    flags = ["--schedule", "avg", "--combine", combine, "--eval-every", "2"]
     # Uninterrupted run.
-    multitask_classifier.main(multitask_argv(tiny_model, course_data, tmp_path / "full", "--schedule", schedule,
-                                             "--eval-every", "2"))
+    multitask_classifier.main(multitask_argv(tiny_model, course_data, tmp_path / "full", *flags))
     # The same run, killed in its second epoch after the checkpoint of step 6, then resumed.
     original_step = multitask.MultitaskRun.step
 
@@ -63,8 +63,7 @@ def test_resumed_run_ends_with_the_same_weights(tiny_model, course_data, tmp_pat
         return original_step(self, *a)
 
     monkeypatch.setattr(multitask.MultitaskRun, "step", dies_at_step_7)
-    interrupted = multitask_argv(tiny_model, course_data, tmp_path / "resumed", "--schedule", schedule,
-                                 "--eval-every", "2")
+    interrupted = multitask_argv(tiny_model, course_data, tmp_path / "resumed", *flags)
     with pytest.raises(KeyboardInterrupt):
         multitask_classifier.main(interrupted)
     steps_after_resume = []
@@ -74,8 +73,8 @@ def test_resumed_run_ends_with_the_same_weights(tiny_model, course_data, tmp_pat
         return original_step(self, *a)
 
     monkeypatch.setattr(multitask.MultitaskRun, "step", counted_step)
-    # avg: --resume alone, the run's run_config.json gives every flag; pcgrad: the command repeated, as before.
-    resume = (["--output-dir", str(tmp_path / "resumed/run"), "--resume"] if schedule == "avg"
+    # mean: --resume alone, the run's run_config.json gives every flag; pcgrad: the command repeated, as before.
+    resume = (["--output-dir", str(tmp_path / "resumed/run"), "--resume"] if combine == "mean"
               else interrupted + ["--resume"])
     multitask_classifier.main(resume)
     assert steps_after_resume[0] == 6, "the resumed run starts after the last checkpoint, not from scratch"
@@ -170,6 +169,22 @@ def test_missing_data_file_is_a_clear_error(tiny_model, tmp_path):
 def test_bad_flag_values_are_usage_errors(tmp_path, flag, value, message):
     result = run_cli(flag, *value.split(), "--output-dir", str(tmp_path))
     assert result.returncode == 2 and message in result.stderr
+
+
+def test_schedule_pcgrad_is_the_old_spelling_of_combine_pcgrad(caplog):
+    with caplog.at_level("WARNING"):
+        config = cli.parse_config(MultitaskConfig, "", ["--schedule", "pcgrad"])
+    assert (config.schedule, config.combine) == ("avg", "pcgrad")
+    assert caplog.messages == ["--schedule pcgrad: now --schedule avg --combine pcgrad (avg's steps, PCGrad's "
+                               "gradients)"]
+    assert cli.parse_config(MultitaskConfig, "", ["--schedule", "pcgrad", "--combine", "upgrad"]).combine == "upgrad"
+
+
+@pytest.mark.parametrize("schedule", ["mtdnn", "rr-batch", "rr-epoch", "sequential"])
+def test_combine_needs_steps_of_several_tasks(schedule):
+    with pytest.raises(ValueError, match=f"--combine pcgrad: combines the gradients of the tasks of a step, and "
+                                         f"--schedule {schedule} takes one task a step; use --schedule avg"):
+        MultitaskConfig(schedule=schedule, combine="pcgrad")
 
 
 def test_every_part_of_the_config_checks_its_flags(monkeypatch):

@@ -2,7 +2,7 @@
 which task's batch comes next.
 
 Flow: files -> TaskSplit (tokenised once) -> per-epoch plan of steps (training/schedules.py) -> batches grouped
-by length -> MultitaskModel (model.py) -> task losses -> average (or gradient surgery) -> the engine (AdamW,
+by length -> MultitaskModel (model.py) -> task losses -> average (or gradient surgery, --combine) -> the engine (AdamW,
 warm-up and decay, accumulation, evaluation, checkpoints; training/engine.py) -> best checkpoint, predictions.
 What is particular to a task (files, head, loss, metric) comes from the registry, tasks.py.
 """
@@ -159,10 +159,10 @@ class MultitaskRun(Run):
         """One backward pass of the mean over the step's tasks: a task without rows in this part of the step counts
         in the mean still, as it does in the whole batch that the parts add up to."""
         weighted = weighted_losses(task_losses, self.config.loss_scale)
-        if self.config.schedule == "pcgrad" and len(task_losses) > 1:
+        if self.config.combine != "mean" and len(task_losses) > 1:
             heads = self.model.head_parameters()
             surgery_backward([self.engine.precision.scale(loss) for loss in weighted], self.model.shared_parameters(),
-                             [heads[t] for t in task_losses], self.config.surgery)
+                             [heads[t] for t in task_losses], self.config.combine)
         else:
             self.engine.backward(sum(weighted) / step_tasks)
 
