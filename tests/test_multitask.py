@@ -11,14 +11,15 @@ import torch
 import transformers
 from safetensors.torch import load_file
 
+import checkpoint
 import multitask_classifier
 from common import cli
 from common.errors import CheckpointError
 from data.readers import read_quora, read_sentiment, read_sts
 from tests.conftest import assert_same_weights, checkpoint_weights, multitask_argv
 from training import multitask
-from training.engine import Engine
 from training.config import TrainingConfig
+from training.engine import Engine
 from training.multitask_config import MultitaskConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -212,7 +213,7 @@ def test_a_zero_loss_weight_leaves_its_head_untouched(tiny_model, course_data, t
         multitask_classifier.main(multitask_argv(tiny_model, course_data, out, "--tasks", "sst,sts",
                                                  "--epochs", str(epochs), "--weight-decay", "0",
                                                  "--loss-weights", "sts=0"))
-        return load_file(out / "run" / "last" / "heads.safetensors")
+        return load_file(out / "run" / "last" / checkpoint.HEADS)
 
     one, two = heads_after(1), heads_after(2)
     assert all(torch.equal(one[name], two[name]) for name in one if name.startswith("heads.sts."))
