@@ -16,11 +16,14 @@ import multitask_classifier
 from common import cli
 from common.errors import CheckpointError
 from data.readers import read_quora, read_sentiment, read_sts
+from data.splits import TaskSplit
+from tasks import REGISTRY
 from tests.conftest import assert_same_weights, checkpoint_weights, multitask_argv
 from training import multitask
 from training.config import TrainingConfig
 from training.engine import Engine
 from training.multitask_config import MultitaskConfig
+from training.schedules import SCHEDULES
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -170,6 +173,47 @@ def test_missing_data_file_is_a_clear_error(tiny_model, tmp_path):
 def test_bad_flag_values_are_usage_errors(tmp_path, flag, value, message):
     result = run_cli(flag, *value.split(), "--output-dir", str(tmp_path))
     assert result.returncode == 2 and message in result.stderr
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_an_epoch_under_a_token_budget_visits_every_training_row_once(tiny_model, course_data, tmp_path, monkeypatch,
+                                                                     schedule):
+    """One epoch's steps, batched by --max-tokens and shared out between --grad-accum parts, train on each row of
+    each task once: every schedule takes all of a task's batches in an epoch (sequential: of its epoch's task),
+    but avg, whose steps take a batch of every task, as many of them as the task with the fewest batches has."""
+    visited, in_step = {}, []  # (epoch, task) -> how often each row was trained on; the epoch of the step running
+    step, batch = multitask.MultitaskRun.step, TaskSplit.batch
+
+    def recorded_step(run, item, share):
+        in_step.append(item[0])
+        try:
+            return step(run, item, share)
+        finally:
+            in_step.pop()
+
+    def recorded_batch(split, rows, *args):
+        if in_step:  # a training step's batch (not an evaluation's, nor calibration's)
+            visited.setdefault((in_step[-1], split.task), Counter()).update(rows)
+        return batch(split, rows, *args)
+
+    monkeypatch.setattr(multitask.MultitaskRun, "step", recorded_step)
+    monkeypatch.setattr(TaskSplit, "batch", recorded_batch)
+    epochs = 3 if schedule == "sequential" else 1  # sequential: an epoch a task
+    multitask_classifier.main(multitask_argv(tiny_model, course_data, tmp_path, "--schedule", schedule, "--epochs",
+                                             str(epochs), "--max-length", "32", "--max-tokens", "64",
+                                             "--grad-accum", "2", "--task-weights", ""))
+    rows = {task: len((course_data / REGISTRY[task].files[0]).read_text().splitlines()) - 1
+            for task in ("sst", "para", "sts")}
+    every_row_once = {task: Counter(range(count)) for task, count in rows.items()}
+    if schedule == "sequential":
+        assert visited == {(epoch, task): every_row_once[task] for epoch, task in enumerate(rows)}
+    elif schedule == "avg":
+        assert visited.keys() == {(0, task) for task in rows}
+        assert all(set(counts.values()) == {1} for counts in visited.values())  # no row twice
+        assert any(visited[0, task] == every_row_once[task] for task in rows)  # the task of fewest batches whole
+        assert any(visited[0, task] != every_row_once[task] for task in rows)  # and the others' sampled
+    else:
+        assert visited == {(0, task): every_row_once[task] for task in rows}
 
 
 def test_schedule_pcgrad_is_the_old_spelling_of_combine_pcgrad(caplog):
