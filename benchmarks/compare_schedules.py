@@ -4,9 +4,9 @@
 
 Each schedule sees every task's N examples E times (sequential gets 3 x E epochs, E per task, since it
 trains one task per epoch; avg and pcgrad, avg's steps with --combine pcgrad, take one batch of every task per
-step, so they take a third of the steps of the others for the same batches). Prints a Markdown table of best dev metrics, steps
-and wall time; each run's files are under --output-root/SCHEDULE. Any other multitask_classifier.py flag
-is passed on to every run.
+step, so they take a third of the steps of the others for the same batches). Prints a Markdown table of best dev
+metrics, steps and wall time; each run's files are under --output-root/SCHEDULE. Any other multitask_classifier.py
+flag is passed on to every run.
 """
 import argparse
 import json

@@ -2,8 +2,9 @@
 which task's batch comes next.
 
 Flow: files -> TaskSplit (tokenised once) -> per-epoch plan of steps (training/schedules.py) -> batches grouped
-by length -> MultitaskModel (model.py) -> task losses -> average (or gradient surgery, --combine) -> the engine (AdamW,
-warm-up and decay, accumulation, evaluation, checkpoints; training/engine.py) -> best checkpoint, predictions.
+by length -> MultitaskModel (model.py) -> task losses -> average (or gradient surgery, --combine) -> the engine
+(AdamW, warm-up and decay, accumulation, evaluation, checkpoints; training/engine.py) -> best checkpoint (written
+and reloaded by checkpoint.py), predictions.
 What is particular to a task (files, head, loss, metric) comes from the registry, tasks.py.
 """
 import logging
