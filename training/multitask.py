@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+import checkpoint
 from common import distributed
 from common.files import check_writable, read_json
 from common.tables import markdown_table
@@ -20,7 +21,6 @@ from data.splits import TaskSplit, TaskStream
 from evaluation.inference import soft_outputs
 from evaluation.outputs import write_outputs
 from evaluation.predictions import SPLITS, prediction_path
-import checkpoint
 from model import MultitaskModel
 from models import Tokenizer
 from tasks import REGISTRY, metric_names, summary
