@@ -69,3 +69,25 @@ def test_best_is_reloaded_with_the_runs_attention_and_compilation(tiny_model, co
     multitask_classifier.main(multitask_argv(tiny_model, course_data, tmp_path, "--epochs", "1",
                                              "--attention", "padded", "--compile"))
     assert predicted == [("dev", "padded", True), ("test", "padded", True)]
+
+
+def test_resume_refuses_a_run_that_records_no_head_flag(tiny_model, course_data, tmp_path, monkeypatch):
+    """A run interrupted before --pair-mlp existed: its heads in last/ are not continued as residual ones."""
+    step, steps = MultitaskRun.step, []
+
+    def dies_at_step_3(run, *args):
+        steps.append(1)
+        if len(steps) == 3:
+            raise KeyboardInterrupt
+        return step(run, *args)
+
+    monkeypatch.setattr(MultitaskRun, "step", dies_at_step_3)
+    with pytest.raises(KeyboardInterrupt):
+        multitask_classifier.main(multitask_argv(tiny_model, course_data, tmp_path, "--epochs", "1",
+                                                 "--save-every", "2"))
+    for run_config in (tmp_path / "run" / "run_config.json", tmp_path / "run" / "last" / "run_config.json"):
+        flags = json.loads(run_config.read_text())
+        del flags["pair_mlp"]
+        run_config.write_text(json.dumps(flags))
+    with pytest.raises(CheckpointError, match="last/run_config.json: records no --pair-mlp"):
+        multitask_classifier.main(["--output-dir", str(tmp_path / "run"), "--resume"])
