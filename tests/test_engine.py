@@ -13,7 +13,7 @@ import torch
 
 import multitask_classifier
 from tests.conftest import assert_same_weights, checkpoint_weights, multitask_argv
-from training.run import linear_warmup_decay
+from training.lr_schedule import linear_warmup_decay
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -240,3 +240,59 @@ def test_leaderboard_files_of_tasks_this_run_did_not_train_are_named(tiny_model,
         multitask_classifier.main(multitask_args(tiny_model, course_data, tmp_path, "--tasks", "sst",
                                                  "--batch-size", "16"))
     assert any("did not write" in r.message and "para-dev-output.csv" in r.message for r in caplog.records)
+
+
+KILLED_IN_STAGE_2 = """
+import os, signal, sys
+sys.path.insert(0, {root!r})
+from training import contrastive
+import pretrain_contrastive
+step = contrastive.StageRun.step
+def dies(self, item, share):
+    if self.stage.name == "unsup" and self.pretraining.engine.state.step == 2:  # unsup's step 2 saved
+        os.kill(os.getpid(), signal.SIGKILL)
+    return step(self, item, share)
+contrastive.StageRun.step = dies
+pretrain_contrastive.main(sys.argv[1:])
+"""
+
+
+def test_a_two_stage_run_resumed_in_its_second_stage_keeps_the_first_stages_lines_and_summary(tiny_model, tmp_path,
+                                                                                              contrastive_data):
+    """ConSERT sup-unsup, 3 steps a stage, last/ every 2: killed as unsup's step 3 begins, resumed from unsup's step
+    2. Both stages' steps count from 1, so the metrics log's lines name their stage; the resumed run's log and its
+    summary (metrics.json, the model card) hold the sup stage's as the uninterrupted run's do."""
+    args = lambda out: ["--model", str(tiny_model), "--method", "consert", "--consert-schedule", "sup-unsup",  # noqa
+                        "--data", "sts", "--data-dir", str(contrastive_data), "--batch-size", "4", "--max-steps", "3",
+                        "--save-every", "2", "--log-every", "1", "--output-dir", str(out), "--device", "cpu"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    assert subprocess.run([sys.executable, "pretrain_contrastive.py", *args(tmp_path / "full")], cwd=ROOT,
+                          env=env, capture_output=True).returncode == 0
+    killer = tmp_path / "killed.py"
+    killer.write_text(KILLED_IN_STAGE_2.format(root=str(ROOT)))
+    died = subprocess.run([sys.executable, str(killer), *args(tmp_path / "resumed")], cwd=ROOT, env=env,
+                          capture_output=True, text=True)
+    assert died.returncode == -9
+    resumed = subprocess.run([sys.executable, "pretrain_contrastive.py", *args(tmp_path / "resumed"), "--resume"],
+                             cwd=ROOT, env=env, capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "resuming at step 2 of 3" in resumed.stderr
+
+    def lines(folder):
+        return [(line["event"], line["stage"], line["step"], line["loss"])
+                for line in map(json.loads, (folder / "metrics.jsonl").read_text().splitlines())]
+
+    full, again = lines(tmp_path / "full"), lines(tmp_path / "resumed")
+    assert [line[:3] for line in full] == [("train", stage, step) for stage in ("sup", "unsup") for step in (1, 2, 3)]
+    assert [line[:3] for line in again] == [line[:3] for line in full]
+    for (*_, loss), (*_, expected) in zip(again, full):
+        assert loss == pytest.approx(expected, rel=1e-5)
+    summary = json.loads((tmp_path / "resumed/metrics.json").read_text())["stages"]
+    expected = json.loads((tmp_path / "full/metrics.json").read_text())["stages"]
+    assert list(summary) == list(expected) == ["sup", "unsup"]
+    for name in expected:
+        assert {k: v for k, v in summary[name].items() if k != "mean_loss"} == \
+            {k: v for k, v in expected[name].items() if k != "mean_loss"}
+        assert summary[name]["mean_loss"] == pytest.approx(expected[name]["mean_loss"], rel=1e-5)
+    card = (tmp_path / "resumed/README.md").read_text()
+    assert "| sup.steps | 3 |" in card and "| unsup.steps | 3 |" in card

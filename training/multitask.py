@@ -197,7 +197,7 @@ class MultitaskRun(Run):
         write_encoder_folder(folder, self.model.encoder, self.tokenizer, None, record, extra_modules=self.model)
         write_shareable_files(folder, pooling=config.pooling, max_length=config.max_length,
                               base_model=config.init or config.model,
-                              command=getattr(config, "command_with_values", ""),
+                              command=config.command.with_values,
                               eval_sample=config.max_eval_examples, metrics=record.get("dev", {}),
                               metric_names=metric_names(),
                               data_files=[str(Path(config.data_dir) / REGISTRY[name].files[0])

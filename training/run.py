@@ -17,14 +17,7 @@ from typing import Callable
 import torch
 
 from data.batching import Share
-
-
-def linear_warmup_decay(step: int, total_steps: int, warmup: float) -> float:
-    """Learning-rate multiplier: linear warm-up over the first `warmup` fraction of steps, then linear decay to 0."""
-    warmup_steps = int(warmup * total_steps)
-    if step < warmup_steps:
-        return (step + 1) / warmup_steps
-    return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
+from training.lr_schedule import linear_warmup_decay
 
 
 class Run:
