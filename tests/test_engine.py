@@ -105,6 +105,52 @@ def test_tensorboard_events_are_written_and_readable(tiny_model, course_data, tm
     assert {event.step for event in events.Scalars("train/lr")} <= logged
 
 
+def test_report_to_mlflow_writes_what_mlflows_own_client_reads_back(tiny_model, course_data, tmp_path, monkeypatch):
+    """--report-to tensorboard,mlflow, offline: an MLflow tracking store in a local SQLite file (what `mlflow ui`
+    reads), read back with MLflow's client: one finished run named after the output folder, the run's flags as
+    parameters, and every number of the metrics log at its step; TensorBoard's folder is OUTPUT_DIR/tensorboard."""
+    from mlflow import MlflowClient
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "tiny")
+    multitask_classifier.main(multitask_args(tiny_model, course_data, tmp_path, "--log-every", "5",
+                                             "--report-to", "tensorboard,mlflow"))
+    client = MlflowClient()
+    [run] = client.search_runs([client.get_experiment_by_name("tiny").experiment_id])
+    assert run.info.run_name == "run" and run.info.status == "FINISHED"
+    assert run.data.params["lr"] == "0.001" and run.data.params["schedule"] == "mtdnn"
+    lines = [json.loads(line) for line in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
+    expected = {}  # name -> [(step, value)] as the metrics log has them
+    for line in lines:
+        for group, tag in (("loss", "train/loss"), ("dev", "dev")):
+            for name, value in line.get(group, {}).items():
+                expected.setdefault(f"{tag}/{name}", []).append((line["step"], value))
+        if "lr" in line:
+            expected.setdefault("train/lr", []).append((line["step"], line["lr"]))
+    assert {"dev/overall", "train/loss/sst", "train/lr"} <= set(expected)
+    for name, values in expected.items():
+        history = client.get_metric_history(run.info.run_id, name)
+        assert [(metric.step, metric.value) for metric in history] == values, name
+    events = EventAccumulator(str(tmp_path / "run/tensorboard"))
+    events.Reload()
+    scalars = events.Scalars("dev/overall")  # stored as float32
+    assert [event.step for event in scalars] == [step for step, _ in expected["dev/overall"]]
+    assert [event.value for event in scalars] == pytest.approx([value for _, value in expected["dev/overall"]],
+                                                               rel=2 ** -23)
+
+
+def test_report_to_names_its_loggers(tiny_model, course_data, tmp_path, capsys):
+    from common import cli
+
+    with pytest.raises(SystemExit) as exit_:
+        cli.run(lambda: multitask_classifier.main(multitask_args(tiny_model, course_data, tmp_path,
+                                                                 "--report-to", "tensorboard,wandb")))
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == \
+        "error: --report-to tensorboard,wandb: wandb is not one of tensorboard, mlflow"
+
+
 KILLED_AT_STEP_3 = """
 import os, signal, sys
 sys.path.insert(0, {root!r})

@@ -11,7 +11,6 @@ from pathlib import Path
 from common import distributed
 from common.cli import resolve_device
 from common.errors import UsageError
-from common.files import check_writable
 from common.provenance import provenance
 from common.run_folder import RunFolder
 from common.seeding import seed_everything
@@ -20,7 +19,7 @@ from models.compile import check_can_compile, compile_encoder
 from training.callbacks import Callback, Control, EngineState
 from training.config import TrainingConfig
 from training.precision import Precision
-from training.reporting import MetricsLog, TensorBoard
+from training.reporting import reporters
 from training.resume import Resumption, find_resumption, flags_after_restart, start_again, with_values
 
 
@@ -61,8 +60,7 @@ class Command:
                       f"nothing to resume")
             self.run_config = self.config.to_dict()
             if self.is_main:
-                self.reporters = [MetricsLog(self.folder)] + (
-                    [TensorBoard(self.config.tensorboard)] if self.config.tensorboard else [])
+                self.reporters = reporters(self.config.report_to, self.config.tensorboard, self.folder)
         except BaseException:
             self.__exit__(*sys.exc_info())
             raise
@@ -84,22 +82,20 @@ class Command:
         if not self.is_main:
             return
         for reporter in self.reporters:
-            reporter.close()
+            reporter.close(failed=kind is not None)
         if kind is None and not self.finished:
             self.folder.mark_finished(self.run_config, self.state.step, self.state.stopped_early)
         self.folder.release()
 
     def _claim(self) -> None:
         """--output-dir claimed (locked; a run in it refused, or replaced with --overwrite unless that would remove
-        what the run reads), saves that died half-way recovered; --tensorboard writable. Rank 0 only (torchrun)."""
+        what the run reads), saves that died half-way recovered. Rank 0 only (torchrun)."""
         config = self.config
         self.folder.claim(config.OUTPUTS, config.resume, config.overwrite, config.as_flags(config.SOURCES),
                           start_again(config))
         try:
             for flag, path in config.as_flags(config.OUTPUT_FOLDERS).items():  # their files would go at a save
                 self.folder.check_outside_checkpoints(path, flag)
-            if config.tensorboard:
-                check_writable(config.tensorboard, "--tensorboard")
         except BaseException:
             self.folder.release()
             raise

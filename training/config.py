@@ -40,8 +40,12 @@ class TrainingConfig:
                               "every N steps", range=AT_LEAST_0)
     max_steps: int = flag(0, "stop after this many optimizer steps (a contrastive run: each stage); the learning-rate "
                              "schedule spans them (0 = run all epochs)", range=AT_LEAST_0)
-    tensorboard: str = flag("", "also write losses, learning rates, throughput, dev metrics and the run's flags "
-                                "(hparams) to this TensorBoard folder")
+    report_to: str = flag("", "also send the metrics log's numbers (losses, learning rates, throughput, dev "
+                              "metrics) and the run's flags to these loggers, comma-separated: tensorboard (its "
+                              "folder: --tensorboard), mlflow (MLflow's tracking store: $MLFLOW_TRACKING_URI, unset "
+                              "./mlflow.db; experiment $MLFLOW_EXPERIMENT_NAME)")
+    tensorboard: str = flag("", "the TensorBoard folder of --report-to tensorboard (left out: OUTPUT_DIR/tensorboard); "
+                                "giving it reports to TensorBoard")
     quiet: bool = flag(False, "print only warnings, errors and the summary at the end (no progress, no log lines)")
     device: str = flag("auto", "cpu, cuda, cuda:1, ... (auto: cuda when present; under torchrun each process "
                                "takes its own GPU)")
@@ -65,11 +69,11 @@ class TrainingConfig:
     # What --resume may change without changing the run; --output-dir among them: a run folder moved or copied
     # resumes where it now is.
     RUNTIME_FIELDS = ("resume", "overwrite", "allow_changed_data", "device", "save_every", "save_every_minutes",
-                      "log_every", "tensorboard", "quiet", "dist_timeout", "output_dir")
+                      "log_every", "report_to", "tensorboard", "quiet", "dist_timeout", "output_dir")
     # What belongs to one command, not to its run: --resume never takes these from the run's flags.
     COMMAND_FIELDS = ("resume", "overwrite", "allow_changed_data", "device", "quiet", "dist_timeout", "output_dir")
     # What a run writes in --output-dir (a command adds its own): --overwrite removes these, and nothing else.
-    OUTPUTS = (LAST, METRICS)
+    OUTPUTS = (LAST, METRICS, "tensorboard")
     # Flags that name what the run reads: --resume compares where they point, not how they are spelled, and
     # --overwrite refuses to remove them.
     SOURCES = ("model",)

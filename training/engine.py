@@ -106,9 +106,8 @@ class Engine(Command):
         started = time.time()
         result = run.finish()
         if run.evaluate is not None:  # a scored run's finish predicts the test sets: their time apart
-            self._log({"event": "finish", "step": state.step,
-                                   "finish_seconds": round(time.time() - started, 2),
-                                   "seconds": round(time.time() - self.started, 1)})
+            self._log({"event": "finish", "step": state.step, "finish_seconds": round(time.time() - started, 2),
+                       "seconds": round(time.time() - self.started, 1)})
         return result
 
     def _event(self, name: str, *values) -> None:
@@ -140,8 +139,8 @@ class Engine(Command):
         self.gradients = distributed.GradientSync(self.parameters)
         self.last_part = True  # whether the backward passes now are the step's last accumulation part's
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self.lr_multiplier)
-        self.state, self.control, self.losses = EngineState(total_steps=total_steps, stage=run.stage_name), Control(), \
-            LossTracker()
+        self.state, self.control = EngineState(total_steps=total_steps, stage=run.stage_name), Control()
+        self.losses = LossTracker()
 
     def _train_step(self, run: Run, item) -> tuple[dict[str, torch.Tensor], int]:
         """The item's batch in --grad-accum parts on this process, then one update."""
