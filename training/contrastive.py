@@ -122,19 +122,19 @@ class Pretraining:
         if resumed:
             self.results = resumed["results"]
             self.finished_stages = resumed.get("finished_stages", {})  # saved since stages' summaries are kept
-        elif config.eval and engine.is_main:
+        elif config.eval and distributed.is_main():
             self.results["before"] = self._benchmark(self.encoder)
         # A resumed run skips the stages it finished: their weights and summaries came with the training state.
         for index in range(resumed["stage"] if resumed else 0, len(self.stages)):
             self.finished_stages[self.stages[index].name] = engine.fit(StageRun(self, index))
         metrics = {"stages": self.finished_stages}
         encoders = self.stages[-1].objective.encoders_to_save()
-        if config.eval and engine.is_main:
+        if config.eval and distributed.is_main():
             for name, encoder in encoders.items():
                 self.results[f"after {name}".strip()] = self._benchmark(encoder)
             print(markdown_table(self.results, TABLE_COLUMNS))
             metrics["sts_benchmark"] = self.results
-        if engine.is_main:
+        if distributed.is_main():
             self._save_final(encoders, metrics)
             self._summary(metrics["stages"], encoders)
         distributed.barrier()

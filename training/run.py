@@ -10,6 +10,12 @@
 and may give evaluate() and score() (dev metrics, and the number that picks best/, with score_name, eval_every and
 patience), save() (its files of a checkpoint folder), after_update() (what follows each optimizer step),
 state_dict() / load_state_dict() (what else --resume needs) and finish() (the end of the run, and its result).
+
+What a run uses of the engine: its device and precision; backward(loss) and, for an extra update within a step,
+update(advance_schedule=False); state, the loop's EngineState (to read), and losses (the loss means so far);
+folder, the run folder; and at set-up describe_run (the run config), check_max_length and prepare_encoder
+(--attention, --compile), resume_from and resume_state (what --resume continues from). The rest of the engine is
+the loop's own.
 """
 from pathlib import Path
 from typing import Callable
