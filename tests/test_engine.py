@@ -112,7 +112,7 @@ from training import contrastive
 import pretrain_contrastive
 step = contrastive.StageRun.step
 def dies(self, item, share):
-    if self.pretraining.engine.step == 3:  # the checkpoint of step 2 is on disk, step 3 has run
+    if self.pretraining.engine.state.step == 3:  # the checkpoint of step 2 is on disk, step 3 has run
         os.kill(os.getpid(), signal.SIGKILL)
     return step(self, item, share)
 contrastive.StageRun.step = dies
@@ -173,7 +173,7 @@ def test_a_diverging_run_stops_at_once_naming_the_step_the_task_and_the_last_goo
     step = int(message.split("step ")[1].split(":")[0])
     assert step < 3 * 15, "stopped at once, not at the end of the run"
     state = torch.load(tmp_path / "run/last/training_state.pt", weights_only=True)
-    assert state["step"] == step - 1  # the checkpoint before the step that diverged
+    assert state["engine"]["step"] == step - 1  # the checkpoint before the step that diverged
 
 
 def leaderboard_numbers(folder: Path) -> list[float]:
@@ -204,7 +204,7 @@ def test_weights_that_turn_nan_at_an_evaluation_keep_the_last_finite_checkpoint(
     from training.multitask import MultitaskRun
 
     def poisoned_after_step_3(self):
-        if self.engine.step == 3:  # the loss of step 3 was finite; its update is not
+        if self.engine.state.step == 3:  # the loss of step 3 was finite; its update is not
             next(self.model.encoder.parameters()).data.fill_(float("nan"))
 
     monkeypatch.setattr(MultitaskRun, "after_update", poisoned_after_step_3)
@@ -215,7 +215,7 @@ def test_weights_that_turn_nan_at_an_evaluation_keep_the_last_finite_checkpoint(
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         f"error: step 3: the weights are not finite; the run stopped; the last good checkpoint is "
         f"{tmp_path / 'run' / 'last'} (a lower --lr, or --precision fp32, may help)")
-    assert torch.load(tmp_path / "run/last/training_state.pt", weights_only=True)["step"] == 2
+    assert torch.load(tmp_path / "run/last/training_state.pt", weights_only=True)["engine"]["step"] == 2
     for folder in ("best", "last"):
         assert all(tensor.isfinite().all() for tensor in checkpoint_weights(tmp_path / "run" / folder).values())
     numbers = leaderboard_numbers(tmp_path / "predictions")

@@ -240,5 +240,5 @@ class StageRun(Run):
         """The stage's steps, its updates (a resumed stage counts those before the interruption as one a step),
         learning rate and mean loss."""
         engine = self.pretraining.engine
-        return {"steps": engine.total_steps, "updates": engine.step + self.fusion_updates, "lr": self.stage.lr,
+        return {"steps": engine.state.total_steps, "updates": engine.state.step + self.fusion_updates, "lr": self.stage.lr,
                 "mean_loss": engine.losses.period_means().get("loss")}

@@ -30,6 +30,7 @@ def linear_warmup_decay(step: int, total_steps: int, warmup: float) -> float:
 class Run:
     """What a run tells the engine (see the module's docstring). parameters, plan and step are required."""
     name = "train"  # what the progress bar calls it
+    stage_name = ""  # a multi-stage run's stage: its metrics lines carry it
     lr: float  # the peak learning rate (parameter groups may scale it)
     head_lr: float | None = None  # the heads' peak learning rate, where they have their own (logged beside lr)
     adam_betas = (0.9, 0.999)
