@@ -134,7 +134,8 @@ def read_checked_space(path: str, base: MultitaskConfig) -> list[Param]:
 
 
 class ReportToTrial(Callback):
-    """Each evaluation's objective reported to the Optuna trial; a trial the pruner finds behind stops there."""
+    """Each evaluation's objective reported to the Optuna trial; a trial the pruner finds behind before its last step
+    stops there."""
 
     def __init__(self, trial: optuna.Trial, objective: str, prune: bool):
         self.trial, self.objective, self.prune, self.pruned_at = trial, objective, prune, None
@@ -143,7 +144,7 @@ class ReportToTrial(Callback):
         if not self.prune:
             return
         self.trial.report(best_metric(metrics, self.objective), state.step)
-        if self.trial.should_prune():
+        if state.step < state.total_steps and self.trial.should_prune():  # at its end a trial has its value
             self.pruned_at = state.step
             control.should_stop = True
 
