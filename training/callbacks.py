@@ -14,8 +14,8 @@ saved; on_train_end once the last step is done (before the run's finish: its tes
 (ConSERT's stages) has them once a stage. Under torchrun the callbacks run on rank 0 only, and the control rank 0's
 callbacks set is what every process does.
 
-The callbacks that ship with the project are here too: the progress bar, early stopping (--patience), best/ when
-the score improves, and the timed save of last/ (--save-every-minutes); the loggers (--report-to) are in
+The callbacks that ship with the project are here too: the progress bar, best/ when the score improves, early
+stopping (--patience) and the timed save of last/ (--save-every-minutes); the loggers (--report-to) are in
 training/reporting.py.
 """
 import dataclasses
@@ -132,3 +132,22 @@ class EarlyStopping(Callback):
             control.should_stop = True
             log.warning("early stop at step %d: no better %s in %d evaluations (best %.4f at step %d)", state.step,
                         self.score_name, self.patience, state.best, state.best_step)
+
+
+class TimedSave(Callback):
+    """--save-every-minutes: asks for a save of last/ once that many minutes have passed since the last one (or the
+    start), so that a run killed in its first minutes can still --resume."""
+
+    def __init__(self, minutes: float):
+        self.seconds = 60 * minutes
+
+    def on_train_begin(self, state, control):
+        self.last = time.monotonic()
+
+    def on_step_end(self, state, control, losses):
+        if self.seconds and time.monotonic() - self.last >= self.seconds:
+            control.should_save = True
+
+    def on_save(self, state, control, folder, best):
+        if not best:
+            self.last = time.monotonic()

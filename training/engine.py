@@ -25,154 +25,29 @@ on this evaluation), a "finish" line (a scored run: the seconds of run.finish(),
 import itertools
 import logging
 import math
-import sys
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
 from common import distributed
-from common.cli import resolve_device
-from common.errors import CheckpointError, UsageError, UserError
-from common.files import check_writable
-from common.provenance import provenance
-from common.run_folder import STATE, RunFolder
-from common.seeding import rng_state, seed_everything, set_rng_state
+from common.errors import CheckpointError, UserError
+from common.run_folder import STATE
+from common.seeding import rng_state, set_rng_state
 from data.batching import Share
 from models import AdamW
-from models.bert import resolve_attention
 from models.checkpoint import tensor_bytes
-from models.compile import check_can_compile, compile_encoder
-from training.config import TrainingConfig
+from training.callbacks import (BestCheckpoint, Callback, Control, EarlyStopping, EngineState, ProgressBar,
+                                 TimedSave)
+from training.command import Command
 from training.loss_tracker import LossTracker
-from training.precision import Precision
-from training.resume import check_resumable, flags_after_restart, load_training_state, with_values
 from training.run import Run
-from training.callbacks import BestCheckpoint, Callback, Control, EarlyStopping, EngineState, ProgressBar
-from training.reporting import MetricsLog, TensorBoard
 
 log = logging.getLogger(__name__)
 
 
-class Engine:
-    """Used as a context: a command's work inside `with Engine(config) as engine:` owns --output-dir until it ends
-    (rank 0 locks it), and a command that ends normally records that its run finished."""
-
-    def __init__(self, config: TrainingConfig, callbacks: Sequence[Callback] = ()):
-        """Set-up, before any model or data: the device, --output-dir claimed (half-written saves recovered),
-        folders checked, seeds, and with --resume the interrupted run's flags and training state (self.config:
-        the flags the run trains with). callbacks: the user's (training/callbacks.py), after the project's own."""
-        if config.quiet:  # before joining torchrun's group, which quiets its other processes further
-            logging.getLogger().setLevel(logging.WARNING)
-        self.device = distributed.setup(resolve_device(config.device), config.dist_timeout)
-        self.folder = RunFolder(config.output_dir)
-        self.is_main = distributed.is_main()
-        self._use_flags(config)
-        self.state, self.control, self.saved_provenance = EngineState(), Control(), {}
-        self.user_callbacks, self.callbacks, self.reporters = list(callbacks), [], []
-        if distributed.restarts() and not config.resume:  # torchrun --max-restarts
-            changes = distributed.on_main(lambda: flags_after_restart(self.folder))
-            if changes:
-                self._use_flags(with_values(config, **changes))
-        distributed.on_main(self._claim)  # torchrun: rank 0's machine alone has the folder
-        try:
-            self.started = time.time()
-            # --resume: the folder the run continues from (its weights), the flags it was started with, and the
-            # state its next fit restores. torchrun: rank 0 alone reads last/; the others get its flags and training
-            # state by broadcast, and its weights from the run (distributed.start_replicas). A run whose command
-            # ended has nothing left to do (the command returns at once), once its flags and data are checked where
-            # it kept last/.
-            self.resume_from = self.resume_state = self.finished = None
-            if self.config.resume:
-                self.finished = distributed.on_main(self.folder.finished)
-                if not self.finished or distributed.on_main(self.folder.state_file.exists):
-                    self.resume_from, saved, self.saved_provenance = distributed.on_main(
-                        lambda: check_resumable(self.folder, self.config))
-                    if saved:
-                        self._use_flags(with_values(self.config, **saved))
-                if not self.finished:
-                    self.resume_state = distributed.on_main(lambda: load_training_state(self.folder))
-                else:
-                    self.resume_from = None
-                    stopped = " (stopped early by --patience)" if self.finished["stopped_early"] else ""
-                    if self.is_main:
-                        print(f"--resume: the run in {self.folder} finished at step {self.finished['step']}{stopped}; "
-                              f"nothing to resume")
-            self.run_config = self.config.to_dict()
-            if self.is_main:
-                self.reporters = [MetricsLog(self.folder)] + (
-                    [TensorBoard(self.config.tensorboard)] if self.config.tensorboard else [])
-        except BaseException:
-            self.__exit__(*sys.exc_info())
-            raise
-
-    def _use_flags(self, config: TrainingConfig) -> None:
-        """The flags the run trains with: its precision, attention and compilation checked on this device, its seed."""
-        self.config = config
-        self.precision = Precision(config.precision, self.device)
-        resolve_attention(config.attention, self.device)  # FlagError: unpadded attention this device lacks
-        if config.compile:
-            check_can_compile(self.device)
-        seed_everything(config.seed)
-
-    def __enter__(self) -> "Engine":
-        return self
-
-    def __exit__(self, kind, error, trace) -> None:
-        """The command's end: its run finished, unless it failed; the folder released (rank 0)."""
-        if not self.is_main:
-            return
-        for reporter in self.reporters:
-            reporter.close()
-        if kind is None and not self.finished:
-            self.folder.mark_finished(self.run_config, self.state.step, self.state.stopped_early)
-        self.folder.release()
-
-    def _claim(self) -> None:
-        """--output-dir claimed (locked; a run in it refused, or replaced with --overwrite unless that would remove
-        what the run reads), saves that died half-way recovered; --tensorboard writable. Rank 0 only (torchrun)."""
-        config = self.config
-        self.folder.claim(config.OUTPUTS, config.resume, config.overwrite,
-                          {f"--{name.replace('_', '-')}": getattr(config, name) for name in config.SOURCES})
-        try:
-            for name in ("tensorboard", "predictions_dir"):  # written files inside best/ or last/ would go at a save
-                self.folder.check_outside_checkpoints(getattr(config, name, ""), f"--{name.replace('_', '-')}")
-            if config.tensorboard:
-                check_writable(config.tensorboard, "--tensorboard")
-        except BaseException:
-            self.folder.release()
-            raise
-
-    def describe_run(self, data_files: list[Path], **resolved) -> None:
-        """OUTPUT_DIR's run config: every flag, the values chosen for flags left to a default (resolved), and what
-        reproduces the run: the command, the git commit, library versions, a hash of each data file; a resumed run
-        keeps what its start recorded and adds each --resume's."""
-        record, job = provenance(getattr(self.config, "command", ""), data_files), distributed.job()
-        if job:  # what a restarted attempt of the job recognises (torchrun --max-restarts)
-            record["torchrun_job"] = job
-        if self.saved_provenance:
-            record = {**self.saved_provenance, "resumed": [*self.saved_provenance.get("resumed", []), record]}
-        self.run_config = {**self.config.to_dict(), "resolved": resolved, "provenance": record}
-        if self.is_main:
-            self.folder.write_config(self.run_config)
-        # A flag left to a default chosen later shows that value, not None.
-        flags = self.config.to_dict() | {name: next(iter(value.values())) if isinstance(value, dict) and
-                                         len(value) == 1 else value for name, value in resolved.items()}
-        for reporter in self.reporters:
-            reporter.log_config(flags)
-
-    def check_max_length(self, encoder) -> None:
-        positions = encoder.config.max_position_embeddings
-        if self.config.max_length > positions:
-            raise UsageError(f"--max-length {self.config.max_length}: this model has {positions} positions; use "
-                             f"--max-length {positions} or less")
-
-    def prepare_encoder(self, encoder) -> None:
-        """--attention and --compile on an encoder already on the device (compiled in place: names unchanged)."""
-        encoder.attention = self.config.attention
-        if self.config.compile:
-            compile_encoder(encoder)
+class Engine(Command):
+    """The loop (a Command: used as a context, `with Engine(config) as engine:`)."""
 
     # ---- the loop ----
 
@@ -192,7 +67,7 @@ class Engine:
         if self.is_main:
             log.info("%s: %d steps in %d epoch(s) on %s, %s; %s", run.name, len(steps), len(epoch_ends), self.device,
                      self.precision.name, run.describe())
-        callbacks = [ProgressBar(run.name)]
+        callbacks = [ProgressBar(run.name), TimedSave(config.save_every_minutes)]
         if run.evaluate is not None:
             callbacks += [BestCheckpoint(lambda: self._save_best(run), run.score_name),
                           EarlyStopping(run.patience, run.score_name)]
@@ -211,7 +86,7 @@ class Engine:
             self._event("on_step_end", {name: float(loss) for name, loss in losses.items()} if wants_losses else {})
             if config.log_every and state.step % config.log_every == 0:
                 examples = distributed.sum_over_processes([examples])[0]  # torchrun: every process's rows
-                self._event("on_log", self._train_line(examples / (time.time() - window_started)))
+                self._log(self._train_line(examples / (time.time() - window_started)))
                 examples, window_started = 0, time.time()
             control = self._agreed_control()
             epoch_end = state.step in epoch_ends
@@ -231,9 +106,8 @@ class Engine:
         started = time.time()
         result = run.finish()
         if run.evaluate is not None:  # a scored run's finish predicts the test sets: their time apart
-            self._event("on_log", {"event": "finish", "step": state.step,
-                                   "finish_seconds": round(time.time() - started, 2),
-                                   "seconds": round(time.time() - self.started, 1)})
+            self._log({"event": "finish", "step": state.step, "finish_seconds": round(time.time() - started, 2),
+                       "seconds": round(time.time() - self.started, 1)})
         return result
 
     def _event(self, name: str, *values) -> None:
@@ -241,6 +115,10 @@ class Engine:
         if self.is_main:
             for callback in self.callbacks:
                 getattr(callback, name)(self.state, self.control, *values)
+
+    def _log(self, record: dict) -> None:
+        """A line of the metrics log, to every logger (on_log); a multi-stage run's lines name their stage."""
+        self._event("on_log", {**record, "stage": self.state.stage} if self.state.stage else record)
 
     def _agreed_control(self) -> Control:
         """What the callbacks asked so far in this step: rank 0's, on every process."""
@@ -261,8 +139,8 @@ class Engine:
         self.gradients = distributed.GradientSync(self.parameters)
         self.last_part = True  # whether the backward passes now are the step's last accumulation part's
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self.lr_multiplier)
-        self.state, self.control, self.losses = EngineState(total_steps=total_steps, stage=run.stage_name), Control(), \
-            LossTracker()
+        self.state, self.control = EngineState(total_steps=total_steps, stage=run.stage_name), Control()
+        self.losses = LossTracker()
 
     def _train_step(self, run: Run, item) -> tuple[dict[str, torch.Tensor], int]:
         """The item's batch in --grad-accum parts on this process, then one update."""
@@ -311,7 +189,7 @@ class Engine:
         state.last_record = {"event": "eval", "epoch": state.epoch, "step": state.step, "train_loss": train_loss,
                              "dev": metrics, "seconds": round(time.time() - self.started, 1),
                              "train_seconds": round(train_seconds, 2), "eval_seconds": round(time.time() - started, 2)}
-        self._event("on_log", state.last_record)
+        self._log(state.last_record)
         log.info("step %d dev: %s", state.step, "  ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
         self._event("on_evaluate", metrics, run.score(metrics))
 
@@ -390,7 +268,7 @@ class Engine:
         self.losses.load_state_dict(saved["losses"])
         run.load_state_dict(saved["run"])
         if self.is_main:
-            self.folder.keep_records_until(self.state.step)
+            self.folder.keep_records_until(self.state.step, self.state.stage)
         set_rng_state(saved["rng"][distributed.rank()])
         log.info("resuming at step %d of %d", self.state.step, self.state.total_steps)
 

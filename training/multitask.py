@@ -196,7 +196,7 @@ class MultitaskRun(Run):
         config = self.config
         checkpoint.save(folder, self.model.encoder, self.tokenizer, record, model=self.model,
                         pooling=config.pooling, max_length=config.max_length, base_model=config.init or config.model,
-                        command=getattr(config, "command_with_values", ""), eval_sample=config.max_eval_examples,
+                        command=config.command.with_values, eval_sample=config.max_eval_examples,
                         metrics=record.get("dev", {}), metric_names=metric_names(),
                         data_files=[str(Path(config.data_dir) / REGISTRY[name].files[0]) for name in config.task_list])
         if best:

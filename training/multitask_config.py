@@ -94,6 +94,7 @@ class MultitaskConfig(ModelConfig, SmartConfig, EvaluationConfig, TrainingConfig
     RUNTIME_FIELDS = TrainingConfig.RUNTIME_FIELDS + ("predictions_dir", "eval_batch_size", "predict_test")
     OUTPUTS = TrainingConfig.OUTPUTS + (BEST,)
     SOURCES = TrainingConfig.SOURCES + ("init", "data_dir")
+    OUTPUT_FOLDERS = TrainingConfig.OUTPUT_FOLDERS + ("predictions_dir",)
 
     def __post_init__(self):
         super().__post_init__()  # ModelConfig's (the tasks, the head flags), then TrainingConfig's (every range)
