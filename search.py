@@ -64,7 +64,8 @@ class SearchConfig:
     timeout: float = flag(0.0, "start no new trial after this many seconds (0 = no limit: give --trials)",
                           range=AT_LEAST_0)
     objective: str = flag("overall", "the dev metric the study maximises, as --metric-for-best names it (each "
-                                     "trial's best/ is picked by it too)", choices=BEST_METRICS)
+                                     "trial's best/ is picked by it too): overall, mean, or one task's, "
+                                     f"{', '.join(BEST_METRICS[2:])}", choices=BEST_METRICS)
     seeds: str = flag("", "score each configuration as the mean over these seeds, e.g. 1,2,3 (default: the "
                           "recipe's --seed); pruning looks at the first seed's evaluations")
     pruner: str = flag("median", "stop a trial whose evaluation is behind: median, behind the median of earlier "
@@ -120,7 +121,7 @@ def parse_flags(argv: list[str]) -> tuple[SearchConfig, list[str], MultitaskConf
 
 def recipe_values(base: MultitaskConfig) -> dict:
     """The flags the recipe and the command line give (search.py's own left out): what best.yaml starts from."""
-    return {name: getattr(base, name) for name in sorted(base.given_flags) if name not in OWNED}
+    return {name: getattr(base, name) for name in sorted(base.command.given) if name not in OWNED}
 
 
 def read_checked_space(path: str, base: MultitaskConfig) -> list[Param]:
