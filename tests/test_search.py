@@ -93,7 +93,11 @@ def test_docs_catalogue_the_space_file_mistakes():
 
 
 def trials_of(folder: Path) -> list[optuna.trial.FrozenTrial]:
-    return optuna.load_study(study_name=folder.name, storage=f"sqlite:///{folder / 'study.db'}").trials
+    """The trials of the study in folder, from its SQLite file or its journal (--storage journal)."""
+    journal = folder / "study.journal"
+    storage = (optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(journal)))
+               if journal.exists() else f"sqlite:///{folder / 'study.db'}")
+    return optuna.load_study(study_name=folder.name, storage=storage).trials
 
 
 def records(run: Path) -> list[dict]:
@@ -155,12 +159,13 @@ def test_a_clearly_bad_trial_is_pruned_before_its_end(minilm_dir, data_dir, tmp_
 
 def test_a_study_resumed_after_its_worker_was_killed_loses_and_repeats_no_trial(recipe, tmp_path, capsys, one_thread):
     """The worker killed during trial 1: --resume fails trial 1, runs its configuration again as trial 2 and goes on
-    to 3 finished trials; trial 0, finished before the kill, is not run again."""
+    to 3 finished trials; trial 0, finished before the kill, is not run again. The study in a journal file (the
+    other tests' are in SQLite)."""
     space = tmp_path / "space.yaml"
     space.write_text("head-dropout: {low: 0.0, high: 0.3}\n")
     study = tmp_path / "study"
     flags = ["--config", str(recipe), "--space", str(space), "--study-dir", str(study), "--trials", "3",
-             "--pruner", "none", "--sampler", "random", "--epochs", "12"]
+             "--pruner", "none", "--sampler", "random", "--epochs", "12", "--storage", "journal"]
     worker = subprocess.Popen([sys.executable, "search.py", *flags], cwd=ROOT, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL, env={**os.environ, "OMP_NUM_THREADS": "1"})
     while not (study / "trial-0001" / "metrics.jsonl").exists():  # its first training step is logged
