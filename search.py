@@ -18,6 +18,7 @@ end and written to STUDY_DIR/best.yaml, a recipe that `multitask_classifier.py -
 trials.md (a table of the trials) and pictures beside it.
 """
 import logging
+import signal
 import statistics
 import sys
 import time
@@ -294,15 +295,21 @@ def run_trials(config: SearchConfig, study: optuna.Study, space: list[Param], tr
     if config.trials and trials_needed(study, config.trials) <= 0:
         return
     worker = Worker(config, study, space, trial_argv, base)
+    signal.signal(signal.SIGTERM, stop)  # kill, or a batch job's time limit: as Ctrl-C
     started = time.time()
     try:
         study.optimize(worker.objective, timeout=config.timeout or None, catch=(TrialFailed,),
                        callbacks=[worker.after_trial], gc_after_trial=True)
-    except KeyboardInterrupt:  # the trial under way is failed (Optuna): its configuration runs again later
+    except KeyboardInterrupt:  # the trial under way is failed (by Optuna): its configuration runs again later
         if worker.current is not None:
             queue_again(study, study.trials[worker.current.number])
         raise
     log.info("this worker ran for %s", duration(time.time() - started))
+
+
+def stop(signum, frame):
+    """SIGTERM stops the worker as Ctrl-C does: the trial under way is failed and queued again."""
+    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":

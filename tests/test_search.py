@@ -157,10 +157,12 @@ def test_a_clearly_bad_trial_is_pruned_before_its_end(minilm_dir, data_dir, tmp_
     assert "trial 1 pruned at step 2" in capsys.readouterr().out
 
 
-def test_a_study_resumed_after_its_worker_was_killed_loses_and_repeats_no_trial(recipe, tmp_path, capsys, one_thread):
-    """The worker killed during trial 1: --resume fails trial 1, runs its configuration again as trial 2 and goes on
-    to 3 finished trials; trial 0, finished before the kill, is not run again. The study in a journal file (the
-    other tests' are in SQLite)."""
+@pytest.mark.parametrize("kill", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+def test_a_study_resumed_after_its_worker_was_killed_loses_and_repeats_no_trial(kill, recipe, tmp_path, capsys,
+                                                                                one_thread):
+    """The worker killed during trial 1: --resume fails trial 1 (SIGTERM: the worker itself did, as for Ctrl-C),
+    runs its configuration again as trial 2 and goes on to 3 finished trials; trial 0, finished before the kill, is
+    not run again. The study in a journal file (the other tests' are in SQLite)."""
     space = tmp_path / "space.yaml"
     space.write_text("head-dropout: {low: 0.0, high: 0.3}\n")
     study = tmp_path / "study"
@@ -171,10 +173,11 @@ def test_a_study_resumed_after_its_worker_was_killed_loses_and_repeats_no_trial(
     while not (study / "trial-0001" / "metrics.jsonl").exists():  # its first training step is logged
         assert worker.poll() is None, "the worker ended before its second trial started"
         time.sleep(0.02)
-    worker.send_signal(signal.SIGKILL)
+    worker.send_signal(kill)
     worker.wait()
     first = (study / "trial-0000" / "metrics.jsonl").read_bytes()
-    assert [t.state for t in trials_of(study)] == [TrialState.COMPLETE, TrialState.RUNNING]
+    killed = TrialState.RUNNING if kill == signal.SIGKILL else TrialState.FAIL
+    assert [t.state for t in trials_of(study)][:2] == [TrialState.COMPLETE, killed]
 
     search.main([*flags, "--resume"])
     trials = trials_of(study)
@@ -183,7 +186,8 @@ def test_a_study_resumed_after_its_worker_was_killed_loses_and_repeats_no_trial(
     assert trials[2].user_attrs["retry_of"] == 1 and trials[2].params == trials[1].params
     assert trials[3].params != trials[1].params
     assert (study / "trial-0000" / "metrics.jsonl").read_bytes() == first
-    assert "trial(s) 1 of a worker that is gone: failed, and queued again" in capsys.readouterr().out
+    gone = "trial(s) 1 of a worker that is gone: failed, and queued again" in capsys.readouterr().out
+    assert gone == (kill == signal.SIGKILL)
 
 
 def test_no_predict_test_writes_the_dev_files_only(tiny_model, course_data, tmp_path, one_thread):

@@ -10,7 +10,7 @@ Workers. Every worker records its host and process id on the trials it runs. A t
 died (killed, out of memory, a machine switched off) is marked failed, and its configuration is run again once as a
 new trial (user attribute retry_of): by the next worker that starts on the same machine (it sees the process gone),
 and with an RDB storage also by any worker anywhere once the dead worker's heartbeat is older than HEARTBEAT_GRACE.
-A trial stopped by Ctrl-C is failed and queued again the same way.
+A trial stopped by Ctrl-C or SIGTERM (a batch job's time limit) is failed and queued again the same way.
 """
 import json
 import os
