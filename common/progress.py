@@ -93,10 +93,10 @@ class Progress:
 
 
 def start_timer(tick: Callable[[], Callable[[], float] | None], stop: threading.Event) -> None:
-    """Call tick()() in a thread of its own, each time after the seconds its last call returned (INTERVAL before
-    the first), until `stop` is set or tick() is None (its Progress is gone)."""
+    """Call tick()() in a thread of its own, first when the next line is due, then each time after the seconds its
+    last call returned, until `stop` is set or tick() is None (its Progress is gone)."""
     def run() -> None:
-        wait = INTERVAL
+        wait = _last_line[0] + INTERVAL - time.monotonic()
         while not stop.wait(wait):
             method = tick()
             if method is None:

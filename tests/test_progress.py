@@ -29,7 +29,7 @@ class Clock:
         return self.now
 
     def start_timer(self, tick, stop):
-        self.timers.append([self.now + progress.INTERVAL, tick, stop])
+        self.timers.append([progress._last_line[0] + progress.INTERVAL, tick, stop])
 
     def advance(self, seconds):
         """`seconds` pass (a step that takes them): each timer fires at its due times, as its thread would."""
