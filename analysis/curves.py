@@ -63,8 +63,9 @@ class RunCurves:
 
 def read_metrics(path: Path) -> tuple[list[dict], list[dict]]:
     """(train lines, eval lines) of a metrics.jsonl. "event": "train" lines are written every --log-every
-    steps; evaluation lines carry "event": "eval" or, in older runs, no event. A line that is not a JSON
-    object with a step (a run killed while writing leaves half a line) is skipped and reported."""
+    steps; evaluation lines carry "event": "eval" or, in older runs, no event; the "event": "finish" line draws
+    nothing. A line that is not a JSON object with a step (a run killed while writing leaves half a line) is
+    skipped and reported."""
     if not path.is_file():
         raise DataError(f"{path}: file not found" if not path.exists() else f"{path}: not a file")
     train, evals, skipped = [], [], []
@@ -81,6 +82,8 @@ def read_metrics(path: Path) -> tuple[list[dict], list[dict]]:
             train.append(line)
         elif line.get("event", "eval") == "eval" and isinstance(line.get("dev"), dict):
             evals.append(line)
+        elif line.get("event") == "finish":  # the trainer's last line: the time its test predictions took
+            continue
         else:
             skipped.append(number)
     if skipped:
