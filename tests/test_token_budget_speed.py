@@ -17,5 +17,6 @@ def test_it_prints_times_and_ratio_and_each_warning_once(tiny_model, course_data
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert [re.sub(r"[\d.]+", "N", line) for line in lines] == [
-        "  batch size: N s, dev accuracy N", "token budget: N s, dev accuracy N", "ratio token budget / batch size: N"]
+        "  batch size: N s wall, N s CPU, dev accuracy N", "token budget: N s wall, N s CPU, dev accuracy N",
+        "ratio token budget / batch size: N wall, N CPU"]
     assert result.stderr.count("not a full submission") == 1, result.stderr
