@@ -13,6 +13,7 @@ from analysis.figures import counted, integer_ticks, legend_outside, model_style
 from analysis.report import Report, distinct, items, short_names
 from common.cli import flag
 from common.errors import DataError
+from common.files import in_repository
 from common.run_folder import RunFolder
 from common.tables import markdown_table
 from tasks import REGISTRY, Classification, Paraphrase, Similarity
@@ -42,8 +43,8 @@ class CurvesConfig:
 
         python analyze.py curves --runs runs/multitask,runs/mtdnn-minilm
     """
-    runs: str = flag("runs/multitask", "run folders (or their metrics.jsonl files), comma-separated")
-    out: str = flag("runs/analysis/curves", "folder for curves-*.png, curves.md and curves.json")
+    runs: str = flag(in_repository("runs/multitask"), "run folders (or their metrics.jsonl files), comma-separated")
+    out: str = flag(in_repository("runs/analysis/curves"), "folder for curves-*.png, curves.md and curves.json")
 
     def __post_init__(self):
         self.run_list = distinct("--runs", items(self.runs))

@@ -11,8 +11,16 @@ from pathlib import Path
 
 from common.errors import CheckpointError, DiskFullError, UsageError
 
-# The course's data, beside the project (../shared/data); every command takes --data-dir to point elsewhere.
-DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+# Where a command reads and writes by default, wherever it runs from: the course's data beside the repository
+# (../shared/data), its outputs inside it (runs/, predictions/). A path given on the command line is relative to
+# the current folder, as in any command.
+REPOSITORY = Path(__file__).resolve().parents[1]
+DEFAULT_DATA = REPOSITORY.parent / "shared" / "data"
+
+
+def in_repository(path: str) -> str:
+    """A default folder or file of the commands (runs/multitask, predictions): `path` inside the repository."""
+    return str(REPOSITORY / path)
 
 
 # Less than this left on a device when a write fails means the disk is full, whatever the writer said: torch.save
