@@ -49,7 +49,8 @@ class EnsembleConfig:
                        range=AT_LEAST_1)
     data_dir: str = flag(str(DEFAULT_DATA), "folder with the course's dev files (the labels)")
     predictions_dir: str = flag(in_repository("predictions"), "the ensemble's leaderboard CSVs go here")
-    out: str = flag(in_repository("predictions/ensemble.json"), "dev metrics of every member and of the ensemble, and the weights")
+    out: str = flag(in_repository("predictions/ensemble.json"),
+                    "dev metrics of every member and of the ensemble, and the weights")
 
     def __post_init__(self):
         self.member_list = [m.strip() for m in self.members.split(",") if m.strip()]

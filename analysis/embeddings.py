@@ -23,7 +23,8 @@ class EmbeddingsConfig(EncoderFlags):
 
         python analyze.py embeddings --models all-MiniLM-L6-v2,runs/multitask/best --poolings cls,mean
     """
-    out: str = flag(in_repository("runs/analysis/embeddings"), "folder for embeddings.png, embeddings.md and embeddings.json")
+    out: str = flag(in_repository("runs/analysis/embeddings"),
+                    "folder for embeddings.png, embeddings.md and embeddings.json")
 
 
 # ---- draw (the numbers are evaluation/sts_benchmark.py's) ----

@@ -38,7 +38,8 @@ class ErrorsConfig:
 
         python analyze.py errors --run runs/multitask
     """
-    run: str = flag(in_repository("runs/multitask"), "run folder (its best/ is read) or a checkpoint folder with outputs-*-dev.pt")
+    run: str = flag(in_repository("runs/multitask"),
+                    "run folder (its best/ is read) or a checkpoint folder with outputs-*-dev.pt")
     data_dir: str = flag(str(DEFAULT_DATA), "folder with the dev files the run was evaluated on (gold labels)")
     top: int = flag(20, "rows of each list in the Markdown table (the JSON has them all)")
     sts_error: float = flag(1.0, "an STS pair counts as wrong, when comparing tasks, if its error exceeds this")

@@ -17,7 +17,8 @@ from training.methods import ContrastiveConfig
 from training.multitask_config import MultitaskConfig
 
 ROOT = Path(__file__).resolve().parents[1]
-ARGV = {MultitaskConfig: ["--device", "cpu"], ContrastiveConfig: ["--device", "cpu"], EnsembleConfig: ["--members", "a"]}
+ARGV = {MultitaskConfig: ["--device", "cpu"], ContrastiveConfig: ["--device", "cpu"],
+        EnsembleConfig: ["--members", "a"]}
 # (config, flag, where its default points, from the repository's root)
 DEFAULTS = [(MultitaskConfig, "output_dir", "runs/multitask"), (MultitaskConfig, "predictions_dir", "predictions"),
             (MultitaskConfig, "data_dir", "../shared/data"), (ContrastiveConfig, "output_dir", "runs/pretrain-simcse"),

@@ -236,7 +236,8 @@ class ContrastiveConfig(TrainingConfig):
     weight_decay: float = flag(0.0, "AdamW decoupled weight decay", range=AT_LEAST_0)
     max_length: int | None = flag(None, "tokens per sentence (default per method: "
                                         f"{_defaults('max_length')})", range=MIN_LENGTH)
-    output_dir: str = flag("", "checkpoint folder (default: the repository's runs/pretrain-METHOD); ct writes OUT/model1, OUT/model2")
+    output_dir: str = flag("", "checkpoint folder (default: the repository's runs/pretrain-METHOD); ct writes "
+                               "OUT/model1, OUT/model2")
 
     RUNTIME_FIELDS = TrainingConfig.RUNTIME_FIELDS + ("eval", "eval_batch_size")
     OUTPUTS = TrainingConfig.OUTPUTS + ("model1", "model2", "sts_benchmark.json")
