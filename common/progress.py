@@ -22,6 +22,9 @@ log = logging.getLogger(__name__)
 # task of many short parts (a dev set per task) still says something every INTERVAL seconds, and no more often.
 _last_line = [time.monotonic()]
 _lock = threading.Lock()  # the timers' threads and the counting thread share _last_line
+# The Progress objects that write lines, oldest first: a timer speaks for the newest one still open (the dev
+# evaluation within training), so that its lines say what is under way.
+_open: list[weakref.ref] = []
 
 
 def on_terminal() -> bool:
@@ -51,7 +54,9 @@ class Progress:
         self.closed = threading.Event()
         if self.lines:  # the timer holds this Progress weakly: one never closed stops it once it is garbage
             weakref.finalize(self, self.closed.set)
-            start_timer(weakref.WeakMethod(self.tick), self.closed)
+            with _lock:
+                _open.append(weakref.ref(self))
+            start_timer(weakref.WeakMethod(self.on_timer), self.closed)
 
     def update(self, n: int = 1) -> None:
         self.n += n
@@ -70,6 +75,15 @@ class Progress:
             _last_line[0] = now
             self.logger.info("%s", self.line(now - self.started))
             return INTERVAL
+
+    def on_timer(self) -> float:
+        """The timer's tick: the line if this is the newest open Progress; returns the seconds until the next
+        check (another's line due: a second, for it to come, or for this one to speak once the other is closed)."""
+        with _lock:
+            _open[:] = [ref for ref in _open if ref() is not None and not ref().closed.is_set()]
+            newest = _open[-1]() is self
+            due = _last_line[0] + INTERVAL - time.monotonic()
+        return self.tick() if newest else max(due, 1.0)
 
     def line(self, elapsed: float) -> str:
         done = self.n - self.first  # this process's rate: a resumed run's earlier steps took no time here

@@ -47,6 +47,7 @@ def clock(monkeypatch):
     monkeypatch.setattr(progress.time, "monotonic", clock)
     monkeypatch.setattr(progress, "start_timer", clock.start_timer, raising=False)
     monkeypatch.setattr(progress, "_last_line", [clock.now])
+    monkeypatch.setattr(progress, "_open", [])
     return clock
 
 
@@ -88,6 +89,22 @@ def test_a_step_slower_than_the_interval_still_shows_life(clock, caplog):
     bar.close()
     clock.advance(300)  # closed: silent
     assert len(caplog.messages) == 5
+
+
+def test_the_timer_speaks_for_the_work_under_way(clock, caplog):
+    caplog.set_level(logging.INFO)
+    training = progress.Progress(3, "multitask", unit="step")
+    clock.advance(10)
+    evaluation = progress.Progress(100, "predicting sst", unit="example")  # the dev set, within training
+    clock.advance(25)  # a line at 30 s, of the evaluation's (0 done: no time left yet)
+    evaluation.update(50)
+    clock.advance(30)
+    evaluation.close()
+    clock.advance(30)  # back to training
+    assert caplog.messages == ["predicting sst: 0/100 examples (0%), 20 s",
+                               "predicting sst: 50/100 examples (50%), 50 s, about 50 s left",
+                               "multitask: 0/3 steps (0%), 1.5 min"]
+    training.close()
 
 
 def test_the_timer_is_a_thread_that_writes_lines_while_nothing_is_counted(caplog, monkeypatch):
