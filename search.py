@@ -34,7 +34,7 @@ import multitask_classifier
 from common import cli
 from common.cli import AT_LEAST_0, AT_LEAST_1, SEED, flag
 from common.errors import UsageError, UserError
-from common.files import atomic_file
+from common.files import atomic_file, in_repository
 from common.progress import duration
 from training.callbacks import Callback
 from training.multitask_config import BEST_METRICS, MultitaskConfig, best_metric
@@ -53,7 +53,7 @@ class SearchConfig:
     space: str = flag("", "the search space: a YAML file of multitask_classifier.py's flags, each with a range "
                           "({low: L, high: H}, with log: true or step: S), a list of values, or a fixed value "
                           "(docs/search.md; e.g. recipes/search/quick-start.yaml)")
-    study_dir: str = flag("runs/search", "the study's folder: its storage (by default), trial-NNNN/ run folders, "
+    study_dir: str = flag(in_repository("runs/search"), "the study's folder: its storage (by default), trial-NNNN/ run folders, "
                                          "trials.md, best.yaml, pictures")
     study_name: str = flag("", "the study's name in its storage (default: the name of --study-dir)")
     storage: str = flag("", "where the study is kept: empty, an SQLite file STUDY_DIR/study.db; journal, a journal "
