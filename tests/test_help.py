@@ -11,7 +11,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMANDS = ["multitask_classifier.py", "pretrain_contrastive.py", "ensemble.py", "predict.py",
-            "-m evaluation.sts_benchmark", "analyze.py",
+            "-m evaluation.sts_benchmark", "analyze.py", "search.py",
             *sorted(f"benchmarks/{path.name}" for path in (ROOT / "benchmarks").glob("*.py"))]
 
 

@@ -210,9 +210,10 @@ class MultitaskRun(Run):
             self.smart.load_state_dict(state["bregman_average"])
 
     def finish(self) -> dict:
-        """Reload the best checkpoint, write its test predictions (dev ones were written with it)."""
+        """Reload the best checkpoint, write its test predictions (dev ones were written with it; --no-predict-test:
+        those only)."""
         best = self.engine.folder.best
-        if distributed.is_main():
+        if distributed.is_main() and self.config.predict_test:
             self.model = self._load(best)
             write_outputs(best, self.config.predictions_dir, "test", self._splits("test"), self._soft_outputs("test"))
         metrics = distributed.on_main(lambda: read_json(best / "metrics.json"))["dev"]  # torchrun: rank 0's file
@@ -229,7 +230,7 @@ class MultitaskRun(Run):
         folder = self.engine.folder
         files = [folder.best, folder.last, folder.metrics_log, folder.config_file]
         files += [prediction_path(config.predictions_dir, name, split) for name in config.task_list
-                  for split in SPLITS]
+                  for split in SPLITS if split != "test" or config.predict_test]
         others = sorted(set(Path(config.predictions_dir).glob("*-*-output.csv")) - set(files))
         if others:
             log.warning("%s also holds leaderboard files this run did not write (other tasks, or an earlier run): %s",
