@@ -111,7 +111,8 @@ class RunFolder:
 
     # ---- owning it ----
 
-    def claim(self, owned: tuple[str, ...], resume: bool, overwrite: bool, sources: dict[str, str]) -> None:
+    def claim(self, owned: tuple[str, ...], resume: bool, overwrite: bool, sources: dict[str, str],
+              again: str = "the same command with --overwrite") -> None:
         """Own the folder for a command: created if need be and locked for this process (a second command into it
         is refused, naming the first's pid); a run in it refused unless continued (--resume) or replaced
         (--overwrite: the entries `owned`, what the command writes, are removed, nothing else; refused when one
@@ -123,7 +124,7 @@ class RunFolder:
         self._lock()
         try:
             if not resume:
-                self._replace(owned, overwrite, sources)
+                self._replace(owned, overwrite, sources, again)
             recover_files(self.path)
             for folder in (self.last, self.best):
                 recover_directory(folder)
@@ -170,15 +171,19 @@ class RunFolder:
             self.lock_file.unlink(missing_ok=True)  # before unlocking: no one can lock the file we remove
             handle.close()
 
-    def _replace(self, owned: tuple[str, ...], overwrite: bool, sources: dict[str, str]) -> None:
+    def _replace(self, owned: tuple[str, ...], overwrite: bool, sources: dict[str, str], again: str) -> None:
         """Refuse to start a run in a folder that holds another (the transformers Trainer's rule: no run is mixed
-        with another, or silently replaced), unless --overwrite replaces what the command owns."""
+        with another, or silently replaced), unless --overwrite replaces what the command owns; a run that stopped
+        before its first checkpoint is named as such, with the command that starts it again."""
         # Folders without a file in them do not count: a start refused after check_writable leaves such folders;
         # nor does a run config alone: a start that stopped before its first step (bad data, a loss not finite).
         held = [entry.name for entry in sorted(self.path.iterdir()) if entry.name != LOCK
                 and (not entry.is_dir() or any(path.is_file() for path in entry.rglob("*")))]
         if held == [RUN_CONFIG]:
             held = []
+        if held and not overwrite and self.stopped_unsaved():
+            raise UsageError(f"--output-dir {self.path} holds a run that stopped before it saved a checkpoint to "
+                             f"resume from; start it again: {again}")
         if held and not overwrite:
             shown = ", ".join(held[:5]) + (f" and {len(held) - 5} more" if len(held) > 5 else "")
             raise UsageError(f"--output-dir {self.path} already holds files ({shown}): continue its run with --resume, "
@@ -227,6 +232,10 @@ class RunFolder:
         """Where the run's command ended ({"step", "stopped_early"}), or None when it did not (or never began)."""
         return read_config(self.path).get("finished") if has_config(self.path) else None
 
+    def stopped_unsaved(self) -> bool:
+        """Whether the folder holds a run that stopped (killed, or failed) before it saved last/: nothing to resume."""
+        return has_config(self.path) and not self.finished() and not self.state_file.exists()
+
     def latest_command(self) -> dict:
         """The provenance of the last command that ran the run (its start's, or its latest --resume's); {} if none."""
         if not has_config(self.path):
@@ -242,13 +251,15 @@ class RunFolder:
         self.path.mkdir(parents=True, exist_ok=True)
         append_jsonl(self.metrics_log, record)
 
-    def keep_records_until(self, step: int) -> None:
-        """--resume: a run killed after a log line but before its checkpoint repeats those steps; their lines go, and
-        so does a line the kill cut short. A line that is not UTF-8 text was not written by a run: one line names it."""
+    def keep_records_until(self, step: int, stage: str = "") -> None:
+        """--resume at `step` of `stage` (a multi-stage run's; "" for one stage): a run killed after a log line but
+        before its checkpoint repeats those steps; their lines go, and every line after them, and so does a line the
+        kill cut short. The lines of the stages before stay. A line that is not UTF-8 text was not written by a run:
+        one line names it."""
         if not self.metrics_log.exists():
             return
         lines = self.metrics_log.read_bytes().split(b"\n")
-        kept = []
+        kept, in_stage = [], False
         for number, line in enumerate(lines, start=1):
             if not line.strip():
                 continue
@@ -258,10 +269,14 @@ class RunFolder:
                 raise CheckpointError(f"{self.metrics_log}: line {number}: not UTF-8 text, so not a line of ours; "
                                       f"remove it to resume") from None
             try:
-                if json.loads(text)["step"] <= step:
-                    kept.append(text)
-            except (json.JSONDecodeError, KeyError, TypeError):
+                record = json.loads(text)
+                line_stage, line_step = record.get("stage", ""), record["step"]
+            except (json.JSONDecodeError, KeyError, TypeError, AttributeError):
                 continue  # a line the kill cut short
+            in_stage = in_stage or line_stage == stage
+            if (line_stage == stage and line_step > step) or (in_stage and line_stage != stage):
+                break  # the first line after the checkpoint
+            kept.append(text)
         if len(kept) < sum(1 for line in lines if line.strip()):
             with atomic_file(self.metrics_log) as temp:
                 temp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")

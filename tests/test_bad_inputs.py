@@ -125,6 +125,9 @@ CASES = [
      "error: truncated-outputs/outputs-sst-dev.pt: cannot read saved outputs", 2),
     ("checkpoint", "no such model folder", "multitask", [*TRAIN, "--model", "OUT/nowhere/"],
      "error: checkpoint folder not found: OUT/nowhere", 2),
+    ("checkpoint", "a mistyped run folder (looked for here, not on the hub)", "multitask",
+     [*TRAIN, "--model", "finished-run/bset"], "error: checkpoint folder not found: finished-run/bset; the closest "
+     "existing folder is finished-run/, which holds best/, last/", 2),
     ("checkpoint", "a task the run did not train, to predict", "predict", ["finished-run", "--cfimdb", "a film"],
      "error: --cfimdb: finished-run was trained on sst, para, sts, not cfimdb", 2),
     ("checkpoint", "an encoder-only checkpoint (pretrain_contrastive.py's), to predict", "predict",
@@ -183,6 +186,14 @@ CASES = [
      [*TRAIN, "--predictions-dir", "FILE/predictions"], "error: --predictions-dir FILE/predictions: cannot write there", 2),
     ("file system", "--resume with no interrupted run", "multitask", [*TRAIN, "--resume"],
      "error: --resume: no interrupted run in OUT/run (no last/training_state.pt)", 2),
+    ("file system", "a run killed before its first save, started again as it was", "multitask",
+     [*TRAIN, "--output-dir", "killed-run"],
+     "error: --output-dir killed-run holds a run that stopped before it saved a checkpoint to resume from; start it "
+     "again: python multitask_classifier.py --model MODEL", 2),
+    ("file system", "a run killed before its first save, with --resume", "multitask",
+     [*TRAIN, "--output-dir", "killed-run", "--resume"],
+     "error: --resume: the run in killed-run stopped before it saved a checkpoint to resume from; start it again: "
+     "python multitask_classifier.py --model MODEL", 2),
     ("file system", "an output folder that holds another run", "multitask", [*TRAIN, "--output-dir", "finished-run"],
      "error: --output-dir finished-run already holds files (best, last, metrics.jsonl, run_config.json): continue "
      "its run with --resume, start again over it with --overwrite, or choose another --output-dir", 2),
@@ -344,6 +355,12 @@ def places(tiny_model, tmp_path_factory) -> dict[str, Path]:
     (places["bad-log"] / "run_config.json").write_text(json.dumps({k: v for k, v in saved.items() if k != "finished"}))
     with open(places["bad-log"] / "metrics.jsonl", "ab") as f:
         f.write(b'{"event": "train", "step": 1, "loss": {"sst": \xff\xfe}}\n')
+    # The finished run as a kill before its first save leaves it: its run config and metrics log, no checkpoint.
+    places["killed-run"] = root / "killed-run"
+    places["killed-run"].mkdir()
+    unfinished = {k: v for k, v in saved.items() if k != "finished"}
+    (places["killed-run"] / "run_config.json").write_text(json.dumps(unfinished))
+    shutil.copy(places["finished-run"] / "metrics.jsonl", places["killed-run"])
     return places
 
 

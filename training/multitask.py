@@ -29,7 +29,7 @@ from training.ddp import average_tensors, start_replicas
 from training.engine import Engine
 from training.gradient_surgery import surgery_backward
 from training.multitask_config import MultitaskConfig, best_metric, describe_best_metric
-from training.run import Run
+from training.run import Run, check_max_length
 from training.schedules import numbered, plan_epoch
 from training.smart import Smart
 
@@ -74,12 +74,12 @@ class MultitaskRun(Run):
         distributed.on_main(lambda: check_writable(config.predictions_dir, "--predictions-dir"))
         # torchrun: rank 0 alone reads last/; the others start from --init or --model and receive its weights
         # (start_replicas) and its training state (the engine's).
-        resume_from = engine.resume_from if engine.is_main else None
+        resume_from = engine.resumed.weights if distributed.is_main() else None
         start = resume_from or config.init or config.model
         ours = bool(resume_from or config.init)  # a checkpoint of ours, its heads loaded where it has them
         # Before the tokenizer: a broken config.json is named as such.
         self.model = self._load(start, heads=ours)
-        engine.check_max_length(self.model.encoder)
+        check_max_length(self.model.encoder, config.max_length)
         self.tokenizer = Tokenizer.from_pretrained(start)
         heads_loaded = ours and checkpoint.has_heads(start)
         if config.option == "pretrain":
@@ -222,7 +222,7 @@ class MultitaskRun(Run):
         config = self.config
         checkpoint.save(folder, self.model.encoder, self.tokenizer, record, model=self.model,
                         pooling=config.pooling, max_length=config.max_length, base_model=config.init or config.model,
-                        command=getattr(config, "command_with_values", ""), eval_sample=config.max_eval_examples,
+                        command=config.command.with_values, eval_sample=config.max_eval_examples,
                         metrics=record.get("dev", {}), metric_names=metric_names(),
                         data_files=[str(Path(config.data_dir) / REGISTRY[name].files[0]) for name in config.task_list])
         if best:
@@ -236,13 +236,14 @@ class MultitaskRun(Run):
             self.smart.load_state_dict(state["bregman_average"])
 
     def finish(self) -> dict:
-        """Reload the best checkpoint, write its test predictions (dev ones were written with it)."""
+        """Reload the best checkpoint, write its test predictions (dev ones were written with it; --no-predict-test:
+        those only)."""
         best = self.engine.folder.best
-        if self.engine.is_main:
+        if distributed.is_main() and self.config.predict_test:
             self.model = self._load(best)
             write_outputs(best, self.config.predictions_dir, "test", self._splits("test"), self._soft_outputs("test"))
         metrics = distributed.on_main(lambda: read_json(best / "metrics.json"))["dev"]  # torchrun: rank 0's file
-        if self.engine.is_main:
+        if distributed.is_main():
             self._summary(metrics)
         return metrics
 
@@ -255,7 +256,7 @@ class MultitaskRun(Run):
         folder = self.engine.folder
         files = [folder.best, folder.last, folder.metrics_log, folder.config_file]
         files += [prediction_path(config.predictions_dir, name, split) for name in config.task_list
-                  for split in SPLITS]
+                  for split in SPLITS if split != "test" or config.predict_test]
         others = sorted(set(Path(config.predictions_dir).glob("*-*-output.csv")) - set(files))
         if others:
             log.warning("%s also holds leaderboard files this run did not write (other tasks, or an earlier run): %s",

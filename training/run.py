@@ -12,6 +12,12 @@
 and may give evaluate() and score() (dev metrics, and the number that picks best/, with score_name, eval_every and
 patience), save() (its files of a checkpoint folder), after_update() (what follows each optimizer step),
 state_dict() / load_state_dict() (what else --resume needs) and finish() (the end of the run, and its result).
+
+What a run uses of the engine: its device and precision; backward(loss) and, for an extra update within a step,
+update(advance_schedule=False); state, the loop's EngineState (to read), and losses (the loss means so far);
+folder, the run folder; and at set-up describe_run (the run config), prepare_encoder (--attention, --compile)
+and resumed (what --resume continues from: its weights, and the training state fit restores). The rest of the
+engine is the loop's own.
 """
 from pathlib import Path
 from typing import Callable
@@ -19,20 +25,23 @@ from typing import Callable
 import torch
 from torch import nn
 
+from common.errors import UsageError
 from data.batching import Share
+from training.lr_schedule import linear_warmup_decay
 
 
-def linear_warmup_decay(step: int, total_steps: int, warmup: float) -> float:
-    """Learning-rate multiplier: linear warm-up over the first `warmup` fraction of steps, then linear decay to 0."""
-    warmup_steps = int(warmup * total_steps)
-    if step < warmup_steps:
-        return (step + 1) / warmup_steps
-    return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
+def check_max_length(encoder, max_length: int) -> None:
+    """--max-length: at most the encoder's positions."""
+    positions = encoder.config.max_position_embeddings
+    if max_length > positions:
+        raise UsageError(f"--max-length {max_length}: this model has {positions} positions; use --max-length "
+                         f"{positions} or less")
 
 
 class Run:
     """What a run tells the engine (see the module's docstring). parameters, plan and step are required."""
     name = "train"  # what the progress bar calls it
+    stage_name = ""  # a multi-stage run's stage: its metrics lines carry it
     lr: float  # the peak learning rate (parameter groups may scale it)
     head_lr: float | None = None  # the heads' peak learning rate, where they have their own (logged beside lr)
     adam_betas = (0.9, 0.999)
