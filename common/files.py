@@ -33,6 +33,11 @@ def _shown_size(size: int) -> str:
     return f"{size / 1e6:.1f} MB" if size >= 100_000 else f"{size / 1e3:.1f} kB"
 
 
+def free_space(folder: Path) -> str:
+    """The space left on the device of `folder`, as a message says it."""
+    return _shown_size(shutil.disk_usage(folder).free)
+
+
 def _is_disk_full(error: BaseException, folder: Path) -> bool:
     cause = error
     while cause is not None:
@@ -130,6 +135,8 @@ def recover_directory(path: str | Path) -> None:
 
 # atomic_files: the complete set of new files waits here, inside the folder, until each is in place.
 READY = ".files.ready"
+# A set's record of what it holds (common/outputs.py): moved into place last, so that once it is there, so is its set.
+SET_RECORD = "written-by.json"
 
 
 @contextmanager
@@ -159,8 +166,9 @@ def atomic_files(folder: str | Path, expected: int = 0):
 
 
 def _move_into(ready: Path, folder: Path) -> None:
-    """Each file under `ready` to its place in `folder` (one rename each), then `ready` goes."""
-    for file in sorted(path for path in ready.rglob("*") if not path.is_dir()):
+    """Each file under `ready` to its place in `folder` (one rename each, the set's record last), then `ready` goes."""
+    for file in sorted((path for path in ready.rglob("*") if not path.is_dir()), key=lambda path: (
+            path == ready / SET_RECORD, path)):
         target = folder / file.relative_to(ready)
         target.parent.mkdir(parents=True, exist_ok=True)
         os.replace(file, target)

@@ -14,13 +14,12 @@ Every checkpoint folder (best/, last/, pretrain_contrastive.py's output and its 
 run config it was trained with, in a file of the same name. Where the folder is, is not a flag --resume compares
 (training/engine.py): a moved or copied run folder resumes where it now is.
 """
-import fcntl
 import json
 import logging
-import os
 from contextlib import contextmanager
 from pathlib import Path
 
+from common import locks
 from common.errors import CheckpointError, UsageError
 from common.files import (append_jsonl, atomic_directory, atomic_file, check_writable, read_json, recover_directory,
                           recover_files, remove_entry, without_local_path, without_local_paths, write_json)
@@ -34,11 +33,6 @@ STATE = "training_state.pt"
 LOCK = ".lock"
 # What a run config holds beside the flags: a run's run config is a --config file too, whose reader skips these.
 RECORD_KEYS = ("resolved", "provenance", "finished")
-
-# The folders this process has locked (resolved path -> [open lock file, claims]): a process owns a folder once, so
-# that a second claim by the same process (a library caller building two runs in one folder) is not refused.
-_held: dict[str, list] = {}
-
 
 # ---- a checkpoint folder's run config ----
 
@@ -93,6 +87,7 @@ class RunFolder:
         self.state_file = self.last / STATE
         self.config_file = config_file(self.path)
         self.lock_file = self.path / LOCK
+        self.held = []  # outputs of the run's outside the folder, released with it (hold)
 
     def __str__(self) -> str:
         return str(self.path)
@@ -105,9 +100,30 @@ class RunFolder:
 
     def encoders(self) -> list[Path]:
         """The checkpoint folders of pretrain_contrastive.py's output: the folder itself, or the subfolders holding
-        a run config (--method ct writes model1/ and model2/)."""
-        inside = sorted(entry for entry in self.path.iterdir() if has_config(entry)) if self.path.is_dir() else []
+        a checkpoint and its run config (--method ct writes model1/ and model2/; best/, last/ and the temporary
+        folders of a save are not such)."""
+        inside = sorted(entry for entry in self.path.iterdir() if entry.name not in (BEST, LAST)
+                        and not entry.name.startswith(".") and has_config(entry)
+                        and (entry / "config.json").is_file()) if self.path.is_dir() else []
         return inside or [self.path]
+
+    def is_run(self) -> bool:
+        """A trainer's run folder with no checkpoint in it to use: a run config, and neither the files of a
+        checkpoint (config.json) nor checkpoint folders of pretrain_contrastive.py inside (best/ aside)."""
+        return has_config(self.path) and not (self.path / "config.json").is_file() and self.encoders() == [self.path]
+
+    def check_is_checkpoint(self, flag: str) -> None:
+        """Refuse, naming what to give instead, a folder that holds checkpoints rather than being one: a run folder
+        (its best/), pretrain_contrastive.py --method ct's output (model1/, model2/), a run with none yet."""
+        if not self.path.is_dir() or (self.path / "config.json").is_file():
+            return
+        inside = [self.best] if (self.best / "config.json").is_file() else self.encoders()
+        if inside != [self.path]:
+            raise UsageError(f"{flag} {self.path}: a folder of checkpoints, not a checkpoint; give "
+                             + " or ".join(f"{flag} {folder}" for folder in inside))
+        if self.is_run():
+            raise CheckpointError(f"{flag} {self.path}: a run with no checkpoint yet (no {BEST}/): it saves one at "
+                                  f"its first evaluation")
 
     # ---- owning it ----
 
@@ -132,43 +148,19 @@ class RunFolder:
             raise
 
     def _lock(self) -> None:
-        key = str(self.path.resolve())
-        if key in _held:
-            _held[key][1] += 1
-            return
-        while True:
-            handle = open(self.lock_file, "a+")
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                handle.seek(0)
-                holder = handle.read().strip()
-                handle.close()
-                raise UsageError(f"--output-dir {self.path} is in use by another command (pid {holder or '?'}); "
-                                 f"wait until it ends, or choose another --output-dir") from None
-            try:  # the holder may have released it and removed the file after we opened it: lock the new one
-                if os.stat(self.lock_file).st_ino == os.fstat(handle.fileno()).st_ino:
-                    break
-            except FileNotFoundError:
-                pass
-            handle.close()
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"{os.getpid()}\n")
-        handle.flush()
-        _held[key] = [handle, 1]
+        locks.lock(self.lock_file, f"--output-dir {self.path} is in use by another command (pid {{pid}}); wait "
+                                   f"until it ends, or choose another --output-dir")
 
     def release(self) -> None:
         """End this command's claim; the process's last claim unlocks the folder and removes the lock file (the
         kernel unlocks it too when the process ends, however it ends)."""
-        key = str(self.path.resolve())
-        if key not in _held:
-            return
-        _held[key][1] -= 1
-        if _held[key][1] == 0:
-            handle = _held.pop(key)[0]
-            self.lock_file.unlink(missing_ok=True)  # before unlocking: no one can lock the file we remove
-            handle.close()
+        locks.unlock(self.lock_file)
+        while self.held:
+            self.held.pop().release()
+
+    def hold(self, output) -> None:
+        """An output of the run's outside its folder (a --predictions-dir, claimed): released with the folder."""
+        self.held.append(output)
 
     def _replace(self, owned: tuple[str, ...], overwrite: bool, sources: dict[str, str]) -> None:
         """Refuse to start a run in a folder that holds another (the transformers Trainer's rule: no run is mixed

@@ -41,15 +41,27 @@ def _format_id(sentence_id) -> str:
     return sentence_id
 
 
-def write_predictions(out_dir: str | Path, task: str, split: str, ids: Iterable, predictions: Iterable) -> Path:
-    """Write one prediction file atomically and return its path. Tensors and arrays are accepted."""
-    path = prediction_path(out_dir, task, split)
+def write_prediction_file(path: str | Path, task: str, ids: Iterable, predictions: Iterable) -> None:
+    """Write one prediction file at `path` (a temporary path: atomic_file or a set makes it whole). Tensors and
+    arrays are accepted."""
     ids = ids.tolist() if hasattr(ids, "tolist") else ids
     predictions = predictions.tolist() if hasattr(predictions, "tolist") else predictions
-    with atomic_file(path) as temp, open(temp, "w", encoding="utf-8", newline="") as f:
+    with open(path, "w", encoding="utf-8", newline="") as f:
         f.write(f"id \t {REGISTRY[task].column} \n")
         for sentence_id, value in zip(ids, predictions, strict=True):
             f.write(f"{_format_id(sentence_id)} , {REGISTRY[task].format(float(value))} \n")
         f.flush()
         os.fsync(f.fileno())
+
+
+def write_predictions(out_dir: str | Path, task: str, split: str, ids: Iterable, predictions: Iterable) -> Path:
+    """Write one prediction file atomically and return its path."""
+    path = prediction_path(out_dir, task, split)
+    with atomic_file(path) as temp:
+        write_prediction_file(temp, task, ids, predictions)
     return path
+
+
+def leaderboard_file(task: str, split: str, ids: Iterable, predictions: Iterable) -> dict:
+    """{file name: what writes it at a path} for a set of leaderboard files (common.outputs.LeaderboardFolder)."""
+    return {prediction_path("", task, split).name: lambda path: write_prediction_file(path, task, ids, predictions)}
