@@ -197,16 +197,35 @@ def remove_entry(path: str | Path) -> None:
     shutil.rmtree(doomed)
 
 
+def make_folders(folder: str | Path) -> list[Path]:
+    """Create `folder` and its missing parents; the ones created, deepest first (for remove_empty)."""
+    folder = Path(folder)
+    missing = [path for path in (folder, *folder.parents) if not path.exists()]
+    folder.mkdir(parents=True, exist_ok=True)
+    return missing
+
+
+def remove_empty(folders: list[Path]) -> None:
+    """Remove those of `folders` (deepest first) that hold nothing: what a refused command created, it takes back."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:  # it holds something (or is gone): it stays, and so do its parents
+            return
+
+
 def check_writable(folder: str | Path, flag: str, shown: Path | None = None) -> None:
     """Fail before any training if `folder` cannot be created or written, not at the first save. shown: what the
-    message names as the flag's value (default: the folder)."""
-    folder = Path(folder)
+    message names as the flag's value (default: the folder). Folders it had to create are removed again."""
+    folder, made = Path(folder), []
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        made = make_folders(folder)
         probe = tempfile.NamedTemporaryFile(dir=folder, prefix=".write-test-", delete=True)
         probe.close()
     except OSError as error:
         raise UsageError(f"{flag} {shown or folder}: cannot write there ({error.strerror or error})") from None
+    finally:
+        remove_empty(made)
 
 
 def check_writable_file(path: str | Path, flag: str) -> None:

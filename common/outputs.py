@@ -21,7 +21,8 @@ from typing import Callable
 
 from common import locks
 from common.errors import UsageError
-from common.files import SET_RECORD, atomic_files, check_writable, check_writable_file, recover_files, write_json
+from common.files import (SET_RECORD, atomic_files, check_writable, check_writable_file, make_folders, recover_files,
+                          remove_empty, write_json)
 from common.run_folder import RUN_CONFIG
 
 log = logging.getLogger(__name__)
@@ -65,14 +66,40 @@ def output_file(path: str | Path, flag: str, inputs: dict[str, str] | None = Non
     path = Path(path)
     check_place(path, flag, inputs)
     check_writable_file(path, flag)
-    lock_file = path.with_name(f".{path.name}.lock")
-    locks.lock(lock_file, f"{flag} {path} is being written by another command (pid {{pid}}); wait until it ends, "
-                          f"or choose another {flag}")
+    made, lock_file = make_folders(path.parent), path.with_name(f".{path.name}.lock")
     try:
-        _clean_temporaries(path.parent, [path.name])
-        yield path
+        locks.lock(lock_file, f"{flag} {path} is being written by another command (pid {{pid}}); wait until it "
+                              f"ends, or choose another {flag}")
+        try:
+            _clean_temporaries(path.parent, [path.name])
+            yield path
+        finally:
+            locks.unlock(lock_file)
     finally:
-        locks.unlock(lock_file)
+        remove_empty(made)  # a command refused before it wrote takes back the folders it made
+
+
+@contextmanager
+def output_folder(path: str | Path, flag: str):
+    """Hold the folder `path` for the command's files (written as one set: common.files.atomic_files): checked
+    (check_place, writable, not a file), locked (its .lock), what a killed writer left cleaned; unlocked when the
+    block ends."""
+    path = Path(path)
+    if path.is_file():
+        raise UsageError(f"{flag} {path}: a file; give a folder for the files it writes")
+    check_place(path, flag)
+    check_writable(path, flag)
+    made = make_folders(path)
+    try:
+        locks.lock(path / LOCK, f"{flag} {path} is in use by another command (pid {{pid}}); wait until it ends, or "
+                                f"choose another {flag}")
+        try:
+            recover_files(path)
+            yield path
+        finally:
+            locks.unlock(path / LOCK)
+    finally:
+        remove_empty(made)
 
 
 class LeaderboardFolder:
@@ -82,6 +109,7 @@ class LeaderboardFolder:
     def __init__(self, path: str | Path, flag: str, writer: str):
         self.path, self.flag, self.writer = Path(path), flag, writer
         self.lock_file = self.path / LOCK
+        self.made = []  # the folders its claim created
 
     def __str__(self) -> str:
         return str(self.path)
@@ -92,6 +120,7 @@ class LeaderboardFolder:
         (those of a folder written before records were kept count as another's), unless --overwrite."""
         check_place(self.path, self.flag, own_run=own_run)
         check_writable(self.path, self.flag)
+        self.made = make_folders(self.path)  # taken back if the command is refused before it writes anything
         locks.lock(self.lock_file, f"{self.flag} {self.path} is in use by another command (pid {{pid}}); wait until "
                                    f"it ends, or choose another {self.flag}")
         try:
@@ -111,6 +140,7 @@ class LeaderboardFolder:
 
     def release(self) -> None:
         locks.unlock(self.lock_file)
+        remove_empty(self.made)
 
     def record(self) -> dict | None:
         """written-by.json: {"written_by": the writer, "files": {name: SHA-256}}; None where there is none."""

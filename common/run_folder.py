@@ -21,8 +21,9 @@ from pathlib import Path
 
 from common import locks
 from common.errors import CheckpointError, UsageError
-from common.files import (append_jsonl, atomic_directory, atomic_file, check_writable, read_json, recover_directory,
-                          recover_files, remove_entry, without_local_path, without_local_paths, write_json)
+from common.files import (append_jsonl, atomic_directory, atomic_file, check_writable, make_folders, read_json,
+                          recover_directory, recover_files, remove_empty, remove_entry, without_local_path,
+                          without_local_paths, write_json)
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +89,7 @@ class RunFolder:
         self.config_file = config_file(self.path)
         self.lock_file = self.path / LOCK
         self.held = []  # outputs of the run's outside the folder, released with it (hold)
+        self.made = []  # the folders its claim created
 
     def __str__(self) -> str:
         return str(self.path)
@@ -136,6 +138,7 @@ class RunFolder:
         if resume and overwrite:
             raise UsageError("--resume continues the run in --output-dir and --overwrite replaces it: give one of them")
         check_writable(self.path, "--output-dir")
+        self.made = make_folders(self.path)  # taken back if the command is refused before it writes anything
         self._lock()
         try:
             if not resume:
@@ -157,6 +160,7 @@ class RunFolder:
         locks.unlock(self.lock_file)
         while self.held:
             self.held.pop().release()
+        remove_empty(self.made)
 
     def hold(self, output) -> None:
         """An output of the run's outside its folder (a --predictions-dir, claimed): released with the folder."""
@@ -173,6 +177,10 @@ class RunFolder:
             held = []
         if held and not overwrite:
             shown = ", ".join(held[:5]) + (f" and {len(held) - 5} more" if len(held) > 5 else "")
+            if RUN_CONFIG in held and not self.last.exists() and not self.finished():
+                raise UsageError(f"--output-dir {self.path} holds a run that saved no checkpoint to continue from "
+                                 f"({shown}): start it again over it with --overwrite, or choose another "
+                                 f"--output-dir")
             raise UsageError(f"--output-dir {self.path} already holds files ({shown}): continue its run with --resume, "
                              f"start again over it with --overwrite, or choose another --output-dir")
         replaced = [self.path / name for name in owned if (self.path / name).exists()]
@@ -234,13 +242,16 @@ class RunFolder:
         self.path.mkdir(parents=True, exist_ok=True)
         append_jsonl(self.metrics_log, record)
 
-    def keep_records_until(self, step: int) -> None:
-        """--resume: a run killed after a log line but before its checkpoint repeats those steps; their lines go, and
-        so does a line the kill cut short. A line that is not UTF-8 text was not written by a run: one line names it."""
+    def records(self) -> list[tuple[bytes, dict]]:
+        """The lines of metrics.jsonl and what each holds, but for a last line a kill or a full disk cut short (no
+        newline at its end). A line the run did not write (not UTF-8 text, or not a JSON object with its step: a
+        user's note) is refused, naming its lines, and never removed: --resume rewrites the log (keep_records_until),
+        and the log is the run's record, which analyze.py reads back."""
         if not self.metrics_log.exists():
-            return
+            return []
         lines = self.metrics_log.read_bytes().split(b"\n")
-        kept = []
+        lines = lines[:-1]  # after the last newline: nothing, or a line cut short
+        records, foreign = [], []
         for number, line in enumerate(lines, start=1):
             if not line.strip():
                 continue
@@ -250,13 +261,30 @@ class RunFolder:
                 raise CheckpointError(f"{self.metrics_log}: line {number}: not UTF-8 text, so not a line of ours; "
                                       f"remove it to resume") from None
             try:
-                if json.loads(text)["step"] <= step:
-                    kept.append(text)
-            except (json.JSONDecodeError, KeyError, TypeError):
-                continue  # a line the kill cut short
-        if len(kept) < sum(1 for line in lines if line.strip()):
+                record = json.loads(text)
+            except json.JSONDecodeError:
+                record = None
+            if isinstance(record, dict) and isinstance(record.get("step"), int):
+                records.append((line, record))
+            else:
+                foreign.append(number)
+        if foreign:
+            shown = ", ".join(map(str, foreign[:10])) + (f" and {len(foreign) - 10} more" if len(foreign) > 10 else "")
+            raise CheckpointError(f"{self.metrics_log}: line{'s' if len(foreign) > 1 else ''} {shown}: not the run's "
+                                  f"(each of its lines is a JSON object with its step); move them out of the file "
+                                  f"to resume")
+        return records
+
+    def keep_records_until(self, step: int) -> None:
+        """--resume: a run killed after a log line but before its checkpoint repeats those steps; their lines go, and
+        so does a last line the kill cut short."""
+        if not self.metrics_log.exists():
+            return
+        kept = [line for line, record in self.records() if record["step"] <= step]
+        written = self.metrics_log.read_bytes()
+        if written != b"".join(line + b"\n" for line in kept):
             with atomic_file(self.metrics_log) as temp:
-                temp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+                temp.write_bytes(b"".join(line + b"\n" for line in kept))
 
 
 def _inside(path: Path, folder: Path) -> bool:
