@@ -67,6 +67,9 @@ class MultitaskPredictor:
         if not run_folder.has_config(folder):
             raise CheckpointError(f"{run}: not a run of multitask_classifier.py (no {run_folder.RUN_CONFIG} in it or "
                                   f"in its {run_folder.BEST}/)")
+        if folder == Path(run) and (Path(run) / f".{run_folder.BEST}.old").is_dir():  # between a save's renames
+            raise CheckpointError(f"{run}: its {run_folder.BEST}/ is being replaced by a save this moment; try again "
+                                  f"once the save ends")
         if folder == Path(run) and RunFolder(run).is_run():
             raise CheckpointError(f"{run}: a run with no checkpoint yet (no {run_folder.BEST}/): it saves one at its "
                                   f"first evaluation; predict once it has")

@@ -5,6 +5,7 @@ and os.rename intercepted in a subprocess, which kills itself at the k-th call."
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -220,3 +221,50 @@ def test_an_ensemble_killed_at_any_rename_leaves_one_whole_set_and_the_next_writ
         ensemble.main(old_args)
         assert contents(predictions) == old
     assert renames >= 8, "a rename a file of the set (6 CSVs, the report, the record), and more"
+
+
+def test_a_refused_command_takes_back_the_folders_it_made(tiny_model, tmp_path, capsys):
+    import multitask_classifier
+
+    new = tmp_path / "new"
+    line = refused(multitask_classifier.main, ["--model", str(tiny_model), "--data-dir", str(tmp_path / "no-data"),
+                                               "--output-dir", str(new / "run"), "--predictions-dir",
+                                               str(new / "predictions"), "--device", "cpu"], capsys)
+    assert line == f"error: {tmp_path / 'no-data' / 'ids-sst-train.csv'}: file not found"
+    assert not new.exists(), "no empty --output-dir or --predictions-dir left"
+    line = refused(predict.main, [str(tmp_path / "nowhere"), "--sst", "a film", "--output", str(new / "p.tsv")],
+                   capsys)
+    assert line == f"error: {tmp_path / 'nowhere'}: not found"
+    assert not new.exists(), "no empty folder of --output left"
+
+
+def test_a_contrastive_tension_run_lists_what_it_wrote_and_its_init_line_fine_tunes(tiny_model, course_data,
+                                                                                  tmp_path, capsys, one_thread):
+    import multitask_classifier
+    import pretrain_contrastive
+
+    sentences = tmp_path / "sentences.txt"
+    sentences.write_text("".join(f"sentence number {i} is here\n" for i in range(24)))
+    out = tmp_path / "ct"
+    pretrain_contrastive.main(["--model", str(tiny_model), "--method", "ct", "--data", str(sentences),
+                               "--output-dir", str(out), "--max-steps", "2", "--batch-size", "8", "--device", "cpu"])
+    printed = capsys.readouterr().out
+    written = printed.split("written:\n")[1].split("\n")
+    listed = [Path(line.strip()) for line in written if line.startswith("  ")]
+    assert listed and all(path.exists() for path in listed), listed
+    assert {out / "model1", out / "model2"} <= set(listed)
+    init_line = next(line for line in written if line.startswith("fine-tune it: "))
+    assert init_line == f"fine-tune it: python multitask_classifier.py --init {out / 'model1'} or --init {out / 'model2'}"
+    # The line, run: the first of its two checkpoints fine-tuned for a step.
+    multitask_classifier.main(["--init", init_line.split("--init ")[1].split(" or ")[0], "--data-dir",
+                               str(course_data), "--output-dir", str(tmp_path / "tuned"), "--predictions-dir",
+                               str(tmp_path / "predictions"), "--max-steps", "1", "--batch-size", "8", "--device",
+                               "cpu", "--tasks", "sst"])
+    assert (tmp_path / "tuned" / "best" / "model.safetensors").is_file()
+
+
+def test_every_test_docs_bad_input_names_exists():
+    named = re.findall(r"`(tests/\w+\.py)::(\w+)`", (ROOT / "docs" / "bad-input.md").read_text())
+    assert len(named) >= 13
+    for file, test in named:
+        assert f"\ndef {test}(" in (ROOT / file).read_text(), f"{file}::{test}"
