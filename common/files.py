@@ -6,6 +6,7 @@ import os
 import shlex
 import shutil
 import tempfile
+import traceback
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -60,6 +61,8 @@ def _disk_full_error(error: BaseException, target: Path, written: Path | None, e
     best guess of the bytes the whole write needs (0: none); kept: what is intact."""
     if not _is_disk_full(error, target.parent):
         return None
+    # The writer's finished frames go: a file one of them still holds open (torch.save's) keeps its space taken.
+    traceback.clear_frames(error.__traceback__)
     size = _size(written)
     if written is not None:
         shutil.rmtree(written, ignore_errors=True) if written.is_dir() else written.unlink(missing_ok=True)

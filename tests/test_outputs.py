@@ -17,7 +17,6 @@ import pytest
 import ensemble
 import predict
 from common import cli
-from common.outputs import LeaderboardFolder
 from tests.test_ensemble import dev_dir, make_member, random_outputs  # noqa: F401 (dev_dir: a fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -111,19 +110,24 @@ def test_a_leaderboard_folder_records_its_ensemble_and_another_is_refused_unless
 
 
 # A command held at a point (the file `ready` touched) until the test lets it go on (the file `go`), or killed
-# there: predict.py's work once its --output is held; ensemble.py's k-th rename (os.replace, os.rename).
+# there: predict.py's loading of its run (a stand-in model that predicts class 2 comes back); ensemble.py's k-th
+# rename (os.replace, os.rename).
 HELD = """
 import os, pathlib, signal, sys, time
 sys.path.insert(0, {root!r})
 import predict
-def held(args):
+class Model:
+    tasks = ["sst"]
+    def predictions(self, task, examples):
+        return [{{"class": 2}} for _ in examples]
+def held(*args, **kwargs):
     pathlib.Path({ready!r}).touch()
     if {kill!r}:
         os.kill(os.getpid(), signal.SIGKILL)
     while not pathlib.Path({go!r}).exists():
         time.sleep(0.05)
-    return []
-predict.predict = held
+    return Model()
+predict.MultitaskPredictor.from_run = held
 predict.main(sys.argv[1:])
 """
 
@@ -170,6 +174,7 @@ def test_two_predicts_into_one_output_the_second_is_refused_and_the_first_goes_o
         assert first.wait(timeout=300) == 0, first.stderr.read()[-2000:]
     finally:
         first.kill()
+    assert out.read_text() == "task\tinput\tclass\nsst\ta red car\t2\n", "the first one's predictions"
     assert not (tmp_path / ".predictions.tsv.lock").exists(), "the lock goes with the command"
 
 
@@ -181,10 +186,18 @@ def test_the_lock_and_temporaries_a_killed_predict_left_are_taken_over(tmp_path,
     assert lock.read_text() == f"{first.pid}\n", "the killed command's lock is left"
     (tmp_path / ".predictions.tsv.abc123.tmp").write_text("id\tclass\n1\t")  # atomic_file's, cut short
     held_by = []
-    monkeypatch.setattr(predict, "predict", lambda args: held_by.append(lock.read_text()) or [])
+
+    class Model:
+        tasks = ["sst"]
+
+        def predictions(self, task, examples):
+            held_by.append(lock.read_text())
+            return [{"class": 2} for _ in examples]
+
+    monkeypatch.setattr(predict.MultitaskPredictor, "from_run", lambda *args, **kwargs: Model())
     predict.main(["some-run", "--sst", "a red car", "--output", str(out)])
     assert held_by == [f"{os.getpid()}\n"]
-    assert sorted(path.name for path in tmp_path.iterdir()) == ["held.py", "ready"]
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["held.py", "predictions.tsv", "ready"]
 
 
 def leaderboard_state(folder: Path) -> dict[str, bytes]:
@@ -202,6 +215,8 @@ def test_an_ensemble_killed_at_any_rename_leaves_one_whole_set_and_the_next_writ
     old = leaderboard_state(predictions)
     assert set(old) == set(new) and all(old[name] != new[name] for name in old if name != "written-by.json"), \
         "every file of the two sets differs (but the record's)"
+    from common.outputs import LeaderboardFolder  # here: the other tests run on code without it
+
     renames = 0
     for k in range(1, 100):
         script = tmp_path / "killed.py"
