@@ -3,7 +3,6 @@ flags it is built from (saved with every checkpoint, so that a checkpoint and it
 
 Training (training/multitask.py) and prediction (predict.py) both build it here; prediction needs nothing else.
 """
-import dataclasses
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -12,9 +11,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from common import run_folder
 from common.cli import Range, check_ranges, flag, flag_words, parse_task_order
-from common.errors import CheckpointError
 from data.splits import PAIR_ENCODINGS, TaskSplit
 from heads import PAIR_MLPS, SHARE_MODES, CommonLayer, pair_mlps
 from heads.paraphrase import CrossEncodedPairHead
@@ -51,7 +48,10 @@ class ModelConfig:
                    "sts_target")
 
     def __post_init__(self):
-        check_ranges(self)  # every flag's range, those of a subclass too
+        if hasattr(super(), "__post_init__"):  # in a command's config (MultitaskConfig): its other parts' checks too
+            super().__post_init__()
+        else:
+            check_ranges(self)  # every flag's range, those of a subclass too
         self.task_list = parse_task_order(self.tasks, TASK_NAMES, option="--tasks")
         if len(set(self.task_list)) < len(self.task_list):
             raise ValueError(f"--tasks {self.tasks!r}: a task is named twice")
@@ -82,25 +82,6 @@ def parse_pair_encoding(text: str) -> dict[str, str]:
 def as_flag(name: str, value) -> str:
     """The command-line spelling of a config value: --share none, --common-layer, --no-common-layer."""
     return " ".join(flag_words(name, value))
-
-
-def check_head_flags(config: ModelConfig, checkpoint: Path) -> None:
-    """Refuse a checkpoint whose heads were trained under other head flags. Runs from before --pair-mlp existed
-    had plain MLPs; plain and residual MLPs have the same tensors, so only the saved flags tell them apart."""
-    if not run_folder.has_config(checkpoint):
-        return
-    saved = {"pair_mlp": "plain", **run_folder.read_config(checkpoint)}
-    ours = dataclasses.asdict(config)
-
-    def comparable(name, value):  # "para=cross" and "para=cross,sts=bi" are the same encodings
-        return parse_pair_encoding(value) if name == "pair_encoding" else value
-
-    differ = [name for name in ModelConfig.HEAD_FIELDS
-              if name in saved and comparable(name, saved[name]) != comparable(name, ours[name])]
-    if differ:
-        flags = " ".join(as_flag(name, saved[name]) for name in differ)
-        raise CheckpointError(f"{checkpoint}: its heads were trained with {flags}; start with the same flags "
-                              f"to use them")
 
 
 class MultitaskModel(nn.Module):

@@ -19,7 +19,6 @@ In Python:
 """
 import csv
 import ctypes
-import dataclasses
 import errno
 import io
 import logging
@@ -34,6 +33,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+import checkpoint
 from common import cli, run_folder
 from common.errors import CheckpointError, DataError, DiskFullError, UsageError
 from common.files import atomic_file, free_space
@@ -42,9 +42,8 @@ from common.run_folder import RunFolder
 from data.readers import ReadReport, text_lines
 from data.splits import TaskSplit, encode_views
 from evaluation.inference import soft_outputs
-from model import ModelConfig, build_model
+from model import ModelConfig
 from models import Tokenizer
-from models.checkpoint import load_heads
 from tasks import PARAPHRASE, REGISTRY, SENTIMENT, SIMILARITY, Task
 
 log = logging.getLogger(__name__)
@@ -73,23 +72,19 @@ class MultitaskPredictor:
         if folder == Path(run) and RunFolder(run).is_run():
             raise CheckpointError(f"{run}: a run with no checkpoint yet (no {run_folder.BEST}/): it saves one at its "
                                   f"first evaluation; predict once it has")
-        if not (folder / "heads.safetensors").is_file():
+        if not checkpoint.has_heads(folder):
             inits = " or ".join(f"--init {encoder}" for encoder in RunFolder(folder).encoders())
-            raise CheckpointError(f"{folder}: an encoder-only checkpoint (no heads.safetensors; "
+            raise CheckpointError(f"{folder}: an encoder-only checkpoint (no {checkpoint.HEADS}; "
                                   f"pretrain_contrastive.py writes these): it has no task heads to predict with; "
                                   f"fine-tune it first with multitask_classifier.py {inits}")
-        run_config = run_folder.read_config(folder)
-        fields = {f.name for f in dataclasses.fields(ModelConfig)}
+        config = checkpoint.model_config(folder)
         try:
-            config = ModelConfig(**{name: value for name, value in run_config.items() if name in fields})
-            max_length = int(run_config["max_length"])
+            max_length = int(run_folder.read_config(folder)["max_length"])
         except (TypeError, ValueError, KeyError) as error:
             raise CheckpointError(f"{run_folder.config_file(folder)}: not a multitask run's configuration "
                                   f"({error})") from None
-        model = build_model(config, folder)
-        load_heads(model, folder)
-        return cls(model.to(cli.resolve_device(device)), Tokenizer.from_pretrained(folder), config, max_length,
-                   batch_size)
+        model = checkpoint.load(folder, config, device=cli.resolve_device(device))
+        return cls(model, Tokenizer.from_pretrained(folder), config, max_length, batch_size)
 
     @property
     def tasks(self) -> list[str]:

@@ -1,12 +1,12 @@
-"""All six multitask schedules under one equal budget: the same data, seed and number of task batches.
+"""The five multitask schedules, and PCGrad, under one equal budget: the same data, seed and number of task batches.
 
     python benchmarks/compare_schedules.py --model all-MiniLM-L6-v2 --max-train-examples 1024 --epochs 2
 
 Each schedule sees every task's N examples E times (sequential gets 3 x E epochs, E per task, since it
-trains one task per epoch; avg and pcgrad take one batch of every task per step, so they take a third
-of the steps of the others for the same batches). Prints a Markdown table of best dev metrics, steps
-and wall time; each run's files are under --output-root/SCHEDULE. Any other multitask_classifier.py flag
-is passed on to every run.
+trains one task per epoch; avg and pcgrad, avg's steps with --combine pcgrad, take one batch of every task per
+step, so they take a third of the steps of the others for the same batches). Prints a Markdown table of best dev
+metrics, steps and wall time; each run's files are under --output-root/SCHEDULE. Any other multitask_classifier.py
+flag is passed on to every run.
 """
 import argparse
 import json
@@ -22,6 +22,10 @@ from common.tables import markdown_table  # noqa: E402
 from tasks import COURSE_TASKS  # noqa: E402
 from training.schedules import SCHEDULES  # noqa: E402
 
+# What each compared name trains with: a schedule, or pcgrad (avg's steps, their task gradients combined by PCGrad).
+VARIANTS = {**{name: ["--schedule", name] for name in SCHEDULES},
+            "pcgrad": ["--schedule", "avg", "--combine", "pcgrad"]}
+
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
@@ -31,9 +35,9 @@ def main():
                         help="the random sample of training examples per task that every schedule sees")
     parser.add_argument("--epochs", type=int, default=2,
                         help="passes over the sample (sequential gets 3 x this many epochs, this many per task)")
-    parser.add_argument("--schedules", default=",".join(SCHEDULES),
-                        help=f"the schedules to compare, comma-separated, of: {', '.join(SCHEDULES)} (what each does: "
-                             f"`multitask_classifier.py --help`, --schedule)")
+    parser.add_argument("--schedules", default=",".join(VARIANTS),
+                        help=f"the schedules to compare, comma-separated, of: {', '.join(VARIANTS)} (what each does: "
+                             f"`multitask_classifier.py --help`, --schedule and --combine)")
     parser.add_argument("--output-root", type=Path, default=Path("runs/schedules"),
                         help="each schedule's run goes to OUTPUT_ROOT/SCHEDULE/run, its leaderboard files to "
                              "OUTPUT_ROOT/SCHEDULE/predictions")
@@ -44,7 +48,7 @@ def main():
         epochs = 3 * args.epochs if schedule == "sequential" else args.epochs
         started = time.time()
         metrics = multitask_classifier.main([
-            "--model", args.model, "--schedule", schedule, "--epochs", str(epochs),
+            "--model", args.model, *VARIANTS[schedule], "--epochs", str(epochs),
             "--max-train-examples", str(args.max_train_examples), "--output-dir", str(out / "run"),
             "--predictions-dir", str(out / "predictions"), *passthrough])
         steps = json.loads((RunFolder(out / "run").last / "metrics.json").read_text())["step"]

@@ -9,6 +9,7 @@ import torch
 import transformers
 from safetensors.torch import load_file
 
+import checkpoint
 from evaluation.sts_benchmark import EVAL_SETS
 from models import BertConfig, BertModel, Tokenizer
 from models.checkpoint import save_checkpoint
@@ -137,7 +138,7 @@ def multitask_argv(model: Path, data: Path, out: Path, *extra: str) -> list[str]
 
 def checkpoint_weights(folder: Path) -> dict[str, torch.Tensor]:
     """Every tensor of a checkpoint folder: the encoder's and, where there are any, the heads'."""
-    heads = folder / "heads.safetensors"
+    heads = folder / checkpoint.HEADS
     return {**load_file(folder / "model.safetensors"), **(load_file(heads) if heads.exists() else {})}
 
 

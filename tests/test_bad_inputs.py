@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import analyze  # noqa: E402
+import checkpoint  # noqa: E402
 import ensemble  # noqa: E402
 import multitask_classifier  # noqa: E402
 import predict  # noqa: E402
@@ -164,6 +165,12 @@ CASES = [
      "ct-run/model2", 2),
     ("checkpoint", "a run with no checkpoint given to --init", "multitask", [*TRAIN, "--init", "no-checkpoint"],
      "error: --init no-checkpoint: a run with no checkpoint yet (no best/): it saves one at its first evaluation", 2),
+    ("checkpoint", "a checkpoint saved before a head flag existed (--pair-mlp), to predict", "predict",
+     ["old-run", "--sst", "a film"], "error: old-run/best/run_config.json: records no --pair-mlp (saved before the "
+     "flag existed), and what its heads compute depends on it; add \"pair_mlp\" with the value they were trained "
+     "with", 2),
+    ("checkpoint", "a checkpoint saved before a head flag existed (--pair-mlp), to --init", "multitask",
+     [*TRAIN, "--init", "old-run/best"], "error: old-run/best/run_config.json: records no --pair-mlp", 2),
     ("checkpoint", "a run_config.json that holds a list, on --resume", "multitask",
      [*TRAIN, "--output-dir", "list-config", "--resume"],
      "error: list-config/last/run_config.json: not a run's configuration (a JSON list, expected an object of flags)",
@@ -339,7 +346,8 @@ def places(tiny_model, tmp_path_factory) -> dict[str, Path]:
     weights = model_copy("truncated-weights") / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:100])
     heads = model_copy("truncated-heads")
-    (heads / "heads.safetensors").write_bytes(b"\x00" * 20)
+    (heads / checkpoint.HEADS).write_bytes(b"\x00" * 20)
+    (heads / "run_config.json").write_text(json.dumps(MultitaskConfig(model=str(tiny_model)).to_dict()))
     state = Path(shutil.copytree(tiny_model, root / "truncated-state" / "last"))  # last/ complete but for the state
     (state / "training_state.pt").write_bytes(b"PK\x03\x04 cut short")
     outputs = root / "truncated-outputs"
@@ -436,6 +444,11 @@ def places(tiny_model, tmp_path_factory) -> dict[str, Path]:
     (places["unrecorded"] / "para-dev-output.csv").write_text("id \t Predicted_Is_Paraphrase \n")
     places["sentences.txt"] = root / "sentences.txt"
     places["sentences.txt"].write_text("a red car\nthe big dog\n")
+    # The finished run as a run from before --pair-mlp existed saved it.
+    places["old-run"] = Path(shutil.copytree(places["finished-run"], root / "old-run"))
+    saved = json.loads((places["old-run"] / "best" / "run_config.json").read_text())
+    (places["old-run"] / "best" / "run_config.json").write_text(json.dumps(
+        {name: value for name, value in saved.items() if name != "pair_mlp"}))
     # The finished run as a kill after its last checkpoint leaves it (its command did not end), a line of its log
     # then overwritten with bytes that are not UTF-8.
     places["bad-log"] = Path(shutil.copytree(places["finished-run"], root / "bad-log"))

@@ -11,6 +11,7 @@ import torch
 import transformers
 from safetensors.torch import load_file
 
+import checkpoint
 import multitask_classifier
 import pretrain_contrastive
 from common import cli
@@ -197,7 +198,7 @@ def test_checkpoint_is_the_encoder_alone_and_starts_multitask_fine_tuning(tiny_m
     folder = tmp_path / "simcse"
     saved = load_file(folder / "model.safetensors")
     assert set(saved) == set(BertModel(simcse.encoder.config).state_dict())  # ... and is not in the checkpoint
-    assert not changed(saved, module_state(simcse.encoder)) and not (folder / "heads.safetensors").exists()
+    assert not changed(saved, module_state(simcse.encoder)) and not checkpoint.has_heads(folder)
     assert changed(module_state(from_pretrained(tiny_model)), saved)
 
     argv = multitask_argv(tiny_model, contrastive_data, tmp_path, "--init", str(folder), "--epochs", "1",

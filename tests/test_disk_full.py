@@ -16,6 +16,7 @@ import pytest
 import torch
 from safetensors import SafetensorError
 
+import checkpoint
 import models.checkpoint
 import models.shareable
 from common import cli
@@ -42,7 +43,7 @@ class FullDisk:
             "json", path, lambda: write_text(path, text, *a, **k), OSError(errno.ENOSPC, "No space left on device")))
         save_file = models.checkpoint.save_file
         safetensors_full = SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
-        for module in (models.checkpoint, models.shareable):
+        for module in (checkpoint, models.checkpoint, models.shareable):
             monkeypatch.setattr(module, "save_file", lambda tensors, file, *a, **k: self.write(
                 "safetensors", file, lambda: save_file(tensors, file, *a, **k), safetensors_full))
         save_pretrained = tokenizer_class.save_pretrained

@@ -19,6 +19,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from safetensors.torch import load_file
 
+import checkpoint
 from common import distributed
 from data.contrastive import PairBatch
 from models import AdamW, BertConfig, BertModel, pool
@@ -305,7 +306,7 @@ def two_machines(script: Path, args: list[str], folders: list[Path], logs: Path)
 
 def final_weights(out: Path) -> dict[str, torch.Tensor]:
     last = out / "run" / "last"
-    return {**load_file(last / "model.safetensors"), **load_file(last / "heads.safetensors")}
+    return {**load_file(last / "model.safetensors"), **load_file(last / checkpoint.HEADS)}
 
 
 def assert_same_weights(a: dict, b: dict, atol=1e-5):
@@ -336,7 +337,7 @@ def loss_tolerance(loss: float, scale: float) -> float:
 def output_scales(run: Path) -> dict[str, float]:
     """How much each task's head amplifies an error of its cosine or logit into its score: 5 / (1 - M) for
     cosine-range STS (score = 5 (cos - M) / (1 - M)), 1 for the others."""
-    heads = load_file(run / "last" / "heads.safetensors")
+    heads = load_file(run / "last" / checkpoint.HEADS)
     floors = [tensor.item() for name, tensor in heads.items() if name.endswith("cosine_floor")]
     return {"sts": 5 / (1 - floors[0])} if floors else {}
 
@@ -410,6 +411,7 @@ import json, os, sys
 sys.path.insert(0, {root!r})
 import torch
 import torch.distributed as dist
+import checkpoint
 from common import distributed
 from training import contrastive, engine, multitask, multitask_config
 
@@ -432,7 +434,7 @@ def both(tensor):
 def built(config, make):
     return make(config, engine.Engine(config))
 
-multitask.build_model = other_weights_on_rank_1(multitask.build_model)
+checkpoint.build_model = other_weights_on_rank_1(checkpoint.build_model)
 contrastive.from_pretrained = other_weights_on_rank_1(contrastive.from_pretrained)
 multitask_args, contrastive_args, out = json.loads(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3]
 found = {{}}

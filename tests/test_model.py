@@ -1,17 +1,14 @@
 """model.py: the multitask model multitask_classifier.py builds from its flags (the config object the command
-builds), its parameter groups and head calibration, and the check that refuses heads trained under other flags."""
-import json
-
+builds), its parameter groups and head calibration."""
 import pytest
 import torch
 from torch import nn
 
 from common import cli
-from common.errors import CheckpointError
 from data.splits import TaskSplit, encode_views
 from heads.paraphrase import CrossEncodedPairHead, ParaphraseHead
 from heads.similarity import MAX_COSINE_FLOOR, CrossEncodedSimilarityHead, SimilarityHead
-from model import ModelConfig, build_model, check_head_flags, encoder_depth
+from model import ModelConfig, build_model, encoder_depth
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -112,16 +109,3 @@ def test_an_encoder_whose_sentences_are_all_parallel_gets_the_highest_floor_and_
         model.calibrate({"sts": split}, tokenizer.pad_id)
     assert model.heads["sts"].cosine_floor.item() == pytest.approx(MAX_COSINE_FLOOR)
     assert "all but parallel" in caplog.text and f"M is capped at {MAX_COSINE_FLOOR:g}" in caplog.text
-
-
-def test_heads_of_other_head_flags_are_refused(tmp_path):
-    (tmp_path / "run_config.json").write_text(json.dumps({"pooling": "cls", "pair_encoding": "para=cross,sts=bi"}))
-    # The same flags, spelled another way.
-    check_head_flags(cli.parse_config(ModelConfig, "", ["--pooling", "cls", "--pair-encoding", "para=cross",
-                                                        "--pair-mlp", "plain"]), tmp_path)
-    with pytest.raises(CheckpointError, match="--pooling cls"):
-        check_head_flags(cli.parse_config(ModelConfig, "", ["--pair-encoding", "para=cross", "--pair-mlp", "plain"]),
-                         tmp_path)
-    with pytest.raises(CheckpointError, match="--pair-mlp plain"):  # saved before --pair-mlp: plain
-        check_head_flags(cli.parse_config(ModelConfig, "", ["--pooling", "cls", "--pair-encoding", "para=cross"]),
-                         tmp_path)

@@ -11,14 +11,19 @@ import torch
 import transformers
 from safetensors.torch import load_file
 
+import checkpoint
 import multitask_classifier
 from common import cli
 from common.errors import CheckpointError
 from data.readers import read_quora, read_sentiment, read_sts
+from data.splits import TaskSplit
+from tasks import REGISTRY
 from tests.conftest import assert_same_weights, checkpoint_weights, multitask_argv
 from training import multitask
+from training.config import TrainingConfig
 from training.engine import Engine
 from training.multitask_config import MultitaskConfig
+from training.schedules import SCHEDULES
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -48,11 +53,11 @@ def test_run_writes_checkpoints_metrics_and_leaderboard_files(tiny_model, course
             assert [line.split(",")[0].strip() for line in lines[1:]] == [r.id for r in records]
 
 
-@pytest.mark.parametrize("schedule", ["avg", "pcgrad"])
-def test_resumed_run_ends_with_the_same_weights(tiny_model, course_data, tmp_path, monkeypatch, schedule):
+@pytest.mark.parametrize("combine", ["mean", "pcgrad"])
+def test_resumed_run_ends_with_the_same_weights(tiny_model, course_data, tmp_path, monkeypatch, combine):
+    flags = ["--schedule", "avg", "--combine", combine, "--eval-every", "2"]
     # Uninterrupted run.
-    multitask_classifier.main(multitask_argv(tiny_model, course_data, tmp_path / "full", "--schedule", schedule,
-                                             "--eval-every", "2"))
+    multitask_classifier.main(multitask_argv(tiny_model, course_data, tmp_path / "full", *flags))
     # The same run, killed in its second epoch after the checkpoint of step 6, then resumed.
     original_step = multitask.MultitaskRun.step
 
@@ -62,8 +67,7 @@ def test_resumed_run_ends_with_the_same_weights(tiny_model, course_data, tmp_pat
         return original_step(self, *a)
 
     monkeypatch.setattr(multitask.MultitaskRun, "step", dies_at_step_7)
-    interrupted = multitask_argv(tiny_model, course_data, tmp_path / "resumed", "--schedule", schedule,
-                                 "--eval-every", "2")
+    interrupted = multitask_argv(tiny_model, course_data, tmp_path / "resumed", *flags)
     with pytest.raises(KeyboardInterrupt):
         multitask_classifier.main(interrupted)
     steps_after_resume = []
@@ -73,8 +77,8 @@ def test_resumed_run_ends_with_the_same_weights(tiny_model, course_data, tmp_pat
         return original_step(self, *a)
 
     monkeypatch.setattr(multitask.MultitaskRun, "step", counted_step)
-    # avg: --resume alone, the run's run_config.json gives every flag; pcgrad: the command repeated, as before.
-    resume = (["--output-dir", str(tmp_path / "resumed/run"), "--resume"] if schedule == "avg"
+    # mean: --resume alone, the run's run_config.json gives every flag; pcgrad: the command repeated, as before.
+    resume = (["--output-dir", str(tmp_path / "resumed/run"), "--resume"] if combine == "mean"
               else interrupted + ["--resume"])
     multitask_classifier.main(resume)
     assert steps_after_resume[0] == 6, "the resumed run starts after the last checkpoint, not from scratch"
@@ -171,6 +175,72 @@ def test_bad_flag_values_are_usage_errors(tmp_path, flag, value, message):
     assert result.returncode == 2 and message in result.stderr
 
 
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_an_epoch_under_a_token_budget_visits_every_training_row_once(tiny_model, course_data, tmp_path, monkeypatch,
+                                                                     schedule):
+    """One epoch's steps, batched by --max-tokens and shared out between --grad-accum parts, train on each row of
+    each task once: every schedule takes all of a task's batches in an epoch (sequential: of its epoch's task),
+    but avg, whose steps take a batch of every task, as many of them as the task with the fewest batches has."""
+    visited, in_step = {}, []  # (epoch, task) -> how often each row was trained on; the epoch of the step running
+    step, batch = multitask.MultitaskRun.step, TaskSplit.batch
+
+    def recorded_step(run, item, share):
+        in_step.append(item[0])
+        try:
+            return step(run, item, share)
+        finally:
+            in_step.pop()
+
+    def recorded_batch(split, rows, *args):
+        if in_step:  # a training step's batch (not an evaluation's, nor calibration's)
+            visited.setdefault((in_step[-1], split.task), Counter()).update(rows)
+        return batch(split, rows, *args)
+
+    monkeypatch.setattr(multitask.MultitaskRun, "step", recorded_step)
+    monkeypatch.setattr(TaskSplit, "batch", recorded_batch)
+    epochs = 3 if schedule == "sequential" else 1  # sequential: an epoch a task
+    multitask_classifier.main(multitask_argv(tiny_model, course_data, tmp_path, "--schedule", schedule, "--epochs",
+                                             str(epochs), "--max-length", "32", "--max-tokens", "64",
+                                             "--grad-accum", "2", "--task-weights", ""))
+    rows = {task: len((course_data / REGISTRY[task].files[0]).read_text().splitlines()) - 1
+            for task in ("sst", "para", "sts")}
+    every_row_once = {task: Counter(range(count)) for task, count in rows.items()}
+    if schedule == "sequential":
+        assert visited == {(epoch, task): every_row_once[task] for epoch, task in enumerate(rows)}
+    elif schedule == "avg":
+        assert visited.keys() == {(0, task) for task in rows}
+        assert all(set(counts.values()) == {1} for counts in visited.values())  # no row twice
+        assert any(visited[0, task] == every_row_once[task] for task in rows)  # the task of fewest batches whole
+        assert any(visited[0, task] != every_row_once[task] for task in rows)  # and the others' sampled
+    else:
+        assert visited == {(0, task): every_row_once[task] for task in rows}
+
+
+def test_schedule_pcgrad_is_the_old_spelling_of_combine_pcgrad(caplog):
+    with caplog.at_level("WARNING"):
+        config = cli.parse_config(MultitaskConfig, "", ["--schedule", "pcgrad"])
+    assert (config.schedule, config.combine) == ("avg", "pcgrad")
+    assert caplog.messages == ["--schedule pcgrad: now --schedule avg --combine pcgrad (avg's steps, PCGrad's "
+                               "gradients)"]
+    assert cli.parse_config(MultitaskConfig, "", ["--schedule", "pcgrad", "--combine", "upgrad"]).combine == "upgrad"
+
+
+@pytest.mark.parametrize("schedule", ["mtdnn", "rr-batch", "rr-epoch", "sequential"])
+def test_combine_needs_steps_of_several_tasks(schedule):
+    with pytest.raises(ValueError, match=f"--combine pcgrad: combines the gradients of the tasks of a step, and "
+                                         f"--schedule {schedule} takes one task a step; use --schedule avg"):
+        MultitaskConfig(schedule=schedule, combine="pcgrad")
+
+
+def test_every_part_of_the_config_checks_its_flags(monkeypatch):
+    """MultitaskConfig is ModelConfig + SmartConfig + EvaluationConfig + TrainingConfig: TrainingConfig's checks run
+    too (ModelConfig's __post_init__ once called no other, and they never ran)."""
+    checked, original = [], TrainingConfig.__post_init__
+    monkeypatch.setattr(TrainingConfig, "__post_init__", lambda config: checked.append(config) or original(config))
+    config = MultitaskConfig()
+    assert checked == [config]
+
+
 def test_weighted_losses_weigh_each_task_and_their_mean_is_the_step_loss():
     losses = {"sst": torch.tensor(2.0), "para": torch.tensor(4.0)}
     assert [l.item() for l in multitask.weighted_losses(losses, {})] == [2.0, 4.0]
@@ -187,7 +257,7 @@ def test_a_zero_loss_weight_leaves_its_head_untouched(tiny_model, course_data, t
         multitask_classifier.main(multitask_argv(tiny_model, course_data, out, "--tasks", "sst,sts",
                                                  "--epochs", str(epochs), "--weight-decay", "0",
                                                  "--loss-weights", "sts=0"))
-        return load_file(out / "run" / "last" / "heads.safetensors")
+        return load_file(out / "run" / "last" / checkpoint.HEADS)
 
     one, two = heads_after(1), heads_after(2)
     assert all(torch.equal(one[name], two[name]) for name in one if name.startswith("heads.sts."))

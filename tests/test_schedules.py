@@ -24,9 +24,8 @@ def test_count_batches_rounds_the_last_partial_batch():
     assert count_batches({"sst": 33, "sts": 32}, 16, drop_last=True) == {"sst": 2, "sts": 2}
 
 
-@pytest.mark.parametrize("schedule", ["avg", "pcgrad"])
-def test_average_schedules_take_every_task_each_step_and_downsample_to_the_smallest(schedule):
-    steps = plan_epoch(schedule, BATCHES)
+def test_avg_takes_every_task_each_step_and_downsamples_to_the_smallest():
+    steps = plan_epoch("avg", BATCHES)
     assert steps == [("sst", "para", "sts")] * 3
     assert batches_consumed(steps) == {"sst": 3, "para": 3, "sts": 3}
 

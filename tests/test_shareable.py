@@ -8,6 +8,7 @@ import torch
 import transformers
 from sentence_transformers import SentenceTransformer
 
+import checkpoint
 from models import POOLINGS, Tokenizer, embed_sentences, from_pretrained
 from models.checkpoint import save_checkpoint
 from models.shareable import (
@@ -153,7 +154,7 @@ def test_card_holds_base_model_license_data_command_and_named_metrics(save_tiny_
     assert meta["library_name"] == "sentence-transformers" and "base_model" not in meta  # a path is no hub id
     assert "## Dev metrics of the task heads" in card and "sample" not in card
     # Which numbers are the heads' and which the embeddings': these are the heads', STS's too.
-    assert "heads.safetensors" in card and "not the cosine of this folder's embeddings" in card
+    assert checkpoint.HEADS in card and "not the cosine of this folder's embeddings" in card
     for row in ("| SST-5 accuracy (`sst`) | 0.4886 |", "| Quora accuracy (`para`) | 0.8436 |",
                 "| STS Pearson r (`sts`) | 0.8778 |",
                 "| course overall score: mean(SST acc, Quora acc, (STS r + 1) / 2) (`overall`) | 0.7571 |",

@@ -85,7 +85,7 @@ def test_the_moving_average_follows_the_weights_with_momentum_beta():
     assert not any(p.requires_grad for p in average.model.parameters())
 
 
-@pytest.mark.parametrize("schedule", ["mtdnn", "pcgrad"])
+@pytest.mark.parametrize("schedule", [["--schedule", "mtdnn"], ["--schedule", "avg", "--combine", "pcgrad"]])
 def test_smart_trains_in_every_schedule_and_changes_the_run(tiny_model, tmp_path, schedule):
     data = write_course_files(tmp_path, random.Random(0), train_rows=16)
 
@@ -93,7 +93,7 @@ def test_smart_trains_in_every_schedule_and_changes_the_run(tiny_model, tmp_path
         return multitask_classifier.main(last_wins(["--model", str(tiny_model), "--data-dir", str(data),
                                                     "--output-dir", str(tmp_path / out), "--predictions-dir",
                                                     str(tmp_path / out / "p"), "--epochs", "1", "--batch-size", "8",
-                                                    "--schedule", schedule, "--device", "cpu", *extra]))
+                                                    *schedule, "--device", "cpu", *extra]))
 
     plain = run("plain")
     # A radius large enough to matter for a random tiny model; the paper's 1e-5 suits pretrained weights.

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 import transformers
 from safetensors.torch import load_file
 
+import checkpoint
 import multitask_classifier
 import pretrain_contrastive
 from common.errors import UsageError
@@ -111,7 +112,7 @@ def test_sts_loss_is_the_squared_error_of_the_score_against_the_gold_score(tiny_
 def test_cosine_floor_is_the_eval_mode_mean_cosine_of_the_low_scored_training_pairs(tiny_model, course_data, tmp_path):
     multitask_classifier.main(multitask_argv(tiny_model, course_data, tmp_path, "--tasks", "sts", "--epochs", "1",
                                              "--sts-target", "cosine-range"))
-    heads = load_file(tmp_path / "run" / "best" / "heads.safetensors")
+    heads = load_file(tmp_path / "run" / "best" / checkpoint.HEADS)
     (floor,) = [tensor.item() for name, tensor in heads.items() if "cosine_floor" in name]
     train = pd.read_csv(course_data / "sts-train.csv", sep="\t", index_col=0)
     low = train[train["similarity"] <= 0.25]
@@ -167,7 +168,7 @@ def test_bf16_training_step_on_cpu_computes_in_bf16_and_stays_close_to_fp32(tiny
             hook.remove()
         loss = json.loads((out / "run" / "metrics.jsonl").read_text().splitlines()[0])["train_loss"]
         weights = {**load_file(out / "run" / "last" / "model.safetensors"),
-                   **load_file(out / "run" / "last" / "heads.safetensors")}
+                   **load_file(out / "run" / "last" / checkpoint.HEADS)}
         return loss, weights, set(dtypes)
 
     start = load_file(tiny_model / "model.safetensors")

@@ -13,6 +13,7 @@ from typing import Callable
 
 import torch
 
+import checkpoint
 from common import distributed
 from common.errors import DataError
 from common.files import atomic_files, without_local_paths, write_json
@@ -22,8 +23,7 @@ from data.batching import Share, split_rows
 from data.contrastive import Dataset, SentenceBatch, SentenceSet, as_sentences
 from evaluation.sts_benchmark import TABLE_COLUMNS, sts_benchmark
 from models import SentenceEncoder, Tokenizer, from_pretrained
-from models.checkpoint import tensor_bytes, write_encoder_folder
-from models.shareable import write_shareable_files
+from models.checkpoint import tensor_bytes
 from tasks import CONTRASTIVE_DATA
 from training.engine import Engine
 from training.grad_cache import grad_cache_backward
@@ -159,12 +159,12 @@ class Pretraining:
         with atomic_files(output_dir, expected=size) as temp:
             for name, encoder in encoders.items():
                 (temp / name).mkdir(exist_ok=True)
-                write_encoder_folder(temp / name, encoder, self.tokenizer, self.engine.run_config, metrics)
-                write_shareable_files(temp / name, pooling=config.pooling, max_length=config.max_length,
-                                      base_model=config.model, command=getattr(config, "command_with_values", ""),
-                                      metrics=metrics["sts_benchmark"] if config.eval else metrics["stages"],
-                                      metrics_kind="sts-benchmark" if config.eval else "training",
-                                      data_files=[str(path) for path in self.data_files])
+                checkpoint.save(temp / name, encoder, self.tokenizer, metrics, run_config=self.engine.run_config,
+                                pooling=config.pooling, max_length=config.max_length, base_model=config.model,
+                                command=getattr(config, "command_with_values", ""),
+                                metrics=metrics["sts_benchmark"] if config.eval else metrics["stages"],
+                                metrics_kind="sts-benchmark" if config.eval else "training",
+                                data_files=[str(path) for path in self.data_files])
             if config.eval:
                 write_json(temp / "sts_benchmark.json", {"model": without_local_paths(config.model),
                                                          "method": config.method,

@@ -51,6 +51,7 @@ class RateBy:
 @dataclass(frozen=True)
 class Method:
     name: str
+    about: str  # what it is, in a few words (--method's help)
     build: Callable[["ContrastiveConfig", BertModel, str], Objective]  # (config, encoder, stage) -> the objective
     defaults: dict  # its papers' values of the flags left to a default (None): batch_size, max_length, ...
     lr: float | RateBy  # the default --lr
@@ -109,8 +110,9 @@ def _build_consert(config: "ContrastiveConfig", encoder: BertModel, stage: str) 
 
 def _self_guided(name: str) -> "Method":
     # SG-BERT (Kim et al.) Table 8: batch 16, lr 5e-5, tau 0.01, [CLS] of BERT_T.
-    return Method(name, lambda config, encoder, stage: SelfGuided(encoder, name == "sg-opt", config.pooling,
-                                                                  config.temperature, config.sg_lambda),
+    return Method(name, f"SG-BERT's {'L_opt' if name == 'sg-opt' else 'L_base'} (Kim et al.)",
+                  lambda config, encoder, stage: SelfGuided(encoder, name == "sg-opt", config.pooling,
+                                                            config.temperature, config.sg_lambda),
                   dict(batch_size=16, max_length=64, pooling="cls", temperature=0.01, warmup=0.0), 5e-5,
                   flags=("temperature", "sg_lambda"), own_scoring="its own 4096-wide head")
 
@@ -121,27 +123,30 @@ METHODS: dict[str, Method] = {method.name: method for method in (
     # SimCSE (Gao et al. 2021, Chen's CS224N report): [CLS] + MLP in training, tau 0.05, 32 tokens, no warm-up;
     # batch 64 as in unsupervised SimCSE (supervised SimCSE used 512); lr 5e-5 supervised (NLI), 3e-5 unsupervised
     # (bert-base), and Chen's report Table 10: 2e-5 with Quora.
-    Method("simcse", lambda config, encoder, stage: SimCSE(encoder, config.pooling, config.use_projection,
-                                                           config.temperature, config.negatives),
+    Method("simcse", "SimCSE (Gao et al.; dropout views, NLI hard negatives)",
+           lambda config, encoder, stage: SimCSE(encoder, config.pooling, config.use_projection, config.temperature,
+                                                 config.negatives),
            dict(batch_size=64, max_length=32, pooling="cls", temperature=0.05, warmup=0.0),
            RateBy({"NLI": 5e-5, "Quora": 2e-5, "sentences": 3e-5}, _simcse_data),
            flags=("temperature", "negatives"), projection=True),
     # MNRL (Mohammed and Sabane's CS224N report; sentence-transformers' recipe): mean pooling, scale 20, lr 2e-5,
     # 10% warm-up.
-    Method("mnrl", lambda config, encoder, stage: MultipleNegatives(encoder, config.pooling, config.use_projection,
-                                                                    config.scale),
+    Method("mnrl", "multiple negatives ranking loss",
+           lambda config, encoder, stage: MultipleNegatives(encoder, config.pooling, config.use_projection,
+                                                            config.scale),
            dict(batch_size=32, max_length=64, pooling="mean", warmup=0.1), 2e-5, flags=("scale",)),
     # CT (Carlsson et al. section 4, Appendix A): batch 16 = 2 x (1 positive + K = 7 negative pairs), mean pooling,
     # 75 tokens (authors' code), step-wise lr from 1e-5 down to 2e-6 (Table 5).
-    Method("ct", lambda config, encoder, stage: ContrastiveTension(encoder, config.pooling,
-                                                                   config.negatives_per_positive),
+    Method("ct", "Contrastive Tension (Carlsson et al.)",
+           lambda config, encoder, stage: ContrastiveTension(encoder, config.pooling, config.negatives_per_positive),
            dict(batch_size=16, max_length=75, pooling="mean", warmup=0.0), 1e-5,
            flags=("negatives_per_positive",), check=_check_ct, own_scoring="raw dot products"),
     _self_guided("sg"),
     _self_guided("sg-opt"),
     # ConSERT (Yan et al.) Implementation Details: batch 96, 64 tokens, mean pooling, tau 0.1, 10% warm-up; lr 5e-7
     # for its unsupervised runs, the reference code's default 2e-5 for its NLI runs.
-    Method("consert", _build_consert, dict(batch_size=96, max_length=64, pooling="mean", temperature=0.1, warmup=0.1),
+    Method("consert", "ConSERT (Yan et al.)", _build_consert,
+           dict(batch_size=96, max_length=64, pooling="mean", temperature=0.1, warmup=0.1),
            RateBy({"NLI": 2e-5, "unsup": 5e-7}, lambda datasets, stage: "unsup" if stage == "unsup" else "NLI"),
            flags=("temperature", "aug1", "aug2", "consert_schedule", "alpha", "fgv_epsilon"),
            stages=lambda config: SCHEDULES[config.consert_schedule], stage_data=_consert_stage_data,
@@ -175,9 +180,7 @@ def _methods_where(holds: Callable[[Method], bool]) -> str:
 
 @dataclass
 class ContrastiveConfig(TrainingConfig):
-    method: str = flag("simcse", "contrastive method: simcse, SimCSE (Gao et al.; dropout views, NLI hard negatives); "
-                                 "mnrl, multiple negatives ranking loss; ct, Contrastive Tension (Carlsson et al.); "
-                                 "sg and sg-opt, SG-BERT's two losses (Kim et al.); consert, ConSERT (Yan et al.)",
+    method: str = flag("simcse", "contrastive method: " + "; ".join(f"{m.name}, {m.about}" for m in METHODS.values()),
                        choices=tuple(METHODS))
     data: str = flag("nli", f"training data: {', '.join(DATA_NAMES)} (all3: quora, sst, sts in each epoch, as "
                             "Chen's report), or a file in one of their formats")

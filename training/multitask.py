@@ -2,8 +2,9 @@
 which task's batch comes next.
 
 Flow: files -> TaskSplit (tokenised once) -> per-epoch plan of steps (training/schedules.py) -> batches grouped
-by length -> MultitaskModel (model.py) -> task losses -> average (or gradient surgery) -> the engine (AdamW,
-warm-up and decay, accumulation, evaluation, checkpoints; training/engine.py) -> best checkpoint, predictions.
+by length -> MultitaskModel (model.py) -> task losses -> average (or gradient surgery, --combine) -> the engine
+(AdamW, warm-up and decay, accumulation, evaluation, checkpoints; training/engine.py) -> best checkpoint (written
+and reloaded by checkpoint.py), predictions.
 What is particular to a task (files, head, loss, metric) comes from the registry, tasks.py.
 """
 import logging
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+import checkpoint
 from common import distributed
 from common.files import read_json
 from common.outputs import LeaderboardFolder
@@ -20,10 +22,8 @@ from data.batching import Share, check_token_budget, to_device
 from data.splits import TaskSplit, TaskStream
 from evaluation.inference import soft_outputs
 from evaluation.outputs import leaderboard_files, write_outputs
-from model import MultitaskModel, build_model, check_head_flags
-from models import Tokenizer, from_pretrained
-from models.checkpoint import load_heads, write_encoder_folder
-from models.shareable import write_shareable_files
+from model import MultitaskModel
+from models import Tokenizer
 from tasks import REGISTRY, metric_names, summary
 from training.engine import Engine
 from training.gradient_surgery import surgery_backward
@@ -62,19 +62,15 @@ class MultitaskRun(Run):
         resume_from = engine.resume_from if engine.is_main else None
         if config.init and not resume_from:  # a run folder, or a CT output: the checkpoint inside is named
             RunFolder(config.init).check_is_checkpoint("--init")
-        start = resume_from or (Path(config.init) if config.init else config.model)
-        self.model = build_model(config, start)  # before the tokenizer: a broken config.json is named as such
+        start = resume_from or config.init or config.model
+        ours = bool(resume_from or config.init)  # a checkpoint of ours, its heads loaded where it has them
+        # Before the tokenizer: a broken config.json is named as such.
+        self.model = self._load(start, heads=ours)
         engine.check_max_length(self.model.encoder)
         self.tokenizer = Tokenizer.from_pretrained(start)
-        heads_loaded = bool(resume_from or config.init) and (Path(start) / "heads.safetensors").exists()
-        if heads_loaded:
-            if config.init:  # a resumed run's flags, head flags among them, were checked by the engine
-                check_head_flags(config, Path(start))
-            load_heads(self.model, start)
+        heads_loaded = ours and checkpoint.has_heads(start)
         if config.option == "pretrain":
             self.model.encoder.requires_grad_(False)
-        self.model.to(engine.device)
-        engine.prepare_encoder(self.model.encoder)
         self.splits = {name: REGISTRY[name].load_splits(
             config.data_dir, self.tokenizer, config.max_length, config.head_options.encoding(REGISTRY[name]),
             config.max_train_examples, config.max_eval_examples) for name in config.task_list}
@@ -94,6 +90,10 @@ class MultitaskRun(Run):
         self.smart = Smart(config, self.model) if config.smart else None
         self.dev_outputs, self.stream_epoch = {}, None  # the last evaluation's; the epoch of self.streams
         self.model.train()
+
+    def _load(self, folder, heads: bool = True) -> MultitaskModel:
+        return checkpoint.load(folder, self.config, heads=heads, device=self.engine.device,
+                               attention=self.config.attention, compile=self.config.compile)
 
     # ---- what the engine trains ----
 
@@ -165,10 +165,10 @@ class MultitaskRun(Run):
         """One backward pass of the mean over the step's tasks: a task without rows in this part of the step counts
         in the mean still, as it does in the whole batch that the parts add up to."""
         weighted = weighted_losses(task_losses, self.config.loss_scale)
-        if self.config.schedule == "pcgrad" and len(task_losses) > 1:
+        if self.config.combine != "mean" and len(task_losses) > 1:
             heads = self.model.head_parameters()
             surgery_backward([self.engine.precision.scale(loss) for loss in weighted], self.model.shared_parameters(),
-                             [heads[t] for t in task_losses], self.config.surgery)
+                             [heads[t] for t in task_losses], self.config.combine)
         else:
             self.engine.backward(sum(weighted) / step_tasks)
 
@@ -200,14 +200,11 @@ class MultitaskRun(Run):
         """The encoder folder (with what sentence-transformers reads and a model card) and the heads; best/ also
         gets the dev outputs of the evaluation that made it best (the leaderboard's dev files, once the run ends)."""
         config = self.config
-        write_encoder_folder(folder, self.model.encoder, self.tokenizer, None, record, extra_modules=self.model)
-        write_shareable_files(folder, pooling=config.pooling, max_length=config.max_length,
-                              base_model=config.init or config.model,
-                              command=getattr(config, "command_with_values", ""),
-                              eval_sample=config.max_eval_examples, metrics=record.get("dev", {}),
-                              metric_names=metric_names(),
-                              data_files=[str(Path(config.data_dir) / REGISTRY[name].files[0])
-                                          for name in config.task_list])
+        checkpoint.save(folder, self.model.encoder, self.tokenizer, record, model=self.model,
+                        pooling=config.pooling, max_length=config.max_length, base_model=config.init or config.model,
+                        command=getattr(config, "command_with_values", ""), eval_sample=config.max_eval_examples,
+                        metrics=record.get("dev", {}), metric_names=metric_names(),
+                        data_files=[str(Path(config.data_dir) / REGISTRY[name].files[0]) for name in config.task_list])
         if best:
             write_outputs(folder, "dev", self._splits("dev"), self.dev_outputs)
 
@@ -223,9 +220,7 @@ class MultitaskRun(Run):
         both, every task's, as one set."""
         best = self.engine.folder.best
         if self.engine.is_main:
-            self.model.encoder = from_pretrained(best)
-            load_heads(self.model, best)
-            self.model.to(self.engine.device)
+            self.model = self._load(best)
             write_outputs(best, "test", self._splits("test"), self._soft_outputs("test"))
             self.leaderboard_files = self.leaderboard.write(leaderboard_files(best, self.config.task_list))
         metrics = distributed.on_main(lambda: read_json(best / "metrics.json"))["dev"]  # torchrun: rank 0's file

@@ -2,6 +2,7 @@
 model's (model.ModelConfig), SMART's (training/smart.py), evaluation's (here, with what --metric-for-best means)
 and every trainer's (training/config.py), and those of the schedule, the data and the outputs, checked together
 before any data is read."""
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -15,6 +16,7 @@ from training.gradient_surgery import METHODS as SURGERY_METHODS
 from training.schedules import SCHEDULES, check_plan
 from training.smart import SmartConfig
 
+log = logging.getLogger(__name__)
 # What --metric-for-best may name: the selection score (overall), the plain mean, or one task's metric.
 BEST_METRICS = ("overall", "mean") + TASK_NAMES
 TASK_METRICS_HELP = ", ".join(f"{name} ({task.metric_name})" for name, task in REGISTRY.items())
@@ -59,18 +61,19 @@ class MultitaskConfig(ModelConfig, SmartConfig, EvaluationConfig, TrainingConfig
                            "overrides --model; its heads are loaded too when it has matching ones")
     option: str = flag("finetune", "finetune: train encoder and heads; pretrain: heads on a frozen encoder",
                          choices=("finetune", "pretrain"))
-    schedule: str = flag("mtdnn", "which task's batch each step takes: mtdnn, all tasks' batches shuffled together (MT-DNN); avg, "
-                                    "one batch of every task a step, losses averaged; pcgrad, the same with gradient "
-                                    "surgery (--surgery); rr-batch, one batch a task in turn; rr-epoch, a pass over "
-                                    "one task, then the next; sequential, all epochs of one task, then the next", choices=SCHEDULES)
+    schedule: str = flag("mtdnn", "which task's batch each step takes: " + "; ".join(
+        f"{name}, {about}" for name, about in SCHEDULES.items()) + " (pcgrad: the old spelling of --schedule avg "
+                                   "--combine pcgrad)", choices=(*SCHEDULES, "pcgrad"))
+    combine: str = flag("mean", "how the task gradients of a step of --schedule avg combine: mean, the gradient of "
+                                "the tasks' mean loss; pcgrad, gradient surgery projecting conflicting task gradients "
+                                "(PCGrad, Yu et al.); upgrad, torchjd's UPGrad (pip install "
+                                "\"torchjd[quadprog-projector]\")", choices=("mean", *SURGERY_METHODS))
     task_order: str = flag("", "task order of the rr-batch, rr-epoch and sequential schedules "
                                  "(empty: the order of --tasks)")
     task_weights: str = flag("auto", "mtdnn sampling weights, e.g. para=2 (tasks left out weigh 1); auto: the "
                                      f"recipe's {task_weights_text(RECIPE_TASK_WEIGHTS)} under mtdnn, else none")
     lr: float = flag(5e-5, "peak learning rate of the encoder", range=POSITIVE)
     loss_weights: str = flag("", "task loss multipliers, e.g. sst=2 (tasks left out weigh 1)")
-    surgery: str = flag("pcgrad", "gradient surgery of --schedule pcgrad (torchjd): pcgrad, projecting conflicting task gradients "
-                                   "(Yu et al.); upgrad, torchjd's UPGrad", choices=SURGERY_METHODS)
     layer_lr_decay: float = flag(1.0, "layer-wise LR decay: each encoder layer below the top one, and the "
                                       "embeddings below them, get this factor times the LR above (1 = off)",
                                  range=Range(0, 1, low_open=True))
@@ -91,7 +94,13 @@ class MultitaskConfig(ModelConfig, SmartConfig, EvaluationConfig, TrainingConfig
     SOURCES = TrainingConfig.SOURCES + ("init", "data_dir")
 
     def __post_init__(self):
-        super().__post_init__()  # ModelConfig's: every flag's range, the tasks and the head flags
+        super().__post_init__()  # ModelConfig's (the tasks, the head flags), then TrainingConfig's (every range)
+        if self.schedule == "pcgrad":  # PCGrad was a schedule before it was a way to combine gradients
+            log.warning("--schedule pcgrad: now --schedule avg --combine pcgrad (avg's steps, PCGrad's gradients)")
+            self.schedule, self.combine = "avg", "pcgrad" if self.combine == "mean" else self.combine
+        if self.combine != "mean" and self.schedule != "avg":
+            raise ValueError(f"--combine {self.combine}: combines the gradients of the tasks of a step, and --schedule "
+                             f"{self.schedule} takes one task a step; use --schedule avg")
         self.order = parse_task_order(self.task_order, TASK_NAMES) if self.task_order else self.task_list
         if set(self.order) != set(self.task_list):
             raise ValueError(f"--task-order {self.task_order!r} must name each task of --tasks {self.tasks!r}, "

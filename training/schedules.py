@@ -1,14 +1,13 @@
 """Which task's batch each optimisation step consumes, for one epoch. Knows nothing of models.
 
 plan_epoch(...) returns a list of steps; a step is a tuple of task names, one batch of each is
-consumed in that step (all tasks for "avg"/"pcgrad", one task for the rest):
+consumed in that step (all tasks for "avg", one task for the rest):
 
-  avg         every step takes one batch of every task and optimises the average loss (Chen's CS224N report).
+  avg         every step takes one batch of every task and optimises the average loss (Chen's CS224N report),
+              or combines the task gradients by gradient surgery (--combine pcgrad, training/gradient_surgery.py).
               The epoch has as many steps as the smallest task has batches, so the larger sets are
               down-sampled: reshuffle every task's loader each epoch and stop after these steps, and
               each epoch sees a different random subset of the larger sets.
-  pcgrad      the same steps as avg; the per-task gradients are then combined by gradient surgery
-              (training/gradient_surgery.py) instead of averaging the losses.
   rr-batch    one batch per task in task order, cycling. A task that has run out is skipped and the
               cycle goes on until every task is exhausted, so every batch is seen once per epoch (as
               in rr-epoch; only the interleaving differs). With unequal sizes the end of the epoch
@@ -36,7 +35,14 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-SCHEDULES = ("avg", "pcgrad", "rr-batch", "rr-epoch", "sequential", "mtdnn")
+# Each schedule in a line: --schedule's help is made of these.
+SCHEDULES = {
+    "mtdnn": "all tasks' batches shuffled together (MT-DNN)",
+    "avg": "one batch of every task a step, their losses averaged (or their gradients combined: --combine)",
+    "rr-batch": "one batch a task in turn",
+    "rr-epoch": "a pass over one task, then the next",
+    "sequential": "all epochs of one task, then the next",
+}
 
 Step = tuple[str, ...]
 
@@ -75,7 +81,7 @@ def plan_epoch(schedule: str, num_batches: Mapping[str, int], *, epoch: int = 0,
     if task_weights is not None and schedule != "mtdnn" and any(w != 1 for w in task_weights.values()):
         raise ValueError(f"task weights are sampling weights of the mtdnn schedule, not of {schedule!r}")
 
-    if schedule in ("avg", "pcgrad"):
+    if schedule == "avg":
         return [tuple(num_batches)] * min(num_batches.values())
     if schedule == "rr-batch":
         return _round_robin_batches(num_batches, order)
