@@ -14,7 +14,6 @@ set's files go.
 """
 import hashlib
 import json
-import logging
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
@@ -24,8 +23,6 @@ from common.errors import UsageError
 from common.files import (SET_RECORD, atomic_files, check_writable, check_writable_file, make_folders, recover_files,
                           remove_empty, write_json)
 from common.run_folder import RUN_CONFIG
-
-log = logging.getLogger(__name__)
 
 LOCK = ".lock"
 LEADERBOARD_FILES = "*-*-output.csv"  # evaluation/predictions.py's names: {task}-{dev,test}-output.csv
