@@ -23,6 +23,7 @@ metrics of every member and of the ensemble (with the course's overall score) an
 ensemble (its --out): a folder holding another run's or ensemble's leaderboard files is refused unless
 --overwrite is given.
 """
+import json
 import math
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ import torch
 
 from common import cli
 from common.cli import AT_LEAST_1, check_ranges, flag
-from common.errors import CheckpointError
+from common.errors import CheckpointError, UsageError
 from common.files import DEFAULT_DATA, write_json
 from common.outputs import LeaderboardFolder, output_file
 from common.run_folder import RunFolder
@@ -140,6 +141,7 @@ def ensemble(config: EnsembleConfig) -> dict:
                                f"the ensemble reported in {out.expanduser().resolve()}")
     report_in_set = out.expanduser().resolve().parent == folder.path.expanduser().resolve()
     with nullcontext() if report_in_set else output_file(out, "--out"):
+        check_report(out)
         folder.claim(config.overwrite)
         try:
             report, files = weigh(config)
@@ -151,6 +153,19 @@ def ensemble(config: EnsembleConfig) -> dict:
         finally:
             folder.release()
     return report
+
+
+def check_report(out: Path) -> None:
+    """An --out that exists is replaced only if it is an ensemble's report."""
+    if not out.is_file():
+        return
+    try:
+        report = json.loads(out.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        report = None
+    if not (isinstance(report, dict) and {"method", "members", "ensemble", "weights"} <= set(report)):
+        raise UsageError(f"--out {out}: a file ensemble.py did not write (not an ensemble's report); choose another "
+                         f"--out, or remove it first")
 
 
 def weigh(config: EnsembleConfig) -> tuple[dict, dict]:

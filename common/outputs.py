@@ -22,9 +22,8 @@ from common import locks
 from common.errors import UsageError
 from common.files import (SET_RECORD, atomic_files, check_writable, check_writable_file, make_folders, recover_files,
                           remove_empty, write_json)
-from common.run_folder import RUN_CONFIG
+from common.run_folder import BEST, LAST, LOCK, METRICS, RUN_CONFIG, RunFolder
 
-LOCK = ".lock"
 LEADERBOARD_FILES = "*-*-output.csv"  # evaluation/predictions.py's names: {task}-{dev,test}-output.csv
 
 
@@ -34,7 +33,7 @@ def _resolved(path: str | Path) -> Path:
 
 def check_place(path: str | Path, flag: str, inputs: dict[str, str] | None = None, own_run: Path | None = None) -> None:
     """Refuse an output that is one of the command's inputs (flag -> path), or lies inside a run folder or a
-    checkpoint folder (one holding run_config.json or config.json) other than own_run, the command's own run."""
+    checkpoint folder other than own_run, the command's own run."""
     target = _resolved(path)
     for source_flag, source in (inputs or {}).items():
         if source and target == _resolved(source):
@@ -43,10 +42,22 @@ def check_place(path: str | Path, flag: str, inputs: dict[str, str] | None = Non
     for folder in (target, *target.parents):
         if own_run is not None and folder == _resolved(own_run):
             return
-        if (folder / RUN_CONFIG).is_file() or (folder / "config.json").is_file():
-            kind = "a checkpoint folder" if (folder / "config.json").is_file() else "a run folder"
+        kind = _kind(folder)
+        if kind:
             raise UsageError(f"{flag} {path}: inside {folder}, {kind}, whose files its own commands write and "
                              f"replace; choose a place outside it")
+
+
+def _kind(folder: Path) -> str:
+    """"a checkpoint folder" (a model's config with its weights or our run config), "a run folder" (our run config
+    with a trainer's files beside it), or "" for any other folder."""
+    if (folder / "config.json").is_file() and any((folder / name).is_file() for name in (
+            RUN_CONFIG, "model.safetensors", "pytorch_model.bin")):
+        return "a checkpoint folder"
+    if (folder / RUN_CONFIG).is_file() and any((folder / name).exists() for name in (
+            METRICS, BEST, LAST, LOCK)) or (folder / RUN_CONFIG).is_file() and RunFolder(folder).encoders() != [folder]:
+        return "a run folder"
+    return ""
 
 
 def _clean_temporaries(folder: Path, names) -> None:

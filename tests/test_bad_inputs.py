@@ -266,6 +266,11 @@ CASES = [
       "OUT/p"],
      "error: --out finished-run/run_config.json: inside finished-run, a run folder, whose files its own commands "
      "write and replace; choose a place outside it", 2),
+    ("file system", "an ensemble's report over a file ensemble.py did not write", "ensemble",
+     ["--members", "finished-run", "--data-dir", "DATA", "--out", "user-folder/notes.txt", "--predictions-dir",
+      "OUT/p"],
+     "error: --out user-folder/notes.txt: a file ensemble.py did not write (not an ensemble's report); choose another "
+     "--out, or remove it first", 2),
     ("file system", "an ensemble's predictions into a folder of another ensemble's", "ensemble",
      ["--members", "finished-run", "--data-dir", "DATA", "--out", "OUT/e.json", "--predictions-dir",
       "other-leaderboard"],
