@@ -34,7 +34,7 @@ import torch
 from common import cli
 from common.cli import AT_LEAST_1, check_ranges, flag
 from common.errors import CheckpointError, UsageError
-from common.files import DEFAULT_DATA, write_json
+from common.files import DEFAULT_DATA, in_repository, write_json
 from common.outputs import LeaderboardFolder, output_file
 from common.run_folder import RunFolder
 from common.tables import markdown_table
@@ -55,8 +55,9 @@ class EnsembleConfig:
     rounds: int = flag(20, "weighted: rounds of greedy selection; the weights are multiples of 1/rounds",
                        range=AT_LEAST_1)
     data_dir: str = flag(str(DEFAULT_DATA), "folder with the course's dev files (the labels)")
-    predictions_dir: str = flag("predictions", "the ensemble's leaderboard CSVs go here")
-    out: str = flag("predictions/ensemble.json", "dev metrics of every member and of the ensemble, and the weights")
+    predictions_dir: str = flag(in_repository("predictions"), "the ensemble's leaderboard CSVs go here")
+    out: str = flag(in_repository("predictions/ensemble.json"),
+                    "dev metrics of every member and of the ensemble, and the weights")
     overwrite: bool = flag(False, "replace the leaderboard files of another run or ensemble in --predictions-dir")
 
     def __post_init__(self):

@@ -13,6 +13,7 @@ from analysis.figures import counted, integer_ticks, legend_outside, model_style
 from analysis.report import Report, distinct, items, short_names
 from common.cli import flag
 from common.errors import DataError
+from common.files import in_repository
 from common.run_folder import RunFolder
 from common.tables import markdown_table
 from tasks import REGISTRY, Classification, Paraphrase, Similarity
@@ -42,8 +43,8 @@ class CurvesConfig:
 
         python analyze.py curves --runs runs/multitask,runs/mtdnn-minilm
     """
-    runs: str = flag("runs/multitask", "run folders (or their metrics.jsonl files), comma-separated")
-    out: str = flag("runs/analysis/curves", "folder for curves-*.png, curves.md and curves.json")
+    runs: str = flag(in_repository("runs/multitask"), "run folders (or their metrics.jsonl files), comma-separated")
+    out: str = flag(in_repository("runs/analysis/curves"), "folder for curves-*.png, curves.md and curves.json")
 
     def __post_init__(self):
         self.run_list = distinct("--runs", items(self.runs))
@@ -63,8 +64,9 @@ class RunCurves:
 
 def read_metrics(path: Path) -> tuple[list[dict], list[dict]]:
     """(train lines, eval lines) of a metrics.jsonl. "event": "train" lines are written every --log-every
-    steps; evaluation lines carry "event": "eval" or, in older runs, no event. A line that is not a JSON
-    object with a step (a run killed while writing leaves half a line) is skipped and reported."""
+    steps; evaluation lines carry "event": "eval" or, in older runs, no event; the "event": "finish" line draws
+    nothing. A line that is not a JSON object with a step (a run killed while writing leaves half a line) is
+    skipped and reported."""
     if not path.is_file():
         raise DataError(f"{path}: file not found" if not path.exists() else f"{path}: not a file")
     train, evals, skipped = [], [], []
@@ -81,6 +83,8 @@ def read_metrics(path: Path) -> tuple[list[dict], list[dict]]:
             train.append(line)
         elif line.get("event", "eval") == "eval" and isinstance(line.get("dev"), dict):
             evals.append(line)
+        elif line.get("event") == "finish":  # the trainer's last line: the time its test predictions took
+            continue
         else:
             skipped.append(number)
     if skipped:

@@ -7,6 +7,7 @@ from matplotlib.figure import Figure
 from analysis.figures import POOLING_NAMES, legend_outside, model_style, new_figure, pooling_panels, poolings_in
 from analysis.report import EncoderFlags, Report, encoders, label, short_names, spearman_x100, title_note
 from common.cli import flag
+from common.files import in_repository
 from common.tables import markdown_table
 from data.readers import sample_records
 from evaluation.sts_benchmark import POSITIVE_SCORE, alignment_and_uniformity, pair_cosines, positive_pairs, read_sets
@@ -22,7 +23,8 @@ class EmbeddingsConfig(EncoderFlags):
 
         python analyze.py embeddings --models all-MiniLM-L6-v2,runs/multitask/best --poolings cls,mean
     """
-    out: str = flag("runs/analysis/embeddings", "folder for embeddings.png, embeddings.md and embeddings.json")
+    out: str = flag(in_repository("runs/analysis/embeddings"),
+                    "folder for embeddings.png, embeddings.md and embeddings.json")
 
 
 # ---- draw (the numbers are evaluation/sts_benchmark.py's) ----

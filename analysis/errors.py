@@ -18,7 +18,7 @@ from analysis.figures import counted, integer_ticks, new_figure
 from analysis.report import Report, short_names
 from common.cli import flag
 from common.errors import DataError
-from common.files import DEFAULT_DATA
+from common.files import DEFAULT_DATA, in_repository
 from common.metrics import accuracy, confusion_matrix, pearson, row_normalised
 from common.tables import cell, markdown_table
 from evaluation.outputs import dev_records, load_member
@@ -38,11 +38,12 @@ class ErrorsConfig:
 
         python analyze.py errors --run runs/multitask
     """
-    run: str = flag("runs/multitask", "run folder (its best/ is read) or a checkpoint folder with outputs-*-dev.pt")
+    run: str = flag(in_repository("runs/multitask"),
+                    "run folder (its best/ is read) or a checkpoint folder with outputs-*-dev.pt")
     data_dir: str = flag(str(DEFAULT_DATA), "folder with the dev files the run was evaluated on (gold labels)")
     top: int = flag(20, "rows of each list in the Markdown table (the JSON has them all)")
     sts_error: float = flag(1.0, "an STS pair counts as wrong, when comparing tasks, if its error exceeds this")
-    out: str = flag("runs/analysis/errors", "folder for errors.png, errors.md and errors.json")
+    out: str = flag(in_repository("runs/analysis/errors"), "folder for errors.png, errors.md and errors.json")
 
     def __post_init__(self):
         if self.top < 1:

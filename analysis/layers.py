@@ -13,6 +13,7 @@ from analysis.figures import (POOLING_NAMES, integer_ticks, legend_outside, mode
                               poolings_in)
 from analysis.report import EncoderFlags, Report, distinct, encoders, items, short_names, spearman_x100
 from common.cli import flag
+from common.files import in_repository
 from common.tables import markdown_table
 from data.readers import PairExample, sample_records
 from evaluation.sts_benchmark import EVAL_SETS, distinct_sentences, read_sets
@@ -35,7 +36,7 @@ class LayersConfig(EncoderFlags):
     poolings: str = flag("mean,cls,max", f"sentence embeddings of each layer, comma-separated: mean and max over "
                                          f"the real tokens, cls = the [CLS] vector; any of {', '.join(TOKEN_POOLINGS)}")
     sets: str = flag(",".join(STS_SETS), "STS sets, comma-separated: sts12 .. sickr (sts-eval/*.tsv) and sts-dev")
-    out: str = flag("runs/analysis/layers", "folder for layers.png, layers.md and layers.json")
+    out: str = flag(in_repository("runs/analysis/layers"), "folder for layers.png, layers.md and layers.json")
 
     def __post_init__(self):
         super().__post_init__()

@@ -11,6 +11,7 @@ from matplotlib.figure import Figure
 from analysis.figures import POOLING_NAMES, integer_ticks, model_style, new_figure, poolings_in
 from analysis.report import EncoderFlags, Report, encoders, label, short_names, title_note
 from common.cli import flag
+from common.files import in_repository
 from common.tables import markdown_table
 from data.readers import read_sts, sample_records
 from evaluation.sts_benchmark import pair_cosines
@@ -31,7 +32,7 @@ class SpreadConfig(EncoderFlags):
 
         python analyze.py spread --models all-MiniLM-L6-v2,runs/multitask/best
     """
-    out: str = flag("runs/analysis/spread", "folder for spread.png, spread.md and spread.json")
+    out: str = flag(in_repository("runs/analysis/spread"), "folder for spread.png, spread.md and spread.json")
 
 
 # ---- compute ----

@@ -16,7 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import pretrain_contrastive  # noqa: E402
 from common.cli import HelpFormatter  # noqa: E402
-from common.files import DEFAULT_DATA  # noqa: E402
+from common.files import DEFAULT_DATA, in_repository  # noqa: E402
 from common.tables import markdown_table  # noqa: E402
 from evaluation.sts_benchmark import EVAL_SETS, sts_benchmark  # noqa: E402
 from models import SentenceEncoder  # noqa: E402
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> dict:
                                                                              for name, words in RUN_WORDS.items()))
     parser.add_argument("--data-dir", default=str(DEFAULT_DATA),
                         help="folder with the training data, sts-eval/ and sts-dev.csv")
-    parser.add_argument("--output-root", type=Path, default=Path("runs/contrastive"),
+    parser.add_argument("--output-root", type=Path, default=Path(in_repository("runs/contrastive")),
                         help="each run's checkpoint goes to OUTPUT_ROOT/POOLING/RUN, the table to "
                              "OUTPUT_ROOT/POOLING/results.json")
     args, passthrough = parser.parse_known_args(argv)

@@ -17,6 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import multitask_classifier  # noqa: E402
 from common.cli import HelpFormatter  # noqa: E402
+from common.files import in_repository  # noqa: E402
 from common.run_folder import RunFolder  # noqa: E402
 from common.tables import markdown_table  # noqa: E402
 from tasks import COURSE_TASKS  # noqa: E402
@@ -38,7 +39,7 @@ def main():
     parser.add_argument("--schedules", default=",".join(VARIANTS),
                         help=f"the schedules to compare, comma-separated, of: {', '.join(VARIANTS)} (what each does: "
                              f"`multitask_classifier.py --help`, --schedule and --combine)")
-    parser.add_argument("--output-root", type=Path, default=Path("runs/schedules"),
+    parser.add_argument("--output-root", type=Path, default=Path(in_repository("runs/schedules")),
                         help="each schedule's run goes to OUTPUT_ROOT/SCHEDULE/run, its leaderboard files to "
                              "OUTPUT_ROOT/SCHEDULE/predictions")
     args, passthrough = parser.parse_known_args()  # any other multitask_classifier.py flag is passed on

@@ -12,8 +12,16 @@ from pathlib import Path
 
 from common.errors import CheckpointError, DiskFullError, UsageError
 
-# The course's data, beside the project (../shared/data); every command takes --data-dir to point elsewhere.
-DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+# Where a command reads and writes by default, wherever it runs from: the course's data beside the repository
+# (../shared/data), its outputs inside it (runs/, predictions/). A path given on the command line is relative to
+# the current folder, as in any command.
+REPOSITORY = Path(__file__).resolve().parents[1]
+DEFAULT_DATA = REPOSITORY.parent / "shared" / "data"
+
+
+def in_repository(path: str) -> str:
+    """A default folder or file of the commands (runs/multitask, predictions): `path` inside the repository."""
+    return str(REPOSITORY / path)
 
 
 # Less than this left on a device when a write fails means the disk is full, whatever the writer said: torch.save
@@ -73,6 +81,17 @@ def _disk_full_error(error: BaseException, target: Path, written: Path | None, e
     return DiskFullError(f"{target}: no space left on the device; {kept} ({needed}{_shown_size(free)} free)")
 
 
+def _as_umask_allows(path: Path) -> None:
+    """`path` (and what a folder holds) readable as the umask allows: files 0666 and folders 0777 less the umask,
+    as open() and mkdir() make them (0644 and 0755 under umask 022, as transformers and sentence-transformers
+    save). mkstemp, mkdtemp and safetensors make them 0600 and 0700: unreadable to a teammate or a shared folder."""
+    mask = os.umask(0)
+    os.umask(mask)
+    for entry in [path, *path.rglob("*")] if path.is_dir() else [path]:
+        if not entry.is_symlink():
+            entry.chmod((0o777 if entry.is_dir() else 0o666) & ~mask)
+
+
 @contextmanager
 def atomic_file(path: str | Path):
     """Yield a temporary path next to `path`; on success it replaces `path` in one rename."""
@@ -82,7 +101,7 @@ def atomic_file(path: str | Path):
     os.close(handle)
     try:
         yield Path(temp)
-        os.chmod(temp, 0o644)  # mkstemp makes 0600 files; outputs are meant to be shared
+        _as_umask_allows(Path(temp))
         os.replace(temp, path)
     except Exception as error:
         full = _disk_full_error(error, path, Path(temp), _size(path))
@@ -106,6 +125,7 @@ def atomic_directory(path: str | Path, expected: int = 0):
     temp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
     try:
         yield temp
+        _as_umask_allows(temp)
         old = path.with_name(f".{path.name}.old")
         shutil.rmtree(old, ignore_errors=True)
         if path.exists():
@@ -157,6 +177,7 @@ def atomic_files(folder: str | Path, expected: int = 0):
     temp = Path(tempfile.mkdtemp(dir=folder, prefix=".files.", suffix=".tmp"))
     try:
         yield temp
+        _as_umask_allows(temp)
         temp.rename(folder / READY)
         _move_into(folder / READY, folder)
     except Exception as error:

@@ -1,14 +1,17 @@
 """Progress a user sees wherever the output goes: a tqdm bar on a terminal; off one (a log file, a batch job),
 where a bar would be one unreadable line of control characters, a log line at least every INTERVAL seconds while
-work is under way. Log lines are printed above the bars (LogHandler), never glued into them.
+work is under way, from a timer: a step slower than INTERVAL still shows life. Log lines are printed above the
+bars (LogHandler), never glued into them.
 
     for rows in progress(batches, "predicting sst", unit="batch"): ...
     with Progress(total=steps, desc="multitask", unit="step") as bar: ... bar.update()
 """
 import logging
 import sys
+import threading
 import time
-from collections.abc import Iterable, Iterator
+import weakref
+from collections.abc import Callable, Iterable, Iterator
 
 from tqdm import tqdm
 
@@ -18,6 +21,10 @@ log = logging.getLogger(__name__)
 # When this process last printed a progress line (off a terminal): one clock for every Progress, so that a
 # task of many short parts (a dev set per task) still says something every INTERVAL seconds, and no more often.
 _last_line = [time.monotonic()]
+_lock = threading.Lock()  # the timers' threads and the counting thread share _last_line
+# The Progress objects that write lines, oldest first: a timer speaks for the newest one still open (the dev
+# evaluation within training), so that its lines say what is under way.
+_open: list[weakref.ref] = []
 
 
 def on_terminal() -> bool:
@@ -44,14 +51,39 @@ class Progress:
         self.bar = tqdm(total=total, initial=initial, desc=desc, unit=unit, dynamic_ncols=True, leave=leave,
                         disable=not (shown and on_terminal()))
         self.lines = shown and not on_terminal()
+        self.closed = threading.Event()
+        if self.lines:  # the timer holds this Progress weakly: one never closed stops it once it is garbage
+            weakref.finalize(self, self.closed.set)
+            with _lock:
+                _open.append(weakref.ref(self))
+            start_timer(weakref.WeakMethod(self.on_timer), self.closed)
 
     def update(self, n: int = 1) -> None:
         self.n += n
         self.bar.update(n)
-        now = time.monotonic()
-        if self.lines and now - _last_line[0] >= INTERVAL:
+        if self.lines:
+            self.tick()
+
+    def tick(self) -> float:
+        """Off a terminal: the line, if INTERVAL seconds have passed since the process's last; returns the seconds
+        until the next one is due."""
+        with _lock:
+            now = time.monotonic()
+            due = _last_line[0] + INTERVAL - now
+            if due > 0:
+                return due
             _last_line[0] = now
             self.logger.info("%s", self.line(now - self.started))
+            return INTERVAL
+
+    def on_timer(self) -> float:
+        """The timer's tick: the line if this is the newest open Progress; returns the seconds until the next
+        check (another's line due: a second, for it to come, or for this one to speak once the other is closed)."""
+        with _lock:
+            _open[:] = [ref for ref in _open if ref() is not None and not ref().closed.is_set()]
+            newest = _open[-1]() is self
+            due = _last_line[0] + INTERVAL - time.monotonic()
+        return self.tick() if newest else max(due, 1.0)
 
     def line(self, elapsed: float) -> str:
         done = self.n - self.first  # this process's rate: a resumed run's earlier steps took no time here
@@ -64,6 +96,7 @@ class Progress:
         self.bar.set_postfix(values)
 
     def close(self) -> None:
+        self.closed.set()
         self.bar.close()
 
     def __enter__(self) -> "Progress":
@@ -71,6 +104,21 @@ class Progress:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def start_timer(tick: Callable[[], Callable[[], float] | None], stop: threading.Event) -> None:
+    """Call tick()() in a thread of its own, first when the next line is due, then each time after the seconds its
+    last call returned, until `stop` is set or tick() is None (its Progress is gone)."""
+    def run() -> None:
+        wait = _last_line[0] + INTERVAL - time.monotonic()
+        while not stop.wait(wait):
+            method = tick()
+            if method is None:
+                return
+            wait = method()
+            del method  # no strong reference to the Progress while waiting
+
+    threading.Thread(target=run, name="progress lines", daemon=True).start()
 
 
 def progress(items: Iterable, desc: str, total: int | None = None, unit: str = "it", weight=None) -> Iterator:

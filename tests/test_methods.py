@@ -3,6 +3,7 @@ flags and the pretraining it sets up: each method's papers' defaults (and the --
 reaching its objective, the flags it refuses, its learning rates and its stages."""
 import dataclasses
 import re
+from pathlib import Path
 
 import pytest
 from torch import nn
@@ -16,6 +17,7 @@ from training.methods import METHODS, OWN_FLAGS, ContrastiveConfig
 from tests.conftest import last_wins
 
 pytestmark = pytest.mark.usefixtures("one_thread")
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def parsed(*argv: str) -> ContrastiveConfig:
@@ -65,7 +67,7 @@ def test_the_help_lists_each_methods_learning_rates_and_projection():
 def test_each_method_takes_its_papers_defaults_and_the_flags_given_instead(method):
     config = parsed("--method", method)
     assert {name: getattr(config, name) for name in PAPERS[method]} == PAPERS[method]
-    assert config.output_dir == f"runs/pretrain-{method}"
+    assert config.output_dir == str(ROOT / "runs" / f"pretrain-{method}")  # the repository's, wherever it runs from
     assert parsed("--method", method, "--batch-size", "24", "--pooling", "pooler").batch_size == 24
     assert parsed("--method", method, "--pooling", "pooler").pooling == "pooler"
 

@@ -1,9 +1,12 @@
 """Progress off a terminal is a log line at least every INTERVAL seconds (and no more often), from every long part
-of a run: training (after a start line that says what will run), evaluation and prediction; on a terminal, log
-lines are printed above the bars instead of into them."""
+of a run: training (after a start line that says what will run), evaluation and prediction, and from a timer, so
+that a step slower than INTERVAL still shows life; on a terminal, log lines are printed above the bars instead of
+into them."""
 import io
 import logging
 import re
+import threading
+import time
 
 import pytest
 from tqdm import tqdm
@@ -16,18 +19,35 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 class Clock:
+    """time.monotonic's stand-in, and progress.start_timer's: a timer fires when advance() reaches its due time."""
+
     def __init__(self):
         self.now = 1000.0
+        self.timers = []  # [due, tick, stop]
 
     def __call__(self):
         return self.now
+
+    def start_timer(self, tick, stop):
+        self.timers.append([progress._last_line[0] + progress.INTERVAL, tick, stop])
+
+    def advance(self, seconds):
+        """`seconds` pass (a step that takes them): each timer fires at its due times, as its thread would."""
+        end = self.now + seconds
+        while due := [timer for timer in self.timers if timer[0] <= end and not timer[2].is_set() and timer[1]()]:
+            timer = min(due, key=lambda timer: timer[0])
+            self.now = timer[0]
+            timer[0] = self.now + timer[1]()()
+        self.now = end
 
 
 @pytest.fixture
 def clock(monkeypatch):
     clock = Clock()
     monkeypatch.setattr(progress.time, "monotonic", clock)
+    monkeypatch.setattr(progress, "start_timer", clock.start_timer, raising=False)
     monkeypatch.setattr(progress, "_last_line", [clock.now])
+    monkeypatch.setattr(progress, "_open", [])
     return clock
 
 
@@ -54,6 +74,52 @@ def test_off_a_terminal_a_line_once_the_interval_has_passed_and_not_before(clock
     assert caplog.messages[-1].startswith("predicting sts: 2/10 examples (20%)")
 
 
+def test_a_step_slower_than_the_interval_still_shows_life(clock, caplog):
+    caplog.set_level(logging.INFO)
+    bar = progress.Progress(3, "multitask", unit="step")
+    clock.advance(95)  # the first step takes 95 s: a line at 30, 60 and 90 s, while it runs
+    assert caplog.messages == ["multitask: 0/3 steps (0%), 30 s", "multitask: 0/3 steps (0%), 60 s",
+                               "multitask: 0/3 steps (0%), 1.5 min"]
+    bar.update()  # 5 s after the last line: none
+    clock.advance(30)  # the next comes from the timer, 25 s into the second step (120 s for 1 step: 240 s left)
+    assert caplog.messages[3:] == ["multitask: 1/3 steps (33%), 2.0 min, about 4.0 min left"]
+    bar.update()
+    clock.advance(25)  # at 150 s, 2 steps done: 75 s for the one left
+    assert caplog.messages[4:] == ["multitask: 2/3 steps (67%), 2.5 min, about 75 s left"]
+    bar.close()
+    clock.advance(300)  # closed: silent
+    assert len(caplog.messages) == 5
+
+
+def test_the_timer_speaks_for_the_work_under_way(clock, caplog):
+    caplog.set_level(logging.INFO)
+    training = progress.Progress(3, "multitask", unit="step")
+    clock.advance(10)
+    evaluation = progress.Progress(100, "predicting sst", unit="example")  # the dev set, within training
+    clock.advance(25)  # a line at 30 s, of the evaluation's (0 done: no time left yet)
+    evaluation.update(50)
+    clock.advance(30)
+    evaluation.close()
+    clock.advance(30)  # back to training
+    assert caplog.messages == ["predicting sst: 0/100 examples (0%), 20 s",
+                               "predicting sst: 50/100 examples (50%), 50 s, about 50 s left",
+                               "multitask: 0/3 steps (0%), 1.5 min"]
+    training.close()
+
+
+def test_the_timer_is_a_thread_that_writes_lines_while_nothing_is_counted(caplog, monkeypatch):
+    monkeypatch.setattr(progress, "INTERVAL", 0.01)  # the real clock and timer; a line every 10 ms
+    caplog.set_level(logging.INFO)
+    bar = progress.Progress(3, "multitask", unit="step")
+    deadline = time.monotonic() + 60  # generous on a loaded machine: what is tested is that lines come at all
+    while len(caplog.messages) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    bar.close()
+    assert len(caplog.messages) >= 2 and all(m.startswith("multitask: 0/3 steps (0%)") for m in caplog.messages)
+    time.sleep(0.05)  # its thread ends at its next wake-up at the latest, 10 ms on
+    assert not [thread for thread in threading.enumerate() if thread.name == "progress lines"]
+
+
 def test_nothing_is_printed_where_info_lines_are_not(clock, caplog):
     caplog.set_level(logging.WARNING)  # --quiet, or a torchrun process other than rank 0
     bar = progress.Progress(10, "multitask", unit="step")
@@ -76,6 +142,7 @@ def test_a_log_line_is_printed_above_a_bar_not_glued_to_it():
 def test_a_run_says_what_it_will_train_then_reports_training_evaluation_and_prediction(
         tiny_model, course_data, tmp_path, caplog, monkeypatch):
     monkeypatch.setattr(progress, "INTERVAL", 0.0)  # a line at every update
+    monkeypatch.setattr(progress, "start_timer", lambda tick, stop: None)  # and none between (tested above)
     caplog.set_level(logging.INFO)
     multitask_classifier.main(multitask_argv(tiny_model, course_data, tmp_path, "--max-steps", "3",
                                              "--log-every", "0"))

@@ -1,6 +1,7 @@
 """Every fenced command of README.md runs in a fresh copy of the repository, in the order shown, at tiny sizes
 (tests/readme_commands.py); and that runner reads pages as described in its docstring."""
 import importlib.util
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -90,3 +91,13 @@ def test_every_readme_command_runs_in_a_fresh_copy():
                             capture_output=True, text=True, timeout=1800)
     print(result.stdout)  # every command's status, and why a skipped one was skipped
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-2000:]
+
+
+def test_every_timed_command_runs_on_the_threads_its_time_was_measured_with():
+    """The README's times are one CPU thread's: a command with a time either sets OMP_NUM_THREADS=1 or says with
+    how many threads its time was measured (torch's default is a thread per core)."""
+    timed = [command.text for command in runner.commands((ROOT / "README.md").read_text())
+             if command.kind == "bash" and re.search(r"#.*\b\d+(\.\d+)? (s|min|h)\b", command.text)]
+    assert len(timed) >= 10
+    assert [text for text in timed if not text.startswith("OMP_NUM_THREADS=1 ")
+            and not re.search(r"#.*\d threads", text)] == []

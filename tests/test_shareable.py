@@ -188,11 +188,12 @@ def test_contrastive_card_shows_training_statistics_as_such_and_exact_numbers(sa
     for row in ("| train.steps | 4 |", "| train.lr | 5e-05 |", "| train.mean_loss | 0.000125 |"):
         assert row in card
     assert "0.0001 |" not in card
-    benchmark = {"zero-shot": {"sts12": 73.94, "sts-dev": 74.53}, "after": {"sts12": 73.41, "sts-dev": 77.26}}
+    benchmark = {"before": {"sts12": 73.94, "sts-dev": 74.53}, "after": {"sts12": 73.41, "sts-dev": 77.26}}
     card = (share(save_tiny_checkpoint({}), "cls", metrics=benchmark, metrics_kind="sts-benchmark")
             / "README.md").read_text()
     assert "## STS benchmark of the embeddings\n\nSpearman x 100" in card and "Dev metrics" not in card
-    assert "| zero-shot.sts12 | 73.9400 |" in card and "| after.sts-dev | 77.2600 |" in card
+    assert "| before.sts12 | 73.9400 |" in card and "| after.sts-dev | 77.2600 |" in card
+    assert "the rows `before.*` are the base model's, the rows `after.*` the trained encoder's" in card
 
 
 def test_base_model_and_license_of_hub_ids_packaged_names_and_our_own_checkpoints(save_tiny_checkpoint):

@@ -84,6 +84,8 @@ def test_out_in_the_folder_adds_the_results_to_its_model_card_once(save_tiny_che
     text = card.read_text()
     assert text.count("## STS benchmark of the embeddings") == 1
     assert f"| sts-dev | {results['sts-dev']:.4f} |" in text and f"| mean | {results['mean']:.4f} |" in text
+    section = text[text.index("## STS benchmark"):text.index("## Usage")]
+    assert "before" not in section and "after" not in section, section  # its table has no such rows
     # The card is whole: what it said before is still there, and the new section comes before the usage.
     assert text.index("## Training statistics") < text.index("## STS benchmark") < text.index("## Usage")
     assert text.replace(text[text.index("## STS benchmark"):text.index("## Usage")], "") == before

@@ -4,6 +4,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from common.cli import AT_LEAST_0, AT_LEAST_1, FRACTION, POSITIVE, SEED, Range, check_ranges, flag
+from common.files import in_repository
 from common.run_folder import LAST, METRICS
 from models.bert import ATTENTION
 from training.precision import PRECISIONS
@@ -26,7 +27,7 @@ class TrainingConfig:
     max_grad_norm: float = flag(1.0, "gradient clipping norm (0 = off)", range=AT_LEAST_0)
     max_length: int = flag(128, "tokens per input; longer ones are truncated (and counted)", range=MIN_LENGTH)
     seed: int = flag(11711, "random seed; the same seed gives the same run", range=SEED)
-    output_dir: str = flag("runs/multitask", f"checkpoints and {METRICS} go here")
+    output_dir: str = flag(in_repository("runs/multitask"), f"checkpoints and {METRICS} go here")
     resume: bool = flag(False, "continue the interrupted run in --output-dir from its last checkpoint")
     overwrite: bool = flag(False, "start a new run in an --output-dir that holds one, replacing the files this "
                                   "command writes there (nothing else in it is touched)")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from common.cli import AT_LEAST_0, AT_LEAST_1, FRACTION, POSITIVE, flag
 from common.errors import DataError
-from common.files import DEFAULT_DATA
+from common.files import DEFAULT_DATA, in_repository
 from data.contrastive import Dataset, PairSet, TripletSet
 from model import as_flag
 from models import POOLINGS, BertModel
@@ -236,7 +236,8 @@ class ContrastiveConfig(TrainingConfig):
     weight_decay: float = flag(0.0, "AdamW decoupled weight decay", range=AT_LEAST_0)
     max_length: int | None = flag(None, "tokens per sentence (default per method: "
                                         f"{_defaults('max_length')})", range=MIN_LENGTH)
-    output_dir: str = flag("", "checkpoint folder (default runs/pretrain-METHOD); ct writes OUT/model1, OUT/model2")
+    output_dir: str = flag("", "checkpoint folder (default: the repository's runs/pretrain-METHOD); ct writes "
+                               "OUT/model1, OUT/model2")
 
     RUNTIME_FIELDS = TrainingConfig.RUNTIME_FIELDS + ("eval", "eval_batch_size")
     OUTPUTS = TrainingConfig.OUTPUTS + ("model1", "model2", "sts_benchmark.json")
@@ -255,7 +256,7 @@ class ContrastiveConfig(TrainingConfig):
         for name, value in method.defaults.items():
             if getattr(self, name) is None:
                 setattr(self, name, value)
-        self.output_dir = self.output_dir or f"runs/pretrain-{self.method}"
+        self.output_dir = self.output_dir or in_repository(f"runs/pretrain-{self.method}")
         if self.grad_accum != 1:
             raise ValueError("--grad-accum: a contrastive loss compares the examples of one batch, so adding up the "
                              "gradients of smaller batches is not a larger batch; use --grad-cache-chunk for that")

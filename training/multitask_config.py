@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from common.cli import AT_LEAST_0, AT_LEAST_1, POSITIVE, Range, flag, parse_task_order, task_weights_text
-from common.files import DEFAULT_DATA
+from common.files import DEFAULT_DATA, in_repository
 from common.run_folder import BEST
 from model import ModelConfig
 from tasks import COURSE_TASKS, RECIPE_TASK_WEIGHTS, REGISTRY, TASK_NAMES, selection_score, trained_task_weights
@@ -87,7 +87,7 @@ class MultitaskConfig(ModelConfig, SmartConfig, EvaluationConfig, TrainingConfig
                               "process; length-grouped), evaluation batches up to N * --eval-batch-size / "
                               "--batch-size, in order of length (0 = off: --batch-size rows)", range=AT_LEAST_0)
     data_dir: str = flag(str(DEFAULT_DATA), "folder with the course's data files")
-    predictions_dir: str = flag("predictions", "leaderboard CSVs of the best checkpoint go here")
+    predictions_dir: str = flag(in_repository("predictions"), "leaderboard CSVs of the best checkpoint go here")
 
     RUNTIME_FIELDS = TrainingConfig.RUNTIME_FIELDS + ("predictions_dir", "eval_batch_size")
     OUTPUTS = TrainingConfig.OUTPUTS + (BEST,)
