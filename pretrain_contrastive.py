@@ -10,16 +10,20 @@
 Methods: simcse, mnrl, ct (Contrastive Tension), sg / sg-opt (self-guided), consert. Data: nli, quora, sst, sts,
 unlabeled, all3 (quora, then sst, then sts in every epoch), or a file in one of those formats.
 """
+from collections.abc import Sequence
+
 from common import cli
+from training.callbacks import Callback
 from training.contrastive import Pretraining
 from training.engine import Engine
 from training.methods import ContrastiveConfig
 
 
-def main(argv: list[str] | None = None) -> dict:
+def main(argv: list[str] | None = None, callbacks: Sequence[Callback] = ()) -> dict:
+    """The command; callbacks: yours, told of the training loop's events (training/callbacks.py)."""
     config = cli.parse_config(ContrastiveConfig, __doc__, argv, program="pretrain_contrastive.py",
                               recipe="recipes/simcse-nli.yaml")
-    with Engine(config) as engine:  # engine.config: with --resume, the run's own flags
+    with Engine(config, callbacks) as engine:  # engine.config: with --resume, the run's own flags
         return {} if engine.finished else Pretraining(engine.config, engine).run()
 
 

@@ -64,6 +64,26 @@ def flag(default: Any, help: str, choices: tuple | None = None, range: Range | N
     return dataclasses.field(default=default, metadata={"help": help, "choices": choices, "range": range, **extra})
 
 
+@dataclasses.dataclass(frozen=True)
+class CommandLine:
+    """What a command was given: its command line (text), the same with a --config file's flags written out
+    (with_values: what a model card shows, so that it says what ran, not which file), and the flags the user chose,
+    on the command line or in the file (given; None: a config built in Python, whose every flag counts as given)."""
+    text: str = ""
+    with_values: str = ""
+    given: frozenset[str] | None = None
+
+
+def command_field() -> Any:
+    """A config field that is not a flag: the CommandLine parse_config builds the config from."""
+    return dataclasses.field(default_factory=CommandLine, compare=False, repr=False)
+
+
+def flag_fields(config) -> list[dataclasses.Field]:
+    """The fields of a config (class or object) that are flags."""
+    return [field for field in dataclasses.fields(config) if "help" in field.metadata]
+
+
 def check_ranges(config) -> None:
     """ValueError (a usage error) for the first flag outside its range, inf and nan among them (a rate of inf
     trains a model of nan); None means "the default, chosen later"."""
@@ -125,7 +145,7 @@ def build_parser(config_class: type, description: str) -> argparse.ArgumentParse
 def add_flags(parser: argparse.ArgumentParser, config_class: type) -> None:
     """One flag per field of the config dataclass."""
     hints = typing.get_type_hints(config_class)
-    for field in dataclasses.fields(config_class):
+    for field in flag_fields(config_class):
         flag = "--" + field.name.replace("_", "-")
         kind = hints[field.name]
         if kind is bool:
@@ -141,8 +161,7 @@ def add_flags(parser: argparse.ArgumentParser, config_class: type) -> None:
 def parse_config(config_class: type, description: str, argv: list[str] | None = None, program: str | None = None,
                  recipe: str = ""):
     """The config from the command line; a flag value the config rejects is a usage error (exit code 2).
-    The config remembers the command line as config.command, and as config.command_with_values with a --config
-    file's flags written out (neither is a field: they are not flags). recipe: a config file of this command's,
+    A config with a command field (command_field) gets its CommandLine. recipe: a config file of this command's,
     for --config's help."""
     parser = build_parser(config_class, description)
     if program:
@@ -156,16 +175,15 @@ def parse_config(config_class: type, description: str, argv: list[str] | None = 
     parser.set_defaults(**file_values)
     args = vars(parser.parse_args(argv))
     args.pop("config")
+    if "command" in {field.name for field in dataclasses.fields(config_class)}:
+        args["command"] = CommandLine(
+            shlex.join(["python", parser.prog, *argv]),
+            shlex.join(["python", parser.prog, *spelled_out(parser, file_values, argv)]),
+            frozenset({action.dest for action in parser._actions if given(action, argv)} | set(file_values)))
     try:
-        config = config_class(**args)
+        return config_class(**args)
     except ValueError as error:
         parser.error(str(error))
-    config.command = shlex.join(["python", parser.prog, *argv])
-    # The same command without the file: what a model card shows, so that it says what ran, not which file.
-    config.command_with_values = shlex.join(["python", parser.prog, *spelled_out(parser, file_values, argv)])
-    # The flags the user chose (the command line's and the file's): --resume takes the others from the run.
-    config.given_flags = {action.dest for action in parser._actions if given(action, argv)} | set(file_values)
-    return config
 
 
 def given(action: argparse.Action, argv: list[str]) -> bool:

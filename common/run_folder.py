@@ -129,7 +129,8 @@ class RunFolder:
 
     # ---- owning it ----
 
-    def claim(self, owned: tuple[str, ...], resume: bool, overwrite: bool, sources: dict[str, str]) -> None:
+    def claim(self, owned: tuple[str, ...], resume: bool, overwrite: bool, sources: dict[str, str],
+              again: str = "the same command with --overwrite") -> None:
         """Own the folder for a command: created if need be and locked for this process (a second command into it
         is refused, naming the first's pid); a run in it refused unless continued (--resume) or replaced
         (--overwrite: the entries `owned`, what the command writes, are removed, nothing else; refused when one
@@ -142,7 +143,7 @@ class RunFolder:
         self._lock()
         try:
             if not resume:
-                self._replace(owned, overwrite, sources)
+                self._replace(owned, overwrite, sources, again)
             recover_files(self.path)
             for folder in (self.last, self.best):
                 recover_directory(folder)
@@ -166,15 +167,19 @@ class RunFolder:
         """An output of the run's outside its folder (a --predictions-dir, claimed): released with the folder."""
         self.held.append(output)
 
-    def _replace(self, owned: tuple[str, ...], overwrite: bool, sources: dict[str, str]) -> None:
+    def _replace(self, owned: tuple[str, ...], overwrite: bool, sources: dict[str, str], again: str) -> None:
         """Refuse to start a run in a folder that holds another (the transformers Trainer's rule: no run is mixed
-        with another, or silently replaced), unless --overwrite replaces what the command owns."""
+        with another, or silently replaced), unless --overwrite replaces what the command owns; a run that stopped
+        before its first checkpoint is named as such, with the command that starts it again."""
         # Folders without a file in them do not count: a start refused after check_writable leaves such folders;
         # nor does a run config alone: a start that stopped before its first step (bad data, a loss not finite).
         held = [entry.name for entry in sorted(self.path.iterdir()) if entry.name != LOCK
                 and (not entry.is_dir() or any(path.is_file() for path in entry.rglob("*")))]
         if held == [RUN_CONFIG]:
             held = []
+        if held and not overwrite and self.stopped_unsaved():
+            raise UsageError(f"--output-dir {self.path} holds a run that stopped before it saved a checkpoint to "
+                             f"resume from; start it again: {again}")
         if held and not overwrite:
             shown = ", ".join(held[:5]) + (f" and {len(held) - 5} more" if len(held) > 5 else "")
             if RUN_CONFIG in held and not self.last.exists() and not self.finished():
@@ -227,6 +232,10 @@ class RunFolder:
         """Where the run's command ended ({"step", "stopped_early"}), or None when it did not (or never began)."""
         return read_config(self.path).get("finished") if has_config(self.path) else None
 
+    def stopped_unsaved(self) -> bool:
+        """Whether the folder holds a run that stopped (killed, or failed) before it saved last/: nothing to resume."""
+        return has_config(self.path) and not self.finished() and not self.state_file.exists()
+
     def latest_command(self) -> dict:
         """The provenance of the last command that ran the run (its start's, or its latest --resume's); {} if none."""
         if not has_config(self.path):
@@ -275,14 +284,20 @@ class RunFolder:
                                   f"to resume")
         return records
 
-    def keep_records_until(self, step: int) -> None:
-        """--resume: a run killed after a log line but before its checkpoint repeats those steps; their lines go, and
-        so does a last line the kill cut short."""
+    def keep_records_until(self, step: int, stage: str = "") -> None:
+        """--resume at `step` of `stage` (a multi-stage run's; "" for one stage): a run killed after a log line but
+        before its checkpoint repeats those steps; their lines go, and every line after them, and so does a last line
+        the kill cut short. The lines of the stages before stay."""
         if not self.metrics_log.exists():
             return
-        kept = [line for line, record in self.records() if record["step"] <= step]
-        written = self.metrics_log.read_bytes()
-        if written != b"".join(line + b"\n" for line in kept):
+        kept, in_stage = [], False
+        for line, record in self.records():
+            line_stage = record.get("stage", "")
+            in_stage = in_stage or line_stage == stage
+            if (line_stage == stage and record["step"] > step) or (in_stage and line_stage != stage):
+                break  # the first line after the checkpoint
+            kept.append(line)
+        if self.metrics_log.read_bytes() != b"".join(line + b"\n" for line in kept):
             with atomic_file(self.metrics_log) as temp:
                 temp.write_bytes(b"".join(line + b"\n" for line in kept))
 

@@ -23,12 +23,12 @@ def write_outputs(folder: Path, split_name: str, splits: dict[str, TaskSplit], o
             torch.save({"ids": splits[name].ids, "outputs": task_outputs}, temp)
 
 
-def leaderboard_files(folder: Path, tasks: list[str]) -> dict:
-    """The leaderboard files of a checkpoint's saved outputs, dev and test of each task, as a set to write
+def leaderboard_files(folder: Path, tasks: list[str], splits: tuple[str, ...] = SPLITS) -> dict:
+    """The leaderboard files of a checkpoint's saved outputs, those of each task's splits, as a set to write
     (common.outputs.LeaderboardFolder.write)."""
     files = {}
     for task in tasks:
-        for split in SPLITS:
+        for split in splits:
             saved = read_outputs(folder / f"outputs-{task}-{split}.pt", task)
             files |= leaderboard_file(task, split, saved["ids"], REGISTRY[task].hard(saved["outputs"]))
     return files

@@ -226,6 +226,14 @@ CASES = [
      [*TRAIN, "--predictions-dir", "FILE/predictions"], "error: --predictions-dir FILE/predictions: cannot write there", 2),
     ("file system", "--resume with no interrupted run", "multitask", [*TRAIN, "--resume"],
      "error: --resume: no interrupted run in OUT/run (no last/training_state.pt)", 2),
+    ("file system", "a run killed before its first save, started again as it was", "multitask",
+     [*TRAIN, "--output-dir", "killed-run"],
+     "error: --output-dir killed-run holds a run that stopped before it saved a checkpoint to resume from; start it "
+     "again: python multitask_classifier.py --model MODEL", 2),
+    ("file system", "a run killed before its first save, with --resume", "multitask",
+     [*TRAIN, "--output-dir", "killed-run", "--resume"],
+     "error: --resume: the run in killed-run stopped before it saved a checkpoint to resume from; start it again: "
+     "python multitask_classifier.py --model MODEL", 2),
     ("file system", "an output folder that holds another run", "multitask", [*TRAIN, "--output-dir", "finished-run"],
      "error: --output-dir finished-run already holds files (best, last, metrics.jsonl, run_config.json): continue "
      "its run with --resume, start again over it with --overwrite, or choose another --output-dir", 2),
@@ -439,7 +447,8 @@ def places(tiny_model, tmp_path_factory) -> dict[str, Path]:
     log.write_text("lr 1e-3 looked better than 1e-4\n" + log.read_text())
     state = torch.load(places["no-optimizer"] / "last" / "training_state.pt", weights_only=True)
     torch.save({k: v for k, v in state.items() if k != "optimizer"}, places["no-optimizer"] / "last" / "training_state.pt")
-    state["last_record"] = {**state["last_record"], "dev": {task: 0.5 for task in state["last_record"]["dev"]}}
+    evaluation = state["engine"]["last_record"]
+    state["engine"]["last_record"] = {**evaluation, "dev": {task: 0.5 for task in evaluation["dev"]}}
     torch.save(state, places["other-state"] / "last" / "training_state.pt")
     # Leaderboard folders: another ensemble's, and one of files no command recorded.
     places["other-leaderboard"] = root / "other-leaderboard"
@@ -464,6 +473,12 @@ def places(tiny_model, tmp_path_factory) -> dict[str, Path]:
     (places["bad-log"] / "run_config.json").write_text(json.dumps({k: v for k, v in saved.items() if k != "finished"}))
     with open(places["bad-log"] / "metrics.jsonl", "ab") as f:
         f.write(b'{"event": "train", "step": 1, "loss": {"sst": \xff\xfe}}\n')
+    # The finished run as a kill before its first save leaves it: its run config and metrics log, no checkpoint.
+    places["killed-run"] = root / "killed-run"
+    places["killed-run"].mkdir()
+    unfinished = {k: v for k, v in saved.items() if k != "finished"}
+    (places["killed-run"] / "run_config.json").write_text(json.dumps(unfinished))
+    shutil.copy(places["finished-run"] / "metrics.jsonl", places["killed-run"])
     return places
 
 

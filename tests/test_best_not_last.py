@@ -205,7 +205,7 @@ def test_a_run_resumed_between_evaluations_keeps_its_best_and_its_patience(run, 
     step = multitask.MultitaskRun.step
 
     def dies(self, item, share):
-        if self.engine.step == 5:  # the checkpoint of step 4 (an evaluation not better than step 2's) is on disk
+        if self.engine.state.step == 5:  # the checkpoint of step 4 (an evaluation not better than step 2's) is on disk
             raise RuntimeError("killed")
         return step(self, item, share)
 

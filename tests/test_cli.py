@@ -4,7 +4,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from common.cli import build_parser, flag, parse_config, parse_task_order, parse_task_weights, task_weights_text
+from common.cli import (CommandLine, build_parser, command_field, flag, parse_config, parse_task_order, parse_task_weights,
+                        task_weights_text)
 
 
 @dataclass
@@ -13,6 +14,7 @@ class ExampleConfig:
     lr: float | None = flag(None, "peak learning rate (default per method: simcse 3e-5, ct 1e-5)")
     eval: bool = flag(False, "evaluate after training")
     out: str = flag("", "also write the results here (left out: printed only)")
+    command: CommandLine = command_field()  # not a flag
 
     def __post_init__(self):
         if self.batch_size < 1:
@@ -41,12 +43,12 @@ def test_a_config_files_flags_are_spelled_out_in_the_command_with_values(tmp_pat
     file.write_text("batch-size: 8\nlr: 1e-4\neval: true\nout: x.json\n")
     config = parse_config(ExampleConfig, DESCRIPTION, ["--config", str(file), "--lr=2e-4", "--no-eval"],
                           program="example.py")
-    assert config.command == f"python example.py --config {file} --lr=2e-4 --no-eval"
+    assert config.command.text == f"python example.py --config {file} --lr=2e-4 --no-eval"
     # The file's flags that the command line does not give again, then the command line's.
-    assert config.command_with_values == "python example.py --batch-size 8 --out x.json --lr=2e-4 --no-eval"
-    assert parse_config(ExampleConfig, DESCRIPTION, shlex.split(config.command_with_values)[2:]) == config
+    assert config.command.with_values == "python example.py --batch-size 8 --out x.json --lr=2e-4 --no-eval"
+    assert parse_config(ExampleConfig, DESCRIPTION, shlex.split(config.command.with_values)[2:]) == config
     plain = parse_config(ExampleConfig, DESCRIPTION, ["--eval"], program="example.py")
-    assert plain.command == plain.command_with_values == "python example.py --eval"
+    assert plain.command.text == plain.command.with_values == "python example.py --eval"
 
 
 def test_a_value_the_config_rejects_is_a_usage_error(capsys):

@@ -13,18 +13,19 @@ from analysis.layers import LayersConfig
 from analysis.spread import SpreadConfig
 from common import cli
 from ensemble import EnsembleConfig
+from search import SearchConfig
 from training.methods import ContrastiveConfig
 from training.multitask_config import MultitaskConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 ARGV = {MultitaskConfig: ["--device", "cpu"], ContrastiveConfig: ["--device", "cpu"],
-        EnsembleConfig: ["--members", "a"]}
+        EnsembleConfig: ["--members", "a"], SearchConfig: ["--space", "space.yaml"]}
 # (config, flag, where its default points, from the repository's root)
 DEFAULTS = [(MultitaskConfig, "output_dir", "runs/multitask"), (MultitaskConfig, "predictions_dir", "predictions"),
             (MultitaskConfig, "data_dir", "../shared/data"), (ContrastiveConfig, "output_dir", "runs/pretrain-simcse"),
             (ContrastiveConfig, "data_dir", "../shared/data"), (EnsembleConfig, "predictions_dir", "predictions"),
             (EnsembleConfig, "out", "predictions/ensemble.json"), (ErrorsConfig, "run", "runs/multitask"),
-            (CurvesConfig, "runs", "runs/multitask")]
+            (CurvesConfig, "runs", "runs/multitask"), (SearchConfig, "study_dir", "runs/search")]
 DEFAULTS += [(config, "out", f"runs/analysis/{name}") for config, name in (
     (ErrorsConfig, "errors"), (CurvesConfig, "curves"), (LayersConfig, "layers"), (SpreadConfig, "spread"),
     (EmbeddingsConfig, "embeddings"))]

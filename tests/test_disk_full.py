@@ -139,9 +139,9 @@ def test_a_full_disk_at_each_write_of_last_leaves_the_previous_one(multitask_tra
 def test_a_full_disk_at_each_write_of_best_leaves_the_previous_one(multitask_trainer, monkeypatch, capsys):
     run, engine = multitask_trainer
 
-    def evaluate_and_save():  # as at the end of an epoch, with a better dev score than any before
-        engine.best = -float("inf")
-        engine._evaluate(run, epoch=1, epoch_end=True, train_seconds=0.0)
+    def evaluate_and_save():  # an evaluation's dev outputs, saved as best/
+        run.evaluate()
+        engine._save_best(run)
 
     assert_every_failed_write_keeps_the_previous("best", evaluate_and_save, engine, monkeypatch, capsys,
                                                  run.tokenizer)

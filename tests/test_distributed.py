@@ -540,7 +540,7 @@ import multitask_classifier
 step = multitask.MultitaskRun.step
 def dies(self, item, share):
     # The checkpoint of step 4 is on disk. Only in the job's first attempt (torchrun --max-restarts restarts it).
-    if self.engine.step == 4 and os.environ["RANK"] == "1" and os.environ["TORCHELASTIC_RESTART_COUNT"] == "0":
+    if self.engine.state.step == 4 and os.environ["RANK"] == "1" and os.environ["TORCHELASTIC_RESTART_COUNT"] == "0":
         os._exit(137)  # as a SIGKILL: no clean-up of any kind
     return step(self, item, share)
 multitask.MultitaskRun.step = dies
@@ -572,7 +572,7 @@ def test_a_worker_killed_on_one_of_two_machines_ends_the_job_and_the_run_resumes
     machines, logs = [tmp_path / "machine0", tmp_path / "machine1"], tmp_path / "logs"
     # The job ended, both machines' parts of it.
     assert 0 not in two_machines(killer, args(Path(".")), machines, tmp_path / "logs-killed")
-    assert torch.load(machines[0] / "run/last/training_state.pt", weights_only=True)["step"] == 4
+    assert torch.load(machines[0] / "run/last/training_state.pt", weights_only=True)["engine"]["step"] == 4
     assert two_machines(ROOT / "multitask_classifier.py", [*args(Path(".")), "--resume"], machines, logs) == [0, 0], \
         (logs / "node1.log").read_text()[-3000:]
     assert "resuming at step 4" in (logs / "node0.log").read_text()
@@ -612,7 +612,7 @@ from training import multitask
 import multitask_classifier
 step = multitask.MultitaskRun.step
 def stops(self, item, share):
-    if self.engine.step == 2 and os.environ["RANK"] == "1":
+    if self.engine.state.step == 2 and os.environ["RANK"] == "1":
         with open({record!r}, "w") as record:
             record.write(f"{{os.getpid()}} {{time.time()}}")
         {how}

@@ -13,7 +13,7 @@ import torch
 import multitask_classifier
 from common.errors import UsageError
 from tests.conftest import assert_same_weights, checkpoint_weights, multitask_argv
-from training.run import linear_warmup_decay
+from training.lr_schedule import linear_warmup_decay
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -105,6 +105,52 @@ def test_tensorboard_events_are_written_and_readable(tiny_model, course_data, tm
     assert {event.step for event in events.Scalars("train/lr")} <= logged
 
 
+def test_report_to_mlflow_writes_what_mlflows_own_client_reads_back(tiny_model, course_data, tmp_path, monkeypatch):
+    """--report-to tensorboard,mlflow, offline: an MLflow tracking store in a local SQLite file (what `mlflow ui`
+    reads), read back with MLflow's client: one finished run named after the output folder, the run's flags as
+    parameters, and every number of the metrics log at its step; TensorBoard's folder is OUTPUT_DIR/tensorboard."""
+    from mlflow import MlflowClient
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "tiny")
+    multitask_classifier.main(multitask_args(tiny_model, course_data, tmp_path, "--log-every", "5",
+                                             "--report-to", "tensorboard,mlflow"))
+    client = MlflowClient()
+    [run] = client.search_runs([client.get_experiment_by_name("tiny").experiment_id])
+    assert run.info.run_name == "run" and run.info.status == "FINISHED"
+    assert run.data.params["lr"] == "0.001" and run.data.params["schedule"] == "mtdnn"
+    lines = [json.loads(line) for line in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
+    expected = {}  # name -> [(step, value)] as the metrics log has them
+    for line in lines:
+        for group, tag in (("loss", "train/loss"), ("dev", "dev")):
+            for name, value in line.get(group, {}).items():
+                expected.setdefault(f"{tag}/{name}", []).append((line["step"], value))
+        if "lr" in line:
+            expected.setdefault("train/lr", []).append((line["step"], line["lr"]))
+    assert {"dev/overall", "train/loss/sst", "train/lr"} <= set(expected)
+    for name, values in expected.items():
+        history = client.get_metric_history(run.info.run_id, name)
+        assert [(metric.step, metric.value) for metric in history] == values, name
+    events = EventAccumulator(str(tmp_path / "run/tensorboard"))
+    events.Reload()
+    scalars = events.Scalars("dev/overall")  # stored as float32
+    assert [event.step for event in scalars] == [step for step, _ in expected["dev/overall"]]
+    assert [event.value for event in scalars] == pytest.approx([value for _, value in expected["dev/overall"]],
+                                                               rel=2 ** -23)
+
+
+def test_report_to_names_its_loggers(tiny_model, course_data, tmp_path, capsys):
+    from common import cli
+
+    with pytest.raises(SystemExit) as exit_:
+        cli.run(lambda: multitask_classifier.main(multitask_args(tiny_model, course_data, tmp_path,
+                                                                 "--report-to", "tensorboard,wandb")))
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == \
+        "error: --report-to tensorboard,wandb: wandb is not one of tensorboard, mlflow"
+
+
 KILLED_AT_STEP_3 = """
 import os, signal, sys
 sys.path.insert(0, {root!r})
@@ -112,7 +158,7 @@ from training import contrastive
 import pretrain_contrastive
 step = contrastive.StageRun.step
 def dies(self, item, share):
-    if self.pretraining.engine.step == 3:  # the checkpoint of step 2 is on disk, step 3 has run
+    if self.pretraining.engine.state.step == 3:  # the checkpoint of step 2 is on disk, step 3 has run
         os.kill(os.getpid(), signal.SIGKILL)
     return step(self, item, share)
 contrastive.StageRun.step = dies
@@ -173,7 +219,7 @@ def test_a_diverging_run_stops_at_once_naming_the_step_the_task_and_the_last_goo
     step = int(message.split("step ")[1].split(":")[0])
     assert step < 3 * 15, "stopped at once, not at the end of the run"
     state = torch.load(tmp_path / "run/last/training_state.pt", weights_only=True)
-    assert state["step"] == step - 1  # the checkpoint before the step that diverged
+    assert state["engine"]["step"] == step - 1  # the checkpoint before the step that diverged
 
 
 def test_a_run_that_diverges_before_its_first_evaluation_saves_nothing_of_it(tiny_model, course_data, tmp_path,
@@ -198,7 +244,7 @@ def test_weights_that_turn_nan_at_an_evaluation_keep_the_last_finite_checkpoint(
     from training.multitask import MultitaskRun
 
     def poisoned_after_step_3(self):
-        if self.engine.step == 3:  # the loss of step 3 was finite; its update is not
+        if self.engine.state.step == 3:  # the loss of step 3 was finite; its update is not
             next(self.model.encoder.parameters()).data.fill_(float("nan"))
 
     monkeypatch.setattr(MultitaskRun, "after_update", poisoned_after_step_3)
@@ -209,7 +255,7 @@ def test_weights_that_turn_nan_at_an_evaluation_keep_the_last_finite_checkpoint(
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         f"error: step 3: the weights are not finite; the run stopped; the last good checkpoint is "
         f"{tmp_path / 'run' / 'last'} (a lower --lr, or --precision fp32, may help)")
-    assert torch.load(tmp_path / "run/last/training_state.pt", weights_only=True)["step"] == 2
+    assert torch.load(tmp_path / "run/last/training_state.pt", weights_only=True)["engine"]["step"] == 2
     for folder in ("best", "last"):
         assert all(tensor.isfinite().all() for tensor in checkpoint_weights(tmp_path / "run" / folder).values())
     # The leaderboard files are a set written when the run ends: none of a run that did not, not even best/'s dev.
@@ -242,3 +288,57 @@ def test_leaderboard_files_another_command_wrote_are_refused_and_replaced_with_o
         "sst-dev-output.csv", "sst-test-output.csv", "written-by.json"]
 
 
+KILLED_IN_STAGE_2 = """
+import os, signal, sys
+sys.path.insert(0, {root!r})
+from training import contrastive
+import pretrain_contrastive
+step = contrastive.StageRun.step
+def dies(self, item, share):
+    if self.stage.name == "unsup" and self.pretraining.engine.state.step == 2:  # unsup's step 2 saved
+        os.kill(os.getpid(), signal.SIGKILL)
+    return step(self, item, share)
+contrastive.StageRun.step = dies
+pretrain_contrastive.main(sys.argv[1:])
+"""
+
+
+def test_a_two_stage_run_resumed_in_its_second_stage_keeps_the_first_stages_lines_and_summary(tiny_model, tmp_path,
+                                                                                              contrastive_data):
+    """ConSERT sup-unsup, 3 steps a stage, last/ every 2: killed as unsup's step 3 begins, resumed from unsup's step
+    2. Both stages' steps count from 1, so the metrics log's lines name their stage; the resumed run's log and its
+    summary (metrics.json, the model card) hold the sup stage's as the uninterrupted run's do."""
+    args = lambda out: ["--model", str(tiny_model), "--method", "consert", "--consert-schedule", "sup-unsup",  # noqa
+                        "--data", "sts", "--data-dir", str(contrastive_data), "--batch-size", "4", "--max-steps", "3",
+                        "--save-every", "2", "--log-every", "1", "--output-dir", str(out), "--device", "cpu"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    assert subprocess.run([sys.executable, "pretrain_contrastive.py", *args(tmp_path / "full")], cwd=ROOT,
+                          env=env, capture_output=True).returncode == 0
+    killer = tmp_path / "killed.py"
+    killer.write_text(KILLED_IN_STAGE_2.format(root=str(ROOT)))
+    died = subprocess.run([sys.executable, str(killer), *args(tmp_path / "resumed")], cwd=ROOT, env=env,
+                          capture_output=True, text=True)
+    assert died.returncode == -9
+    resumed = subprocess.run([sys.executable, "pretrain_contrastive.py", *args(tmp_path / "resumed"), "--resume"],
+                             cwd=ROOT, env=env, capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "resuming at step 2 of 3" in resumed.stderr
+
+    def lines(folder):
+        return [(line["event"], line["stage"], line["step"], line["loss"])
+                for line in map(json.loads, (folder / "metrics.jsonl").read_text().splitlines())]
+
+    full, again = lines(tmp_path / "full"), lines(tmp_path / "resumed")
+    assert [line[:3] for line in full] == [("train", stage, step) for stage in ("sup", "unsup") for step in (1, 2, 3)]
+    assert [line[:3] for line in again] == [line[:3] for line in full]
+    for (*_, loss), (*_, expected) in zip(again, full):
+        assert loss == pytest.approx(expected, rel=1e-5)
+    summary = json.loads((tmp_path / "resumed/metrics.json").read_text())["stages"]
+    expected = json.loads((tmp_path / "full/metrics.json").read_text())["stages"]
+    assert list(summary) == list(expected) == ["sup", "unsup"]
+    for name in expected:
+        assert {k: v for k, v in summary[name].items() if k != "mean_loss"} == \
+            {k: v for k, v in expected[name].items() if k != "mean_loss"}
+        assert summary[name]["mean_loss"] == pytest.approx(expected[name]["mean_loss"], rel=1e-5)
+    card = (tmp_path / "resumed/README.md").read_text()
+    assert "| sup.steps | 3 |" in card and "| unsup.steps | 3 |" in card

@@ -11,7 +11,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMANDS = ["multitask_classifier.py", "pretrain_contrastive.py", "ensemble.py", "predict.py",
-            "-m evaluation.sts_benchmark", "analyze.py",
+            "-m evaluation.sts_benchmark", "analyze.py", "search.py",
             *sorted(f"benchmarks/{path.name}" for path in (ROOT / "benchmarks").glob("*.py"))]
 
 
@@ -78,8 +78,6 @@ def test_every_flag_is_explained(command):
 def test_the_readme_recipe_is_what_the_defaults_run():
     """The README's "The defaults are the recipe: `...`" names flags whose values the trainer runs without them,
     and --help states each of those defaults (or the "auto" that resolves to it)."""
-    from dataclasses import asdict
-
     from common.cli import parse_config
     from training.multitask_config import MultitaskConfig
 
@@ -88,7 +86,7 @@ def test_the_readme_recipe_is_what_the_defaults_run():
     assert len(flags) >= 5 and all(name.startswith("--") for name in flags), recipe
 
     def resolved(*argv):
-        config = asdict(parse_config(MultitaskConfig, "", list(argv)))
+        config = parse_config(MultitaskConfig, "", list(argv)).to_dict()
         return {name: value for name, value in config.items() if name != "model"}
 
     assert resolved(*recipe.split()) == resolved(), "the README's recipe differs from the defaults"

@@ -57,7 +57,7 @@ def test_the_help_lists_each_methods_papers_default(flag):
 
 
 def test_the_help_lists_each_methods_learning_rates_and_projection():
-    helps = {field.name: field.metadata["help"] for field in dataclasses.fields(ContrastiveConfig)}
+    helps = {field.name: field.metadata["help"] for field in cli.flag_fields(ContrastiveConfig)}
     assert ("(default per method and data: simcse 5e-5 NLI, 2e-5 Quora, 3e-5 sentences; mnrl 2e-5; ct 1e-5; "
             "sg, sg-opt 5e-5; consert 2e-5 NLI, 5e-7 unsup)") in helps["lr"]
     assert "auto: on for simcse, off for mnrl, consert; ct, sg, sg-opt score in their own way" in helps["projection"]

@@ -62,7 +62,7 @@ def test_resumed_run_ends_with_the_same_weights(tiny_model, course_data, tmp_pat
     original_step = multitask.MultitaskRun.step
 
     def dies_at_step_7(self, *a):
-        if self.engine.step == 6:
+        if self.engine.state.step == 6:
             raise KeyboardInterrupt
         return original_step(self, *a)
 
@@ -73,7 +73,7 @@ def test_resumed_run_ends_with_the_same_weights(tiny_model, course_data, tmp_pat
     steps_after_resume = []
 
     def counted_step(self, *a):
-        steps_after_resume.append(self.engine.step)
+        steps_after_resume.append(self.engine.state.step)
         return original_step(self, *a)
 
     monkeypatch.setattr(multitask.MultitaskRun, "step", counted_step)

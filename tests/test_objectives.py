@@ -6,7 +6,8 @@ import torch
 from data.contrastive import PairBatch, SentenceBatch, TripletBatch
 from losses import multiple_negatives_ranking_loss, quora_simcse_loss, simcse_loss
 from models import BertConfig, BertModel, from_pretrained
-from training.objectives import CT_LR_STEPS, ContrastiveTension, MultipleNegatives, SimCSE
+from training.lr_schedule import CT_LR_STEPS
+from training.objectives import ContrastiveTension, MultipleNegatives, SimCSE
 
 
 def test_simcse_and_mnrl_losses_per_batch_kind():

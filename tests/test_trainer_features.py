@@ -68,7 +68,7 @@ def test_patience_stops_after_that_many_evaluations_without_a_better_score(tmp_p
     scores = [0.5, 0.6, 0.55, 0.7, 0.69, 0.7, 0.1, 0.9, 0.95, 0.99]
     with caplog.at_level(logging.INFO):
         engine, run = fit(tmp_path, scores, patience=2)
-    assert run.evaluated == 6 and engine.step == 12
+    assert run.evaluated == 6 and engine.state.step == 12
     assert run.saved == [2, 4, 8]  # best/ replaced at evaluations 1, 2 and 4 (2 steps an epoch)
     assert (tmp_path / "run/best/step").read_text() == "8"
     assert f"new best: x 0.7000 at step 8, saved to {tmp_path / 'run' / 'best'}" in caplog.text
@@ -101,7 +101,7 @@ class KilledAtStep(ScriptedRun):
         self.at = at
 
     def step(self, item, share):
-        if self.engine.step + 1 == self.at:
+        if self.engine.state.step + 1 == self.at:
             raise KeyboardInterrupt
         return super().step(item, share)
 
@@ -130,7 +130,7 @@ def test_a_restarted_torchrun_attempt_resumes_its_jobs_run_and_leaves_another_co
     with caplog.at_level(logging.INFO):
         engine = attempt(tmp_path, monkeypatch, "job-a", 1, ScriptedRun(scores))
     assert "torchrun restart 1: resuming the run in" in caplog.text and "resuming at step 4 of 20" in caplog.text
-    assert engine.step == 20
+    assert engine.state.step == 20
     provenance = read_json(tmp_path / "run/run_config.json")["provenance"]
     assert provenance["torchrun_job"] == provenance["resumed"][0]["torchrun_job"] == distributed.job()
     # Killed after best/ and the metrics log, before last/ (removed here): the restart starts the run again over
@@ -142,7 +142,7 @@ def test_a_restarted_torchrun_attempt_resumes_its_jobs_run_and_leaves_another_co
         engine = attempt(tmp_path / "early", monkeypatch, "job-c", 1, ScriptedRun(scores))
     assert "saved no checkpoint before its processes stopped; starting it again" in caplog.text
     log = [json.loads(line) for line in (tmp_path / "early/run/metrics.jsonl").read_text().splitlines()]
-    assert engine.step == 20 and [line["step"] for line in log if line["event"] == "eval"] == list(range(2, 21, 2))
+    assert engine.state.step == 20 and [line["step"] for line in log if line["event"] == "eval"] == list(range(2, 21, 2))
 
 
 def test_resume_of_a_finished_run_exits_at_once_and_changes_nothing(tiny_model, course_data, tmp_path, capsys):
@@ -160,7 +160,7 @@ def test_resume_of_a_finished_run_exits_at_once_and_changes_nothing(tiny_model, 
 
 def test_max_steps_of_the_engine_stops_there_and_the_schedule_spans_those_steps(tmp_path):
     engine, run = fit(tmp_path, [0.1] * 10, max_steps=5, warmup=0.0)
-    assert engine.step == 5 and engine.total_steps == 5
+    assert engine.state.step == 5 and engine.state.total_steps == 5
     assert run.evaluated == 3  # epochs end at steps 2 and 4, and the last step ends the run as an epoch would
     train = [json.loads(line) for line in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
     evals = [line["step"] for line in train if line["event"] == "eval"]
@@ -225,7 +225,7 @@ def test_a_run_resumed_from_a_yaml_config_equals_the_same_flags(tiny_model, cour
     step = multitask.MultitaskRun.step
 
     def dies(self, item, share):
-        if self.engine.step == 3:  # the checkpoint of step 2 is on disk
+        if self.engine.state.step == 3:  # the checkpoint of step 2 is on disk
             raise RuntimeError("killed")
         return step(self, item, share)
 

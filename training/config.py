@@ -1,9 +1,9 @@
 """The flags every trainer has (TrainingConfig), and what --resume and --overwrite make of them; a command's config
 extends it."""
-import dataclasses
 from dataclasses import dataclass
 
-from common.cli import AT_LEAST_0, AT_LEAST_1, FRACTION, POSITIVE, SEED, Range, check_ranges, flag
+from common.cli import (AT_LEAST_0, AT_LEAST_1, FRACTION, POSITIVE, SEED, CommandLine, Range, check_ranges,
+                        command_field, flag, flag_fields)
 from common.files import in_repository
 from common.run_folder import LAST, METRICS
 from models.bert import ATTENTION
@@ -34,12 +34,19 @@ class TrainingConfig:
     allow_changed_data: bool = flag(False, "--resume although a data file changed since the run started")
     save_every: int = flag(0, "also save the resumable checkpoint OUTPUT_DIR/last/ every N steps (0 = only when "
                               "the command saves anyway)", range=AT_LEAST_0)
+    save_every_minutes: float = flag(10.0, "also save OUTPUT_DIR/last/ when this many minutes have passed since it "
+                                           "was last saved, so that a run killed early can still --resume (0 = "
+                                           "off)", range=AT_LEAST_0)
     log_every: int = flag(50, f"write each task's mean training loss and the learning rate to {METRICS} "
                               "every N steps", range=AT_LEAST_0)
     max_steps: int = flag(0, "stop after this many optimizer steps (a contrastive run: each stage); the learning-rate "
                              "schedule spans them (0 = run all epochs)", range=AT_LEAST_0)
-    tensorboard: str = flag("", "also write losses, learning rates, throughput, dev metrics and the run's flags "
-                                "(hparams) to this TensorBoard folder")
+    report_to: str = flag("", "also send the metrics log's numbers (losses, learning rates, throughput, dev "
+                              "metrics) and the run's flags to these loggers, comma-separated: tensorboard (its "
+                              "folder: --tensorboard), mlflow (MLflow's tracking store: $MLFLOW_TRACKING_URI, unset "
+                              "./mlflow.db; experiment $MLFLOW_EXPERIMENT_NAME)")
+    tensorboard: str = flag("", "the TensorBoard folder of --report-to tensorboard (left out: OUTPUT_DIR/tensorboard); "
+                                "giving it reports to TensorBoard")
     quiet: bool = flag(False, "print only warnings, errors and the summary at the end (no progress, no log lines)")
     device: str = flag("auto", "cpu, cuda, cuda:1, ... (auto: cuda when present; under torchrun each process "
                                "takes its own GPU)")
@@ -57,22 +64,31 @@ class TrainingConfig:
                                        "the run fails. They wait while rank 0 evaluates and saves: for bert-base, "
                                        "seconds on a GPU; on one CPU thread about 8 minutes (the dev sets), 10 (the "
                                        "test predictions), 15 (--eval's STS benchmark)", range=POSITIVE)
+    # Not a flag: the command line the config came from (common.cli.CommandLine).
+    command: CommandLine = command_field()
 
     # What --resume may change without changing the run; --output-dir among them: a run folder moved or copied
     # resumes where it now is.
-    RUNTIME_FIELDS = ("resume", "overwrite", "allow_changed_data", "device", "save_every", "log_every", "tensorboard",
-                      "quiet", "dist_timeout", "output_dir")
+    RUNTIME_FIELDS = ("resume", "overwrite", "allow_changed_data", "device", "save_every", "save_every_minutes",
+                      "log_every", "report_to", "tensorboard", "quiet", "dist_timeout", "output_dir")
     # What belongs to one command, not to its run: --resume never takes these from the run's flags.
     COMMAND_FIELDS = ("resume", "overwrite", "allow_changed_data", "device", "quiet", "dist_timeout", "output_dir")
     # What a run writes in --output-dir (a command adds its own): --overwrite removes these, and nothing else.
-    OUTPUTS = (LAST, METRICS)
+    OUTPUTS = (LAST, METRICS, "tensorboard")
     # Flags that name what the run reads: --resume compares where they point, not how they are spelled, and
     # --overwrite refuses to remove them.
     SOURCES = ("model",)
+    # Folders a command writes besides --output-dir (a command adds its own): none may lie inside best/ or last/.
+    OUTPUT_FOLDERS = ("tensorboard",)
 
     def __post_init__(self):
         check_ranges(self)
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """The flags, by name."""
+        return {field.name: getattr(self, field.name) for field in flag_fields(self)}
+
+    def as_flags(self, names: tuple[str, ...]) -> dict:
+        """Some flags' values, by their spelling on the command line (--output-dir)."""
+        return {f"--{name.replace('_', '-')}": value for name, value in self.to_dict().items() if name in names}
 

@@ -13,8 +13,9 @@ Views (--aug1, --aug2; section 3.2 and Implementation Details):
 The unsupervised stage turns BERT's own dropout off ("we remove the default dropout layer in BERT"), so the
 augmentations are the only noise; the NLI stages keep it, as the reference code's supervised runs do.
 
-Schedules (section 3.3), each a sequence of stages that the trainer runs one after the other, every stage with
-a fresh optimizer and learning-rate schedule (the paper starts the unsupervised run from the first's checkpoint):
+Stages (section 3.3, --consert-schedule): each choice a sequence of stages that the trainer runs one after the
+other, every stage with a fresh optimizer and learning-rate schedule (the paper starts the unsupervised run from
+the first's checkpoint):
     unsup        L_con on --data
     joint        L_joint = L_ce + alpha L_con on NLI
     sup-unsup    L_ce on NLI, then L_con on --data
@@ -38,7 +39,7 @@ from training.objectives import Objective, View, projection_mlp
 AUGMENTATIONS = ("none", "shuffle", "token-cutoff", "feature-cutoff", "dropout", "adversarial")
 CUTOFFS = {"token-cutoff": (token_cutoff, 0.15), "feature-cutoff": (feature_cutoff, 0.2),
            "dropout": (embedding_dropout, 0.2)}
-SCHEDULES = {"unsup": ("unsup",), "joint": ("joint",), "sup-unsup": ("sup", "unsup"),
+STAGES = {"unsup": ("unsup",), "joint": ("joint",), "sup-unsup": ("sup", "unsup"),
              "joint-unsup": ("joint", "unsup")}
 
 

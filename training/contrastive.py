@@ -102,6 +102,7 @@ class Pretraining:
         distributed.start_replicas([stage.objective for stage in self.stages] + ([self.fusion] if self.fusion else []),
                                    config.seed)
         self.results = {}  # the STS benchmark of --eval
+        self.finished_stages = {}  # each finished stage's summary (StageRun.finish), by name
 
     def _stage(self, name: str) -> Stage:
         config = self.config
@@ -120,19 +121,20 @@ class Pretraining:
         resumed = engine.resume_state["run"] if engine.resume_state else None
         if resumed:
             self.results = resumed["results"]
-        elif config.eval and engine.is_main:
+            self.finished_stages = resumed.get("finished_stages", {})  # saved since stages' summaries are kept
+        elif config.eval and distributed.is_main():
             self.results["before"] = self._benchmark(self.encoder)
-        # A resumed run skips the stages it finished: their weights came with the training state.
-        metrics = {"stages": {}}
+        # A resumed run skips the stages it finished: their weights and summaries came with the training state.
         for index in range(resumed["stage"] if resumed else 0, len(self.stages)):
-            metrics["stages"][self.stages[index].name] = engine.fit(StageRun(self, index))
+            self.finished_stages[self.stages[index].name] = engine.fit(StageRun(self, index))
+        metrics = {"stages": self.finished_stages}
         encoders = self.stages[-1].objective.encoders_to_save()
-        if config.eval and engine.is_main:
+        if config.eval and distributed.is_main():
             for name, encoder in encoders.items():
                 self.results[f"after {name}".strip()] = self._benchmark(encoder)
             print(markdown_table(self.results, TABLE_COLUMNS))
             metrics["sts_benchmark"] = self.results
-        if engine.is_main:
+        if distributed.is_main():
             self._save_final(encoders, metrics)
             self._summary(metrics["stages"], encoders)
         distributed.barrier()
@@ -161,7 +163,7 @@ class Pretraining:
                 (temp / name).mkdir(exist_ok=True)
                 checkpoint.save(temp / name, encoder, self.tokenizer, metrics, run_config=self.engine.run_config,
                                 pooling=config.pooling, max_length=config.max_length, base_model=config.model,
-                                command=getattr(config, "command_with_values", ""),
+                                command=config.command.with_values,
                                 metrics=metrics["sts_benchmark"] if config.eval else metrics["stages"],
                                 metrics_kind="sts-benchmark" if config.eval else "training",
                                 data_files=[str(path) for path in self.data_files])
@@ -184,6 +186,7 @@ class StageRun(Run):
         self.pretraining, self.index, self.stage = pretraining, index, pretraining.stages[index]
         config, objective = pretraining.config, self.stage.objective
         self.name, self.lr, self.adam_betas = f"{config.method} {self.stage.name}", self.stage.lr, objective.adam_betas
+        self.stage_name = self.stage.name if len(pretraining.stages) > 1 else ""
         self.modules = [objective.train()] + ([pretraining.fusion.train()] if pretraining.fusion else [])
         self.chunk = config.grad_cache_chunk if objective.supports_grad_cache else 0
         self.fusion_updates = 0
@@ -232,6 +235,7 @@ class StageRun(Run):
 
     def state_dict(self) -> dict:
         return {"stage": self.index, "results": self.pretraining.results,
+                "finished_stages": self.pretraining.finished_stages,
                 "modules": [module.state_dict() for module in self.modules]}
 
     def load_state_dict(self, state: dict) -> None:
@@ -242,5 +246,5 @@ class StageRun(Run):
         """The stage's steps, its updates (a resumed stage counts those before the interruption as one a step),
         learning rate and mean loss."""
         engine = self.pretraining.engine
-        return {"steps": engine.total_steps, "updates": engine.step + self.fusion_updates, "lr": self.stage.lr,
+        return {"steps": engine.state.total_steps, "updates": engine.state.step + self.fusion_updates, "lr": self.stage.lr,
                 "mean_loss": engine.losses.period_means().get("loss")}

@@ -9,168 +9,45 @@ rest, from the flags every trainer has (training/config.py):
     accumulation              each step's batch is shared out between the processes and --grad-accum parts
                               (data.batching.Share); every process averages its gradients with the others', clips,
                               steps AdamW
-    evaluation                a run with evaluate(): at the end of each epoch and every run.eval_every steps; a
-                              better score saves OUTPUT_DIR/best/; run.patience evaluations without one stop the run
-    checkpoints and resume    OUTPUT_DIR/last/ (atomic) after each evaluation and every --save-every steps;
-                              --resume continues from it with the run's own flags, to the same final weights, and
-                              so does a torchrun attempt after a restart (training/resume.py)
-    metrics                   OUTPUT_DIR/metrics.jsonl: a "train" line every --log-every steps (each loss's
-                              mean, training/loss_tracker.py; the learning rate, examples a second), an "eval" line
-                              per evaluation (with the wall seconds spent training so far and on this evaluation),
-                              a "finish" line (a scored run: the seconds of run.finish(), the test predictions); the
-                              same scalars in TensorBoard with --tensorboard DIR (training/tensorboard.py)
-    progress                  a start line (steps, epochs, device, precision, the run's data); a progress bar on
-                              a terminal, else a line every 30 s (common/progress.py) and one every --log-every
+    evaluation                a run with evaluate(): at the end of each epoch and every run.eval_every steps
+    checkpoints and resume    OUTPUT_DIR/last/ (atomic) after each evaluation and every --save-every steps, with
+                              the loop's state (EngineState); --resume continues from it with the run's own flags,
+                              to the same final weights, and so does a torchrun attempt after a restart
+                              (training/resume.py)
     several processes         torchrun --nproc_per_node N ...: rank 0 evaluates and writes, every rank trains
+
+The rest is callbacks of the loop's events (training/callbacks.py), the project's and the user's: the progress
+bar; best/ when the score improves and --patience; the metrics log OUTPUT_DIR/metrics.jsonl and TensorBoard
+(training/reporting.py): a "train" line every --log-every steps (each loss's mean, training/loss_tracker.py; the
+learning rate, examples a second), an "eval" line per evaluation (with the wall seconds spent training so far and
+on this evaluation), a "finish" line (a scored run: the seconds of run.finish(), the test predictions).
 """
 import itertools
 import logging
 import math
-import sys
 import time
 from pathlib import Path
 
 import torch
 
 from common import distributed
-from common.cli import resolve_device
-from common.errors import CheckpointError, UsageError, UserError
-from common.files import check_writable
-from common.progress import Progress, on_terminal
-from common.provenance import provenance
-from common.run_folder import STATE, RunFolder
-from common.seeding import rng_state, seed_everything, set_rng_state
+from common.errors import CheckpointError, UserError
+from common.run_folder import STATE
+from common.seeding import rng_state, set_rng_state
 from data.batching import Share
 from models import AdamW
-from models.bert import resolve_attention
 from models.checkpoint import tensor_bytes
-from models.compile import check_can_compile, compile_encoder
-from training.config import TrainingConfig
+from training.callbacks import (BestCheckpoint, Callback, Control, EarlyStopping, EngineState, ProgressBar,
+                                 TimedSave)
+from training.command import Command
 from training.loss_tracker import LossTracker
-from training.precision import Precision
-from training.resume import check_resumable, flags_after_restart, load_training_state, with_values
 from training.run import Run
-from training.tensorboard import write_hparams, write_scalars
 
 log = logging.getLogger(__name__)
 
 
-class Engine:
-    """Used as a context: a command's work inside `with Engine(config) as engine:` owns --output-dir until it ends
-    (rank 0 locks it), and a command that ends normally records that its run finished."""
-
-    def __init__(self, config: TrainingConfig):
-        """Set-up, before any model or data: the device, --output-dir claimed (half-written saves recovered),
-        folders checked, seeds, and with --resume the interrupted run's flags and training state (self.config:
-        the flags the run trains with)."""
-        if config.quiet:  # before joining torchrun's group, which quiets its other processes further
-            logging.getLogger().setLevel(logging.WARNING)
-        self.device = distributed.setup(resolve_device(config.device), config.dist_timeout)
-        self.folder = RunFolder(config.output_dir)
-        self.is_main = distributed.is_main()
-        self._use_flags(config)
-        self.step, self.stopped_early, self.saved_provenance = 0, False, {}
-        if distributed.restarts() and not config.resume:  # torchrun --max-restarts
-            changes = distributed.on_main(lambda: flags_after_restart(self.folder))
-            if changes:
-                self._use_flags(with_values(config, **changes))
-        distributed.on_main(self._claim)  # torchrun: rank 0's machine alone has the folder
-        try:
-            self.started = time.time()
-            # --resume: the folder the run continues from (its weights), the flags it was started with, and the
-            # state its next fit restores. torchrun: rank 0 alone reads last/; the others get its flags and training
-            # state by broadcast, and its weights from the run (distributed.start_replicas). A run whose command
-            # ended has nothing left to do (the command returns at once), once its flags and data are checked where
-            # it kept last/.
-            self.resume_from = self.resume_state = self.finished = None
-            if self.config.resume:
-                self.finished = distributed.on_main(self.folder.finished)
-                if not self.finished or distributed.on_main(self.folder.state_file.exists):
-                    self.resume_from, saved, self.saved_provenance = distributed.on_main(
-                        lambda: check_resumable(self.folder, self.config))
-                    if saved:
-                        self._use_flags(with_values(self.config, **saved))
-                if not self.finished:
-                    self.resume_state = distributed.on_main(lambda: load_training_state(self.folder))
-                else:
-                    self.resume_from = None
-                    stopped = " (stopped early by --patience)" if self.finished["stopped_early"] else ""
-                    if self.is_main:
-                        print(f"--resume: the run in {self.folder} finished at step {self.finished['step']}{stopped}; "
-                              f"nothing to resume")
-            self.run_config = self.config.to_dict()
-            self.tensorboard = None
-            if self.config.tensorboard and self.is_main:
-                from torch.utils.tensorboard import SummaryWriter  # imported here: only runs that ask pay for it
-
-                self.tensorboard = SummaryWriter(self.config.tensorboard)  # the flags go in with describe_run's
-        except BaseException:
-            self.__exit__(*sys.exc_info())
-            raise
-
-    def _use_flags(self, config: TrainingConfig) -> None:
-        """The flags the run trains with: its precision, attention and compilation checked on this device, its seed."""
-        self.config = config
-        self.precision = Precision(config.precision, self.device)
-        resolve_attention(config.attention, self.device)  # FlagError: unpadded attention this device lacks
-        if config.compile:
-            check_can_compile(self.device)
-        seed_everything(config.seed)
-
-    def __enter__(self) -> "Engine":
-        return self
-
-    def __exit__(self, kind, error, trace) -> None:
-        """The command's end: its run finished, unless it failed; the folder released (rank 0)."""
-        if not self.is_main:
-            return
-        if kind is None and not self.finished:
-            self.folder.mark_finished(self.run_config, self.step, self.stopped_early)
-        self.folder.release()
-
-    def _claim(self) -> None:
-        """--output-dir claimed (locked; a run in it refused, or replaced with --overwrite unless that would remove
-        what the run reads), saves that died half-way recovered; --tensorboard writable. Rank 0 only (torchrun)."""
-        config = self.config
-        self.folder.claim(config.OUTPUTS, config.resume, config.overwrite,
-                          {f"--{name.replace('_', '-')}": getattr(config, name) for name in config.SOURCES})
-        try:
-            for name in ("tensorboard", "predictions_dir"):  # written files inside best/ or last/ would go at a save
-                self.folder.check_outside_checkpoints(getattr(config, name, ""), f"--{name.replace('_', '-')}")
-            if config.tensorboard:
-                check_writable(config.tensorboard, "--tensorboard")
-        except BaseException:
-            self.folder.release()
-            raise
-
-    def describe_run(self, data_files: list[Path], **resolved) -> None:
-        """OUTPUT_DIR's run config: every flag, the values chosen for flags left to a default (resolved), and what
-        reproduces the run: the command, the git commit, library versions, a hash of each data file; a resumed run
-        keeps what its start recorded and adds each --resume's."""
-        record, job = provenance(getattr(self.config, "command", ""), data_files), distributed.job()
-        if job:  # what a restarted attempt of the job recognises (torchrun --max-restarts)
-            record["torchrun_job"] = job
-        if self.saved_provenance:
-            record = {**self.saved_provenance, "resumed": [*self.saved_provenance.get("resumed", []), record]}
-        self.run_config = {**self.config.to_dict(), "resolved": resolved, "provenance": record}
-        if self.is_main:
-            self.folder.write_config(self.run_config)
-        if self.tensorboard is not None:  # a flag left to a default chosen later shows that value, not None
-            write_hparams(self.tensorboard, self.config.to_dict() | {
-                name: next(iter(value.values())) if isinstance(value, dict) and len(value) == 1 else value
-                for name, value in resolved.items()})
-
-    def check_max_length(self, encoder) -> None:
-        positions = encoder.config.max_position_embeddings
-        if self.config.max_length > positions:
-            raise UsageError(f"--max-length {self.config.max_length}: this model has {positions} positions; use "
-                             f"--max-length {positions} or less")
-
-    def prepare_encoder(self, encoder) -> None:
-        """--attention and --compile on an encoder already on the device (compiled in place: names unchanged)."""
-        encoder.attention = self.config.attention
-        if self.config.compile:
-            compile_encoder(encoder)
+class Engine(Command):
+    """The loop (a Command: used as a context, `with Engine(config) as engine:`)."""
 
     # ---- the loop ----
 
@@ -186,45 +63,66 @@ class Engine:
         if self.resume_state:  # once: a later fit (the next stage of a run) starts afresh
             self._restore(self.resume_state, run)
             self.resume_state = None
+        state = self.state
         if self.is_main:
             log.info("%s: %d steps in %d epoch(s) on %s, %s; %s", run.name, len(steps), len(epoch_ends), self.device,
                      self.precision.name, run.describe())
-        # Off a terminal, a line every 30 s whatever --log-every is; torchrun: rank 0 alone (the others log no INFO).
-        progress = Progress(len(steps), run.name, unit="step", initial=self.step, leave=True)
+        callbacks = [ProgressBar(run.name), TimedSave(config.save_every_minutes)]
+        if run.evaluate is not None:
+            callbacks += [BestCheckpoint(lambda: self._save_best(run), run.score_name),
+                          EarlyStopping(run.patience, run.score_name)]
+        self.callbacks = callbacks + self.reporters + self.user_callbacks
+        wants_losses = any(type(callback).on_step_end is not Callback.on_step_end for callback in self.user_callbacks)
+        self._event("on_train_begin")
         examples, window_started = 0, time.time()
         # Wall seconds of this process's training steps: evaluations and checkpoint saves left out.
         train_seconds, since = 0.0, self._clock()
-        for epoch, item in steps[self.step:]:
+        for epoch, item in steps[state.step:]:
             losses, step_examples = self._train_step(run, item)
             self.losses.add(losses)
-            examples += step_examples
-            progress.update()
-            if config.log_every and self.step % config.log_every == 0:
-                examples = distributed.sum_over_processes([examples])[0]  # torchrun: every process's rows
-                line = self.log_train(examples / (time.time() - window_started))
-                progress.set_postfix({name: f"{value:.3f}" for name, value in line["loss"].items()})
-                examples, window_started = 0, time.time()
+            state.epoch, examples = epoch + 1, examples + step_examples
             run.after_update()
-            epoch_end = self.step in epoch_ends
+            # Read from the device (a wait for the GPU) only for a callback of the user's that wants them.
+            self._event("on_step_end", {name: float(loss) for name, loss in losses.items()} if wants_losses else {})
+            if config.log_every and state.step % config.log_every == 0:
+                examples = distributed.sum_over_processes([examples])[0]  # torchrun: every process's rows
+                self._log(self._train_line(examples / (time.time() - window_started)))
+                examples, window_started = 0, time.time()
+            control = self._agreed_control()
+            epoch_end = state.step in epoch_ends
             evaluate = run.evaluate is not None and (
-                epoch_end or (run.eval_every and self.step % run.eval_every == 0))
-            if evaluate or (config.save_every and self.step % config.save_every == 0):
+                epoch_end or (run.eval_every and state.step % run.eval_every == 0) or control.should_evaluate)
+            if evaluate or control.should_save or (config.save_every and state.step % config.save_every == 0):
                 train_seconds += self._clock() - since
                 if evaluate:
-                    self._evaluate(run, epoch + 1, epoch_end, train_seconds)
+                    control = self._evaluate(run, epoch_end, train_seconds)
                 self.save_last(run)
                 since = self._clock()
-            if evaluate and self._out_of_patience(run):
-                self.stopped_early = True
+            if control.should_stop:
+                state.stopped_early = True
                 break
-        progress.close()
+            self.control = Control()  # acted on
+        self._event("on_train_end")
         started = time.time()
         result = run.finish()
         if run.evaluate is not None:  # a scored run's finish predicts the test sets: their time apart
-            self.write_record({"event": "finish", "step": self.step,
-                               "finish_seconds": round(time.time() - started, 2),
-                               "seconds": round(time.time() - self.started, 1)})
+            self._log({"event": "finish", "step": state.step, "finish_seconds": round(time.time() - started, 2),
+                       "seconds": round(time.time() - self.started, 1)})
         return result
+
+    def _event(self, name: str, *values) -> None:
+        """Each callback's method `name` (rank 0 only: torchrun's other processes follow rank 0's control)."""
+        if self.is_main:
+            for callback in self.callbacks:
+                getattr(callback, name)(self.state, self.control, *values)
+
+    def _log(self, record: dict) -> None:
+        """A line of the metrics log, to every logger (on_log); a multi-stage run's lines name their stage."""
+        self._event("on_log", {**record, "stage": self.state.stage} if self.state.stage else record)
+
+    def _agreed_control(self) -> Control:
+        """What the callbacks asked so far in this step: rank 0's, on every process."""
+        return distributed.broadcast_object(self.control)
 
     def _clock(self) -> float:
         """time.time() once the device has done the work queued so far (a GPU runs behind the host)."""
@@ -234,17 +132,15 @@ class Engine:
 
     def _prepare(self, run: Run, total_steps: int) -> None:
         """A fresh optimizer and learning-rate schedule for `total_steps` steps."""
-        self.parameters, self.total_steps, self.peak_lr = run.parameters(), total_steps, run.lr
-        self.head_lr = run.head_lr
+        self.parameters, self.peak_lr, self.head_lr = run.parameters(), run.lr, run.head_lr
         self.lr_multiplier = lambda step: run.lr_multiplier(step, total_steps, self.config.warmup)
         self.optimizer = AdamW(run.parameter_groups(), lr=run.lr, betas=run.adam_betas,
                                weight_decay=self.config.weight_decay)
         self.gradients = distributed.GradientSync(self.parameters)
         self.last_part = True  # whether the backward passes now are the step's last accumulation part's
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self.lr_multiplier)
-        self.step, self.losses = 0, LossTracker()
-        self.best, self.last_record = -math.inf, {}
-        self.best_step, self.since_best = 0, 0  # the evaluation that made best/, evaluations since then
+        self.state, self.control = EngineState(total_steps=total_steps, stage=run.stage_name), Control()
+        self.losses = LossTracker()
 
     def _train_step(self, run: Run, item) -> tuple[dict[str, torch.Tensor], int]:
         """The item's batch in --grad-accum parts on this process, then one update."""
@@ -273,58 +169,41 @@ class Engine:
         self.optimizer.zero_grad(set_to_none=True)
         if advance_schedule:
             self.scheduler.step()
-            self.step += 1
+            self.state.step += 1
 
-    def _evaluate(self, run: Run, epoch: int, epoch_end: bool, train_seconds: float) -> None:
-        """Rank 0 scores the dev sets and saves best/ when the run's score improves. The record's training losses
-        are the means over the epoch so far; train_seconds, the wall seconds of training steps so far."""
+    def _evaluate(self, run: Run, epoch_end: bool, train_seconds: float) -> Control:
+        """Rank 0 scores the dev sets; the callbacks judge the score (best/, --patience). The record's training
+        losses are the means over the epoch so far; train_seconds, the wall seconds of training steps so far."""
         # A collective (torchrun): every process calls it; every process starts the next epoch's means together.
         self.check_finite(self.losses.window_means(reset=False))
         self.check_finite_weights()
         train_loss = self.losses.period_means(reset=epoch_end)
         # Rank 0 alone scores; a non-finite dev metric stops every process (on_main raises it on each).
-        distributed.on_main(lambda: self._score_dev(run, epoch, train_loss, train_seconds))
+        distributed.on_main(lambda: self._score_dev(run, train_loss, train_seconds))
+        return self._agreed_control()
 
-    def _score_dev(self, run: Run, epoch: int, train_loss: dict[str, float], train_seconds: float) -> None:
-        started = time.time()
+    def _score_dev(self, run: Run, train_loss: dict[str, float], train_seconds: float) -> None:
+        started, state = time.time(), self.state
         metrics = run.evaluate()
         self.check_finite(metrics, "dev metric")
-        record = {"event": "eval", "epoch": epoch, "step": self.step, "train_loss": train_loss,
-                  "dev": metrics, "seconds": round(time.time() - self.started, 1),
-                  "train_seconds": round(train_seconds, 2), "eval_seconds": round(time.time() - started, 2)}
-        self.write_record(record)
-        log.info("step %d dev: %s", self.step, "  ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
-        self.last_record = record
-        score = run.score(metrics)
-        self.since_best += 1
-        if score > self.best:
-            self.best, self.best_step, self.since_best = score, self.step, 0
-            # About the size of best/: the weights.
-            with self.folder.save_checkpoint(True, self.run_config, expected=tensor_bytes(self.parameters)) as temp:
-                run.save(temp, record, best=True)
-            log.info("new best: %s %.4f at step %d, saved to %s", run.score_name, score, self.step, self.folder.best)
-
-    def _out_of_patience(self, run: Run) -> bool:
-        """run.patience: every process stops after that many evaluations without a better score (rank 0 knows)."""
-        stop = distributed.broadcast_object(bool(run.patience) and self.is_main and self.since_best >= run.patience)
-        if stop:
-            log.warning("early stop at step %d: no better %s in %d evaluations (best %.4f at step %d)", self.step,
-                        run.score_name, run.patience, self.best, self.best_step)
-        return stop
+        state.last_record = {"event": "eval", "epoch": state.epoch, "step": state.step, "train_loss": train_loss,
+                             "dev": metrics, "seconds": round(time.time() - self.started, 1),
+                             "train_seconds": round(train_seconds, 2), "eval_seconds": round(time.time() - started, 2)}
+        self._log(state.last_record)
+        log.info("step %d dev: %s", state.step, "  ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
+        self._event("on_evaluate", metrics, run.score(metrics))
 
     # ---- metrics ----
 
-    def log_train(self, examples_per_second: float) -> dict:
+    def _train_line(self, examples_per_second: float) -> dict:
+        """The metrics log's train line: each loss's mean since the last, the learning rate (a collective)."""
         means = self.losses.window_means()
         self.check_finite(means)
-        line = {"event": "train", "step": self.step, "loss": means,
-                "lr": self.peak_lr * self.lr_multiplier(self.step - 1), "examples_per_s": round(examples_per_second, 1)}
+        line = {"event": "train", "step": self.state.step, "loss": means,
+                "lr": self.peak_lr * self.lr_multiplier(self.state.step - 1),
+                "examples_per_s": round(examples_per_second, 1)}
         if self.head_lr is not None:
-            line["head_lr"] = self.head_lr * self.lr_multiplier(self.step - 1)
-        self.write_record(line)
-        if not on_terminal():  # no progress bar: a log line instead
-            log.info("step %d/%d  %s  lr %.3g", self.step, self.total_steps,
-                     "  ".join(f"{k} {v:.4f}" for k, v in means.items()), line["lr"])
+            line["head_lr"] = self.head_lr * self.lr_multiplier(self.state.step - 1)
         return line
 
     def check_finite(self, values: dict[str, float], what: str = "loss") -> None:
@@ -343,17 +222,17 @@ class Engine:
                  else "no checkpoint was saved")
         # torchrun: the losses are every process's summed and the weights alike, so every process stops here.
         raise distributed.on_every_process(UserError(
-            f"step {self.step}: {what}; the run stopped; {saved} (a lower --lr, or --precision fp32, may help)"))
-
-    def write_record(self, record: dict) -> None:
-        """A line of the metrics log, and its numbers in TensorBoard (rank 0 only)."""
-        if not self.is_main:
-            return
-        self.folder.append_record(record)
-        if self.tensorboard is not None:
-            write_scalars(self.tensorboard, record)
+            f"step {self.state.step}: {what}; the run stopped; {saved} (a lower --lr, or --precision fp32, may help)"))
 
     # ---- checkpoints ----
+
+    def _save_best(self, run: Run) -> Path:
+        """OUTPUT_DIR/best/ (rank 0): the run's files, with the evaluation that made it best (About the size of
+        best/: the weights)."""
+        with self.folder.save_checkpoint(True, self.run_config, expected=tensor_bytes(self.parameters)) as temp:
+            run.save(temp, self.state.last_record, best=True)
+        self._event("on_save", self.folder.best, True)
+        return self.folder.best
 
     def save_last(self, run: Run) -> Path:
         """OUTPUT_DIR/last/: the run's files, its run config and the training state, written atomically.
@@ -366,30 +245,30 @@ class Engine:
             # About the size of last/: the weights, and AdamW's two moments of each in the training state.
             with self.folder.save_checkpoint(False, self.run_config,
                                              expected=3 * tensor_bytes(self.parameters)) as temp:
-                run.save(temp, self.last_record, best=False)
-                torch.save({"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-                            "scaler": self.precision.state_dict(), "step": self.step, "rng": rng,
-                            "losses": losses, "best": self.best, "last_record": self.last_record,
-                            "best_step": self.best_step, "since_best": self.since_best,
-                            "run": run.state_dict()}, temp / STATE)
+                run.save(temp, self.state.last_record, best=False)
+                torch.save({"engine": self.state.to_dict(), "optimizer": self.optimizer.state_dict(),
+                            "scheduler": self.scheduler.state_dict(), "scaler": self.precision.state_dict(),
+                            "rng": rng, "losses": losses, "run": run.state_dict()}, temp / STATE)
+            self._event("on_save", self.folder.last, False)
         distributed.barrier()
         return self.folder.last
 
-    def _restore(self, state: dict, run: Run) -> None:
-        """Continue from a training state of save_last (after _prepare, with the same parameters)."""
-        if len(state["rng"]) != distributed.world_size():
+    def _restore(self, saved: dict, run: Run) -> None:
+        """Continue from a training state of save_last (after _prepare, with the same parameters). A state saved
+        before the engine's state was one object holds its fields at the top level."""
+        if len(saved["rng"]) != distributed.world_size():
             raise distributed.on_every_process(CheckpointError(
-                f"--resume: this is {distributed.processes()}, but the run was trained by {len(state['rng'])}; "
+                f"--resume: this is {distributed.processes()}, but the run was trained by {len(saved['rng'])}; "
                 f"resume it with as many"))
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        self.precision.load_state_dict(state["scaler"])
-        self.step = state["step"]
-        self.losses.load_state_dict(state["losses"])
-        self.best, self.last_record = state["best"], state["last_record"]
-        self.best_step, self.since_best = state.get("best_step", 0), state.get("since_best", 0)
-        run.load_state_dict(state["run"])
+        self.optimizer.load_state_dict(saved["optimizer"])
+        self.scheduler.load_state_dict(saved["scheduler"])
+        self.precision.load_state_dict(saved["scaler"])
+        self.state = EngineState.from_dict({**saved.get("engine", saved), "total_steps": self.state.total_steps,
+                                            "stage": self.state.stage})
+        self.losses.load_state_dict(saved["losses"])
+        run.load_state_dict(saved["run"])
         if self.is_main:
-            self.folder.keep_records_until(self.step)
-        set_rng_state(state["rng"][distributed.rank()])
-        log.info("resuming at step %d of %d", self.step, self.total_steps)
+            self.folder.keep_records_until(self.state.step, self.state.stage)
+        set_rng_state(saved["rng"][distributed.rank()])
+        log.info("resuming at step %d of %d", self.state.step, self.state.total_steps)
+

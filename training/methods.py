@@ -24,7 +24,7 @@ from model import as_flag
 from models import POOLINGS, BertModel
 from tasks import CONTRASTIVE_DATA
 from training.config import MIN_LENGTH, TrainingConfig
-from training.consert import AUGMENTATIONS, SCHEDULES, ConsertSupervised, ConsertUnsupervised
+from training.consert import AUGMENTATIONS, STAGES, ConsertSupervised, ConsertUnsupervised
 from training.objectives import ContrastiveTension, MultipleNegatives, Objective, SelfGuided, SimCSE
 
 DATA_NAMES = CONTRASTIVE_DATA.names
@@ -94,7 +94,7 @@ def _consert_stage_data(config: "ContrastiveConfig", stage: str) -> str:
                                       CONTRASTIVE_DATA.detect_format(Path(config.data).expanduser()) == "nli")
     if stage == "unsup" or is_nli:
         return config.data
-    if len(SCHEDULES[config.consert_schedule]) == 1:
+    if len(STAGES[config.consert_schedule]) == 1:
         raise DataError(f"--consert-schedule joint trains on NLI triplets only; --data {config.data} is not NLI")
     return "nli"
 
@@ -149,7 +149,7 @@ METHODS: dict[str, Method] = {method.name: method for method in (
            dict(batch_size=96, max_length=64, pooling="mean", temperature=0.1, warmup=0.1),
            RateBy({"NLI": 2e-5, "unsup": 5e-7}, lambda datasets, stage: "unsup" if stage == "unsup" else "NLI"),
            flags=("temperature", "aug1", "aug2", "consert_schedule", "alpha", "fgv_epsilon"),
-           stages=lambda config: SCHEDULES[config.consert_schedule], stage_data=_consert_stage_data,
+           stages=lambda config: STAGES[config.consert_schedule], stage_data=_consert_stage_data,
            check=_check_consert),
 )}
 # A method's own flag -> the methods that take it.
@@ -211,7 +211,7 @@ class ContrastiveConfig(TrainingConfig):
     consert_schedule: str = flag("unsup", "consert's stages (ConSERT section 3.3): unsup, the contrastive loss alone; "
                                           "joint, NLI classification with it; sup-unsup, NLI first, then unsup; "
                                           "joint-unsup, joint first, then unsup; the NLI stages read --data when it is NLI, else "
-                                          "nli_for_simcse.csv of --data-dir", choices=tuple(SCHEDULES))
+                                          "nli_for_simcse.csv of --data-dir", choices=tuple(STAGES))
     alpha: float = flag(0.15, "consert joint: L_ce + alpha * L_con", range=AT_LEAST_0)
     fgv_epsilon: float = flag(1.0, "consert adversarial view: norm of the FGV perturbation of each token",
                               range=AT_LEAST_0)

@@ -22,6 +22,7 @@ from data.batching import Share, check_token_budget, to_device
 from data.splits import TaskSplit, TaskStream
 from evaluation.inference import soft_outputs
 from evaluation.outputs import leaderboard_files, write_outputs
+from evaluation.predictions import SPLITS
 from model import MultitaskModel
 from models import Tokenizer
 from tasks import REGISTRY, metric_names, summary
@@ -202,7 +203,7 @@ class MultitaskRun(Run):
         config = self.config
         checkpoint.save(folder, self.model.encoder, self.tokenizer, record, model=self.model,
                         pooling=config.pooling, max_length=config.max_length, base_model=config.init or config.model,
-                        command=getattr(config, "command_with_values", ""), eval_sample=config.max_eval_examples,
+                        command=config.command.with_values, eval_sample=config.max_eval_examples,
                         metrics=record.get("dev", {}), metric_names=metric_names(),
                         data_files=[str(Path(config.data_dir) / REGISTRY[name].files[0]) for name in config.task_list])
         if best:
@@ -217,12 +218,14 @@ class MultitaskRun(Run):
 
     def finish(self) -> dict:
         """Reload the best checkpoint, save its test outputs beside its dev ones, and write the leaderboard files of
-        both, every task's, as one set."""
+        both, every task's, as one set (--no-predict-test: the dev ones only)."""
         best = self.engine.folder.best
         if self.engine.is_main:
-            self.model = self._load(best)
-            write_outputs(best, "test", self._splits("test"), self._soft_outputs("test"))
-            self.leaderboard_files = self.leaderboard.write(leaderboard_files(best, self.config.task_list))
+            if self.config.predict_test:
+                self.model = self._load(best)
+                write_outputs(best, "test", self._splits("test"), self._soft_outputs("test"))
+            splits = SPLITS if self.config.predict_test else ("dev",)
+            self.leaderboard_files = self.leaderboard.write(leaderboard_files(best, self.config.task_list, splits))
         metrics = distributed.on_main(lambda: read_json(best / "metrics.json"))["dev"]  # torchrun: rank 0's file
         if self.engine.is_main:
             self._summary(metrics)

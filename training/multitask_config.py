@@ -88,10 +88,13 @@ class MultitaskConfig(ModelConfig, SmartConfig, EvaluationConfig, TrainingConfig
                               "--batch-size, in order of length (0 = off: --batch-size rows)", range=AT_LEAST_0)
     data_dir: str = flag(str(DEFAULT_DATA), "folder with the course's data files")
     predictions_dir: str = flag(in_repository("predictions"), "leaderboard CSVs of the best checkpoint go here")
+    predict_test: bool = flag(True, "end with the best checkpoint's test predictions (--no-predict-test: only its "
+                                    "dev ones, as search.py's trials do: a run scored on dev needs no test pass)")
 
-    RUNTIME_FIELDS = TrainingConfig.RUNTIME_FIELDS + ("predictions_dir", "eval_batch_size")
+    RUNTIME_FIELDS = TrainingConfig.RUNTIME_FIELDS + ("predictions_dir", "eval_batch_size", "predict_test")
     OUTPUTS = TrainingConfig.OUTPUTS + (BEST,)
     SOURCES = TrainingConfig.SOURCES + ("init", "data_dir")
+    OUTPUT_FOLDERS = TrainingConfig.OUTPUT_FOLDERS + ("predictions_dir",)
 
     def __post_init__(self):
         super().__post_init__()  # ModelConfig's (the tasks, the head flags), then TrainingConfig's (every range)

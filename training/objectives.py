@@ -32,7 +32,7 @@ from heads.sentiment import SentimentHead
 from losses import (ProjectionHead, contrastive_tension_loss, l2_regulariser, multiple_negatives_ranking_loss,
                     quora_simcse_loss, sample_layer_views, self_guided_base_loss, self_guided_opt3_loss, simcse_loss)
 from models import BertModel, pool
-from training.run import linear_warmup_decay
+from training.lr_schedule import contrastive_tension_steps, linear_warmup_decay
 
 
 @dataclass
@@ -143,11 +143,6 @@ class MultipleNegatives(InBatchNegatives):
         return multiple_negatives_ranking_loss(*embeddings, scale=self.scale)
 
 
-# Contrastive Tension (Carlsson et al.) Appendix A.3, Table 5 (values from the authors' code): 1e-5 for 500 steps,
-# then 8e-6, 6e-6, 4e-6, and 2e-6 from step 2000 on; as multipliers of the peak --lr (default 1e-5).
-CT_LR_STEPS = ((500, 1.0), (1000, 0.8), (1500, 0.6), (2000, 0.4))
-CT_LR_FINAL = 0.2
-
 
 class ContrastiveTension(Objective):
     """Two copies with identical initial weights, each updated on its own: model 1 embeds the anchors, model 2
@@ -174,7 +169,7 @@ class ContrastiveTension(Objective):
         return contrastive_tension_loss(first, second, batch.labels)
 
     def lr_multiplier(self, step, total_steps, warmup):
-        return next((m for boundary, m in CT_LR_STEPS if step < boundary), CT_LR_FINAL)
+        return contrastive_tension_steps(step)
 
     def encoders_to_save(self):
         return {"model1": self.model1, "model2": self.model2}

@@ -1,12 +1,15 @@
 """Continuing a run: --resume (the run's own flags, checked against the command's, and its training state) and a
 torchrun attempt after a restart (--max-restarts), which continues its job's run by itself."""
 import dataclasses
+from dataclasses import dataclass, field
 import logging
+import shlex
 from pathlib import Path
 
 import torch
 
 from common import distributed
+from common.cli import flag_fields
 from common.errors import CheckpointError
 from common.files import load_or_fail
 from common.provenance import check_data_unchanged
@@ -19,16 +22,19 @@ log = logging.getLogger(__name__)
 def check_resumable(folder: RunFolder, config: TrainingConfig) -> tuple[Path, dict, dict]:
     """The interrupted run's last/ folder, the flags it was trained with that the command leaves out (the command's
     own flags must not change the run: one that does is refused, naming it), and the provenance it recorded."""
+    if folder.stopped_unsaved():
+        raise CheckpointError(f"--resume: the run in {folder} stopped before it saved a checkpoint to resume from; "
+                              f"start it again: {start_again(config)}")
     if not folder.state_file.exists():
         raise CheckpointError(f"--resume: no interrupted run in {folder} (no "
                               f"{folder.state_file.relative_to(folder.path)})")
     folder.records()  # before anything is written: a line of metrics.jsonl that is not the run's is refused
     # A flag added since the run started is absent from its run config: it ran with the default.
-    defaults = {f.name: f.default for f in dataclasses.fields(config)}
+    defaults = {f.name: f.default for f in flag_fields(config)}
     saved = defaults | folder.saved_config()
     check_data_unchanged(saved.get("provenance", {}), config.allow_changed_data)
     # Flags built from a config object, not a command line (a library caller): all of them given.
-    given = getattr(config, "given_flags", set(defaults))
+    given = set(defaults) if config.command.given is None else config.command.given
     taken = {name: saved[name] for name in defaults if name not in given and name not in config.COMMAND_FIELDS}
 
     def same(name, value):  # runs/x, ./runs/x and /home/me/runs/x are one folder
@@ -43,6 +49,14 @@ def check_resumable(folder: RunFolder, config: TrainingConfig) -> tuple[Path, di
         raise CheckpointError(f"--resume: {'; '.join(changed)}: the run continues with its own flags (from "
                               f"{folder.last / RUN_CONFIG}); leave these out, or start a new --output-dir")
     return folder.last, taken, saved.get("provenance", {})
+
+
+def start_again(config: TrainingConfig) -> str:
+    """The command that starts the run in --output-dir over: the command as given, with --overwrite, not --resume."""
+    if not config.command.text:  # a config built in Python
+        return "the same command with --overwrite"
+    return shlex.join([word for word in shlex.split(config.command.text) if word not in ("--resume", "--overwrite")]
+                      + ["--overwrite"])
 
 
 def flags_after_restart(folder: RunFolder) -> dict:
@@ -61,19 +75,16 @@ def flags_after_restart(folder: RunFolder) -> dict:
 
 
 def with_values(config: TrainingConfig, **values) -> TrainingConfig:
-    """The config with some flags changed (checked again), remembering the command it came from."""
+    """The config with some flags changed (checked again); its command line stays."""
     try:
         changed = dataclasses.replace(config, **values)
     except ValueError as error:  # a run config edited by hand
         raise CheckpointError(f"--resume: the run's flags are refused: {error}") from None
-    for name in ("command", "command_with_values", "given_flags"):
-        if hasattr(config, name):
-            setattr(changed, name, getattr(config, name))
     return changed
 
 
 # What the engine's save_last writes into training_state.pt, each of which its restore reads.
-STATE_ENTRIES = ("optimizer", "scheduler", "scaler", "step", "rng", "losses", "best", "last_record", "run")
+STATE_ENTRIES = ("engine", "optimizer", "scheduler", "scaler", "rng", "losses", "run")
 
 
 def load_training_state(folder: RunFolder) -> dict:
@@ -86,10 +97,34 @@ def load_training_state(folder: RunFolder) -> dict:
     if missing:
         raise CheckpointError(f"{folder.state_file}: not a whole training state (no {', '.join(missing)} entry); put "
                               f"back the run's own last/, or start the run again with --overwrite")
-    evaluation = state["last_record"]
-    if evaluation and folder.metrics_log.exists() and \
-            evaluation not in [record for _, record in folder.records()]:
+    evaluation = state["engine"].get("last_record") if isinstance(state["engine"], dict) else None
+    if evaluation and folder.metrics_log.exists() and not any(  # a multi-stage run's lines name their stage too
+            all(record.get(key) == value for key, value in evaluation.items()) for _, record in folder.records()):
         raise CheckpointError(f"{folder.state_file}: another run's training state (its last evaluation, at step "
                               f"{evaluation.get('step')}, is not in {folder.metrics_log}); put back the run's own "
                               f"last/, or start the run again with --overwrite")
     return state
+
+
+@dataclass
+class Resumption:
+    """What --resume continues from: the interrupted run's last/ (weights), the training state its next fit
+    restores (state), the run's own flags that the command leaves out (flags) and the provenance it recorded. A
+    run whose command ended (finished: where) has nothing left to do, once its flags and data are checked where it
+    kept last/."""
+    weights: Path | None = None
+    state: dict | None = None
+    flags: dict = field(default_factory=dict)
+    provenance: dict = field(default_factory=dict)
+    finished: dict | None = None
+
+
+def find_resumption(folder: RunFolder, config: TrainingConfig) -> Resumption:
+    """--resume in `folder` (rank 0 alone reads it; torchrun's other processes get the answer by broadcast)."""
+    finished = folder.finished()
+    if finished and not folder.state_file.exists():
+        return Resumption(finished=finished)
+    weights, flags, provenance = check_resumable(folder, config)
+    if finished:
+        return Resumption(flags=flags, provenance=provenance, finished=finished)
+    return Resumption(weights, load_training_state(folder), flags, provenance)

@@ -10,6 +10,12 @@
 and may give evaluate() and score() (dev metrics, and the number that picks best/, with score_name, eval_every and
 patience), save() (its files of a checkpoint folder), after_update() (what follows each optimizer step),
 state_dict() / load_state_dict() (what else --resume needs) and finish() (the end of the run, and its result).
+
+What a run uses of the engine: its device and precision; backward(loss) and, for an extra update within a step,
+update(advance_schedule=False); state, the loop's EngineState (to read), and losses (the loss means so far);
+folder, the run folder; and at set-up describe_run (the run config), check_max_length and prepare_encoder
+(--attention, --compile), resume_from and resume_state (what --resume continues from). The rest of the engine is
+the loop's own.
 """
 from pathlib import Path
 from typing import Callable
@@ -17,19 +23,13 @@ from typing import Callable
 import torch
 
 from data.batching import Share
-
-
-def linear_warmup_decay(step: int, total_steps: int, warmup: float) -> float:
-    """Learning-rate multiplier: linear warm-up over the first `warmup` fraction of steps, then linear decay to 0."""
-    warmup_steps = int(warmup * total_steps)
-    if step < warmup_steps:
-        return (step + 1) / warmup_steps
-    return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
+from training.lr_schedule import linear_warmup_decay
 
 
 class Run:
     """What a run tells the engine (see the module's docstring). parameters, plan and step are required."""
     name = "train"  # what the progress bar calls it
+    stage_name = ""  # a multi-stage run's stage: its metrics lines carry it
     lr: float  # the peak learning rate (parameter groups may scale it)
     head_lr: float | None = None  # the heads' peak learning rate, where they have their own (logged beside lr)
     adam_betas = (0.9, 0.999)

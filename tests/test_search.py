@@ -1,0 +1,215 @@
+"""search.py: its space files (each mistake one line naming file and line), two workers sharing one study, a bad
+trial pruned before its end, a study resumed after its worker was killed, and the trials' --no-predict-test.
+Trials are tiny: a random 2-layer BERT on tiny course files (MiniLM on a sample of the real data where a trial must
+learn something)."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import multitask_classifier  # noqa: E402
+import search  # noqa: E402
+from common import cli  # noqa: E402
+from common.errors import UsageError  # noqa: E402
+from tests.conftest import multitask_argv  # noqa: E402
+from training.multitask_config import MultitaskConfig  # noqa: E402
+
+# (what is wrong, the space file, the line search.py prints after "SPACE:")
+SPACE_CASES = [
+    ("a flag multitask_classifier.py does not have", "lr: 1.0e-3\nbogus: [1, 2]\n",
+     "2: bogus: not a flag of multitask_classifier.py (see its --help)"),
+    ("a flag search.py sets itself", "output-dir: runs/x\n",
+     "1: output-dir: search.py sets it in every trial (each trial's folder is made by search.py)"),
+    ("a range beyond what the flag takes", "lr: 1.0e-3\nwarmup: {low: 0.0, high: 1.5}\n",
+     "2: warmup: --warmup must be >= 0 and <= 1, got 1.5"),
+    ("a range whose low is not below its high", "lr: {low: 1.0e-3, high: 1.0e-4}\n",
+     "1: lr: low 0.001 must be below high 0.0001"),
+    ("a log range from 0", "head-dropout: {low: 0, high: 0.3, log: true}\n",
+     "1: head-dropout: a log range must start above 0, got low 0.0"),
+    ("a value the flag does not offer", "pooling: [mean, max]\n", "1: pooling: 'max' is not one of cls, mean, pooler"),
+    ("an empty list", "pooling: []\n", "1: pooling: an empty list: give at least one value"),
+    ("a range of a flag that is not a number", "pooling: {low: 1, high: 2}\n",
+     "1: pooling: a range needs a numeric flag; give a list of values instead"),
+    ("a fraction for an integer flag", "max-length: {low: 64.5, high: 128}\n",
+     "1: max-length: value 64.5 is not an integer"),
+    ("a flag given twice", "lr: 1.0e-3\nhead-lr: [1.0e-3]\nlr: 2.0e-3\n", "3: lr is given twice (first at line 1)"),
+    ("not YAML", "lr: [1, 2\nwarmup: 0.1\n", "2: not YAML"),
+    ("a list, not a mapping", "- lr\n- warmup\n", "1: a search space is a mapping of flag names to ranges"),
+]
+
+
+def space_table() -> str:
+    lines = ["| what is wrong | space file | what you get (exit code 2) |", "|---|---|---|"]
+    for what, text, line in SPACE_CASES:
+        shown = text.strip().replace("\n", "<br>").replace("|", "\\|")
+        lines.append(f"| {what} | `{shown}` | `SPACE:{line}` |")
+    return "\n".join(lines)
+
+
+@pytest.fixture(scope="module")
+def recipe(course_data, tiny_model, tmp_path_factory) -> Path:
+    """A recipe of tiny runs: 2 epochs of 40 examples a task in batches of 8 (heads at 1e-3)."""
+    path = tmp_path_factory.mktemp("recipe") / "tiny.yaml"
+    path.write_text(f"model: {tiny_model}\ndata-dir: {course_data}\ndevice: cpu\nbatch-size: 8\nepochs: 2\n"
+                    f"lr: 1.0e-3\nlog-every: 1\n")
+    return path
+
+
+@pytest.mark.parametrize("what,text,line", SPACE_CASES, ids=[case[0] for case in SPACE_CASES])
+def test_a_bad_space_file_is_one_line_naming_file_and_line(what, text, line, recipe, tmp_path):
+    space = tmp_path / "space.yaml"
+    space.write_text(text)
+    config, _, base = search.parse_flags(["--config", str(recipe), "--space", str(space)])
+    with pytest.raises(UsageError) as error:
+        search.read_checked_space(config.space, base)
+    assert str(error.value).startswith(f"{space}:{line}")
+    assert "\n" not in str(error.value)
+
+
+def test_a_bad_space_file_stops_the_command_with_exit_code_2(recipe, tmp_path):
+    space = tmp_path / "space.yaml"
+    space.write_text("warmup: {low: 0.0, high: 1.5}\n")
+    done = subprocess.run([sys.executable, "search.py", "--config", str(recipe), "--space", str(space),
+                           "--study-dir", str(tmp_path / "study"), "--trials", "1"],
+                          cwd=ROOT, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [f"error: {space}:1: warmup: --warmup must be >= 0 and <= 1, got 1.5"]
+    assert not (tmp_path / "study").exists()  # refused before any study was made
+
+
+def test_docs_catalogue_the_space_file_mistakes():
+    assert space_table() in (ROOT / "docs" / "bad-input.md").read_text(), \
+        "docs/bad-input.md's table of space files differs: paste tests/test_search.py's space_table() into it"
+
+
+def trials_of(folder: Path) -> list[optuna.trial.FrozenTrial]:
+    """The trials of the study in folder, from its SQLite file or its journal (--storage journal)."""
+    journal = folder / "study.journal"
+    storage = (optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(journal)))
+               if journal.exists() else f"sqlite:///{folder / 'study.db'}")
+    return optuna.load_study(study_name=folder.name, storage=storage).trials
+
+
+def records(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_two_workers_share_one_study_each_on_one_thread(recipe, tmp_path):
+    """Two processes on one study: 4 trials in all, each run once by one of them, on 1 thread though
+    OMP_NUM_THREADS says 2."""
+    space = tmp_path / "space.yaml"
+    space.write_text("lr: {low: 1.0e-4, high: 1.0e-2, log: true}\nhead-dropout: {low: 0.0, high: 0.3}\n")
+    study = tmp_path / "study"
+    command = [sys.executable, "search.py", "--config", str(recipe), "--space", str(space), "--study-dir", str(study),
+               "--trials", "4", "--pruner", "none", "--sampler", "random", "--resume"]
+    env = {**os.environ, "OMP_NUM_THREADS": "2"}
+    workers = [subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True) for _ in range(2)]
+    outputs = [worker.communicate(timeout=600) for worker in workers]
+    assert [worker.returncode for worker in workers] == [0, 0], outputs
+    trials = [trial for trial in trials_of(study) if not trial.user_attrs.get("not_run")]
+    assert sorted(trial.state for trial in trials) == [TrialState.COMPLETE] * 4
+    assert {trial.user_attrs["worker"].rpartition(":")[2] for trial in trials} <= {str(w.pid) for w in workers}
+    assert {trial.user_attrs["threads"] for trial in trials} == {1}
+    # Each trial reported once, by the worker that ran it, and run once in its own folder.
+    reported = [line.split()[1] for out, _ in outputs for line in out.splitlines() if line.startswith("trial ")]
+    assert sorted(reported) == sorted(str(trial.number) for trial in trials)
+    for trial in trials:
+        run = study / f"trial-{trial.number:04d}"
+        assert [r["event"] for r in records(run)].count("finish") == 1
+        assert sorted(p.name for p in (run / "predictions").iterdir()) == [
+            "para-dev-output.csv", "sst-dev-output.csv", "sts-dev-output.csv"]  # no test pass in a trial
+    assert "best.yaml" in os.listdir(study) and "trials.md" in os.listdir(study)
+
+
+def test_a_clearly_bad_trial_is_pruned_before_its_end(minilm_dir, data_dir, tmp_path, capsys, one_thread):
+    """MiniLM on a sample of the real data: the recipe's --lr 5e-5 first (the baseline trial), then --lr 1, which
+    ruins the encoder at its first steps: the median pruner stops it at its first evaluation, as early stopping
+    would, with its best/ and dev files written."""
+    space = tmp_path / "space.yaml"
+    space.write_text("lr: [5.0e-5, 1.0]\n")
+    study = tmp_path / "study"
+    flags = ["--space", str(space), "--study-dir", str(study), "--pruner", "median", "--prune-after", "1",
+             "--model", str(minilm_dir), "--data-dir", str(data_dir), "--device", "cpu", "--max-train-examples", "16",
+             "--max-eval-examples", "24", "--batch-size", "8", "--eval-every", "2", "--lr", "5e-5"]
+    search.main([*flags, "--trials", "1"])
+    assert [(t.params, t.state) for t in trials_of(study)] == [({"lr": 5e-5}, TrialState.COMPLETE)]
+    optuna.load_study(study_name="study", storage=f"sqlite:///{study / 'study.db'}").enqueue_trial({"lr": 1.0})
+    search.main([*flags, "--trials", "2", "--resume"])
+    good, bad = trials_of(study)
+    assert bad.params == {"lr": 1.0} and bad.state == TrialState.PRUNED
+    steps = max(good.intermediate_values)
+    assert bad.user_attrs["pruned_at"] == min(bad.intermediate_values) == 2 < steps
+    assert bad.intermediate_values[2] < good.intermediate_values[2]
+    run = records(study / "trial-0001")
+    assert max(r["step"] for r in run if r["event"] == "eval") == 2 and run[-1]["event"] == "finish"
+    assert (study / "trial-0001" / "best").is_dir()
+    assert "trial 1 pruned at step 2" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("kill", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+def test_a_study_resumed_after_its_worker_was_killed_loses_and_repeats_no_trial(kill, recipe, tmp_path, capsys,
+                                                                                one_thread):
+    """The worker killed during trial 1: --resume fails trial 1 (SIGTERM: the worker itself did, as for Ctrl-C),
+    runs its configuration again as trial 2 and goes on to 3 finished trials; trial 0, finished before the kill, is
+    not run again. The study in a journal file (the other tests' are in SQLite)."""
+    space = tmp_path / "space.yaml"
+    space.write_text("head-dropout: {low: 0.0, high: 0.3}\n")
+    study = tmp_path / "study"
+    flags = ["--config", str(recipe), "--space", str(space), "--study-dir", str(study), "--trials", "3",
+             "--pruner", "none", "--sampler", "random", "--epochs", "12", "--storage", "journal"]
+    worker = subprocess.Popen([sys.executable, "search.py", *flags], cwd=ROOT, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    while not (study / "trial-0001" / "metrics.jsonl").exists():  # its first training step is logged
+        assert worker.poll() is None, "the worker ended before its second trial started"
+        time.sleep(0.02)
+    worker.send_signal(kill)
+    worker.wait()
+    first = (study / "trial-0000" / "metrics.jsonl").read_bytes()
+    killed = TrialState.RUNNING if kill == signal.SIGKILL else TrialState.FAIL
+    assert [t.state for t in trials_of(study)][:2] == [TrialState.COMPLETE, killed]
+
+    search.main([*flags, "--resume"])
+    trials = trials_of(study)
+    assert [t.state for t in trials] == [TrialState.COMPLETE, TrialState.FAIL, TrialState.COMPLETE,
+                                         TrialState.COMPLETE]
+    assert trials[2].user_attrs["retry_of"] == 1 and trials[2].params == trials[1].params
+    assert trials[3].params != trials[1].params
+    assert (study / "trial-0000" / "metrics.jsonl").read_bytes() == first
+    gone = "trial(s) 1 of a worker that is gone: failed, and queued again" in capsys.readouterr().out
+    assert gone == (kill == signal.SIGKILL)
+
+
+def test_no_predict_test_writes_the_dev_files_only(tiny_model, course_data, tmp_path, one_thread):
+    multitask_classifier.main(multitask_argv(tiny_model, course_data, tmp_path, "--epochs", "1", "--no-predict-test"))
+    assert sorted(p.name for p in (tmp_path / "predictions").iterdir()) == [
+        "para-dev-output.csv", "sst-dev-output.csv", "sts-dev-output.csv", "written-by.json"]
+
+
+def test_seeds_score_their_mean_and_best_yaml_is_a_recipe(recipe, tmp_path, one_thread):
+    """--seeds 1,2: a trial's value is the mean of its two runs' best dev scores; best.yaml, given to
+    multitask_classifier.py's --config as it is, gives the recipe's flags and the best trial's values."""
+    space = tmp_path / "space.yaml"
+    space.write_text("head-dropout: {low: 0.0, high: 0.3}\npooling: [mean, cls]\nepochs: 1\n")
+    study = tmp_path / "study"
+    search.main(["--config", str(recipe), "--space", str(space), "--study-dir", str(study), "--trials", "2",
+                 "--seeds", "1,2", "--pruner", "none", "--sampler", "random", "--head-lr", "2e-3"])
+    for trial in trials_of(study):
+        runs = [study / f"trial-{trial.number:04d}" / f"seed-{seed}" for seed in (1, 2)]
+        scores = [json.loads((run / "best" / "metrics.json").read_text())["dev"]["overall"] for run in runs]
+        assert trial.value == pytest.approx(sum(scores) / 2, abs=1e-12)
+        assert [json.loads((run / "run_config.json").read_text())["seed"] for run in runs] == [1, 2]
+    best = max(trials_of(study), key=lambda trial: trial.value)
+    config = cli.parse_config(MultitaskConfig, "", ["--config", str(study / "best.yaml")])
+    assert (config.head_dropout, config.pooling) == (best.params["head_dropout"], best.params["pooling"])
+    assert (config.epochs, config.head_lr, config.lr, config.batch_size) == (1, 2e-3, 1e-3, 8)
