@@ -182,10 +182,6 @@ class RunFolder:
                              f"resume from; start it again: {again}")
         if held and not overwrite:
             shown = ", ".join(held[:5]) + (f" and {len(held) - 5} more" if len(held) > 5 else "")
-            if RUN_CONFIG in held and not self.last.exists() and not self.finished():
-                raise UsageError(f"--output-dir {self.path} holds a run that saved no checkpoint to continue from "
-                                 f"({shown}): start it again over it with --overwrite, or choose another "
-                                 f"--output-dir")
             raise UsageError(f"--output-dir {self.path} already holds files ({shown}): continue its run with --resume, "
                              f"start again over it with --overwrite, or choose another --output-dir")
         replaced = [self.path / name for name in owned if (self.path / name).exists()]

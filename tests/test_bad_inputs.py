@@ -255,10 +255,6 @@ CASES = [
     ("file system", "an ensemble report that cannot be written", "ensemble",
      ["--members", "finished-run", "--data-dir", "DATA", "--out", "FILE/e.json", "--predictions-dir", "OUT/p"],
      "error: --out FILE/e.json: cannot write there", 2),
-    ("file system", "a run started again in a folder whose run saved no checkpoint", "multitask",
-     [*TRAIN, "--output-dir", "no-checkpoint"],
-     "error: --output-dir no-checkpoint holds a run that saved no checkpoint to continue from (metrics.jsonl, "
-     "run_config.json): start it again over it with --overwrite, or choose another --output-dir", 2),
     ("file system", "predictions written over the file they are read from", "predict",
      ["finished-run", "--task", "sst", "--input", "sentences.txt", "--output", "sentences.txt"],
      "error: --output sentences.txt: the file --input reads; writing it would destroy it before it is read; choose "
@@ -519,7 +515,6 @@ ADVICE = [
     ("a run folder given to --init", ["--init", "finished-run/best", "--output-dir", "OUT/tuned"]),
     ("a Contrastive Tension output (model1/, model2/) given to --init",
      ["--init", "ct-run/model1", "--output-dir", "OUT/tuned"]),
-    ("a run started again in a folder whose run saved no checkpoint", ["--output-dir", "no-checkpoint", "--overwrite"]),
     ("a run's predictions into a folder of leaderboard files no command recorded",
      ["--predictions-dir", "unrecorded", "--overwrite"]),
 ]
