@@ -56,7 +56,7 @@ def test_best_is_reloaded_with_the_runs_attention_and_compilation(tiny_model, co
     compiled = []
     monkeypatch.setattr(torch.nn.Module, "compile", lambda module, **options: compiled.append(module))
     monkeypatch.setattr("models.compile.check_can_compile", lambda device: None)
-    monkeypatch.setattr("training.engine.check_can_compile", lambda device: None)
+    monkeypatch.setattr("training.command.check_can_compile", lambda device: None)
     predicted = []
     soft_outputs = MultitaskRun._soft_outputs
 

@@ -87,7 +87,7 @@ def test_resume_of_a_run_stopped_early_says_it_finished_and_trains_no_more(tmp_p
     log = (tmp_path / "run/metrics.jsonl").read_bytes()
     with Engine(TrainingConfig(output_dir=str(tmp_path / "run"), device="cpu", resume=True)) as engine:
         assert engine.finished == {"step": 12, "stopped_early": True}
-        assert engine.resume_state is None  # what a command fits: nothing
+        assert engine.resumed.state is None  # what a command fits: nothing
     assert capsys.readouterr().out.strip() == (f"--resume: the run in {tmp_path / 'run'} finished at step 12 "
                                                f"(stopped early by --patience); nothing to resume")
     assert (tmp_path / "run/metrics.jsonl").read_bytes() == log

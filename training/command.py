@@ -10,7 +10,6 @@ from pathlib import Path
 
 from common import distributed
 from common.cli import resolve_device
-from common.errors import UsageError
 from common.provenance import provenance
 from common.run_folder import RunFolder
 from common.seeding import seed_everything
@@ -48,12 +47,12 @@ class Command:
             self.started = time.time()
             # --resume: rank 0 alone reads last/; the others get its flags and training state by broadcast, and
             # its weights from the run (distributed.start_replicas).
-            resumption = distributed.on_main(lambda: find_resumption(self.folder, self.config)) \
-                if self.config.resume else Resumption()
-            if resumption.flags:
-                self._use_flags(with_values(self.config, **resumption.flags))
-            self.resume_from, self.resume_state = resumption.weights, resumption.state
-            self.finished, self.saved_provenance = resumption.finished, resumption.provenance
+            self.resumed = Resumption()
+            if self.config.resume:
+                self.resumed = distributed.on_main(lambda: find_resumption(self.folder, self.config))
+            if self.resumed.flags:
+                self._use_flags(with_values(self.config, **self.resumed.flags))
+            self.finished = self.resumed.finished
             if self.finished and self.is_main:
                 stopped = " (stopped early by --patience)" if self.finished["stopped_early"] else ""
                 print(f"--resume: the run in {self.folder} finished at step {self.finished['step']}{stopped}; "
@@ -107,8 +106,8 @@ class Command:
         record, job = provenance(self.config.command.text, data_files), distributed.job()
         if job:  # what a restarted attempt of the job recognises (torchrun --max-restarts)
             record["torchrun_job"] = job
-        if self.saved_provenance:
-            record = {**self.saved_provenance, "resumed": [*self.saved_provenance.get("resumed", []), record]}
+        if self.resumed.provenance:
+            record = {**self.resumed.provenance, "resumed": [*self.resumed.provenance.get("resumed", []), record]}
         self.run_config = {**self.config.to_dict(), "resolved": resolved, "provenance": record}
         if self.is_main:
             self.folder.write_config(self.run_config)
@@ -117,12 +116,6 @@ class Command:
                                          len(value) == 1 else value for name, value in resolved.items()}
         for reporter in self.reporters:
             reporter.log_config(flags)
-
-    def check_max_length(self, encoder) -> None:
-        positions = encoder.config.max_position_embeddings
-        if self.config.max_length > positions:
-            raise UsageError(f"--max-length {self.config.max_length}: this model has {positions} positions; use "
-                             f"--max-length {positions} or less")
 
     def prepare_encoder(self, encoder) -> None:
         """--attention and --compile on an encoder already on the device (compiled in place: names unchanged)."""

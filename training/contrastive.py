@@ -30,7 +30,7 @@ from training.grad_cache import grad_cache_backward
 from training.methods import METHODS, ContrastiveConfig
 from training.objectives import Objective, SentimentFusion
 from training.precision import Precision
-from training.run import Run
+from training.run import Run, check_max_length
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ class Pretraining:
     def __init__(self, config: ContrastiveConfig, engine: Engine):
         self.config, self.engine, self.method = config, engine, METHODS[config.method]
         self.encoder = from_pretrained(config.model)  # before the tokenizer: a broken config.json is named as such
-        engine.check_max_length(self.encoder)
+        check_max_length(self.encoder, config.max_length)
         self.encoder.attention = config.attention  # before the objectives copy it (a momentum or second encoder)
         self.tokenizer = Tokenizer.from_pretrained(config.model)
         self.data_files = []
@@ -118,7 +118,7 @@ class Pretraining:
 
     def run(self) -> dict:
         config, engine = self.config, self.engine
-        resumed = engine.resume_state["run"] if engine.resume_state else None
+        resumed = engine.resumed.state["run"] if engine.resumed.state else None
         if resumed:
             self.results = resumed["results"]
             self.finished_stages = resumed.get("finished_stages", {})  # saved since stages' summaries are kept
@@ -246,5 +246,6 @@ class StageRun(Run):
         """The stage's steps, its updates (a resumed stage counts those before the interruption as one a step),
         learning rate and mean loss."""
         engine = self.pretraining.engine
-        return {"steps": engine.state.total_steps, "updates": engine.state.step + self.fusion_updates, "lr": self.stage.lr,
+        state = engine.state
+        return {"steps": state.total_steps, "updates": state.step + self.fusion_updates, "lr": self.stage.lr,
                 "mean_loss": engine.losses.period_means().get("loss")}

@@ -60,9 +60,9 @@ class Engine(Command):
             steps = steps[:config.max_steps]
         epoch_ends = {min(end, len(steps)) for end in itertools.accumulate(len(items) for items in epochs)}
         self._prepare(run, len(steps))
-        if self.resume_state:  # once: a later fit (the next stage of a run) starts afresh
-            self._restore(self.resume_state, run)
-            self.resume_state = None
+        if self.resumed.state:  # once: a later fit (the next stage of a run) starts afresh
+            self._restore(self.resumed.state, run)
+            self.resumed.state = None
         state = self.state
         if self.is_main:
             log.info("%s: %d steps in %d epoch(s) on %s, %s; %s", run.name, len(steps), len(epoch_ends), self.device,

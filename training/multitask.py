@@ -29,7 +29,7 @@ from tasks import REGISTRY, metric_names, summary
 from training.engine import Engine
 from training.gradient_surgery import surgery_backward
 from training.multitask_config import MultitaskConfig, best_metric, describe_best_metric
-from training.run import Run
+from training.run import Run, check_max_length
 from training.schedules import numbered, plan_epoch
 from training.smart import Smart
 
@@ -60,14 +60,14 @@ class MultitaskRun(Run):
                                                                               own_run=engine.folder.path)))
         # torchrun: rank 0 alone reads last/; the others start from --init or --model and receive its weights
         # (start_replicas) and its training state (the engine's).
-        resume_from = engine.resume_from if engine.is_main else None
+        resume_from = engine.resumed.weights if distributed.is_main() else None
         if config.init and not resume_from:  # a run folder, or a CT output: the checkpoint inside is named
             RunFolder(config.init).check_is_checkpoint("--init")
         start = resume_from or config.init or config.model
         ours = bool(resume_from or config.init)  # a checkpoint of ours, its heads loaded where it has them
         # Before the tokenizer: a broken config.json is named as such.
         self.model = self._load(start, heads=ours)
-        engine.check_max_length(self.model.encoder)
+        check_max_length(self.model.encoder, config.max_length)
         self.tokenizer = Tokenizer.from_pretrained(start)
         heads_loaded = ours and checkpoint.has_heads(start)
         if config.option == "pretrain":
@@ -220,14 +220,14 @@ class MultitaskRun(Run):
         """Reload the best checkpoint, save its test outputs beside its dev ones, and write the leaderboard files of
         both, every task's, as one set (--no-predict-test: the dev ones only)."""
         best = self.engine.folder.best
-        if self.engine.is_main:
+        if distributed.is_main():
             if self.config.predict_test:
                 self.model = self._load(best)
                 write_outputs(best, "test", self._splits("test"), self._soft_outputs("test"))
             splits = SPLITS if self.config.predict_test else ("dev",)
             self.leaderboard_files = self.leaderboard.write(leaderboard_files(best, self.config.task_list, splits))
         metrics = distributed.on_main(lambda: read_json(best / "metrics.json"))["dev"]  # torchrun: rank 0's file
-        if self.engine.is_main:
+        if distributed.is_main():
             self._summary(metrics)
         return metrics
 

@@ -13,17 +13,26 @@ state_dict() / load_state_dict() (what else --resume needs) and finish() (the en
 
 What a run uses of the engine: its device and precision; backward(loss) and, for an extra update within a step,
 update(advance_schedule=False); state, the loop's EngineState (to read), and losses (the loss means so far);
-folder, the run folder; and at set-up describe_run (the run config), check_max_length and prepare_encoder
-(--attention, --compile), resume_from and resume_state (what --resume continues from). The rest of the engine is
-the loop's own.
+folder, the run folder; and at set-up describe_run (the run config), prepare_encoder (--attention, --compile)
+and resumed (what --resume continues from: its weights, and the training state fit restores). The rest of the
+engine is the loop's own.
 """
 from pathlib import Path
 from typing import Callable
 
 import torch
 
+from common.errors import UsageError
 from data.batching import Share
 from training.lr_schedule import linear_warmup_decay
+
+
+def check_max_length(encoder, max_length: int) -> None:
+    """--max-length: at most the encoder's positions."""
+    positions = encoder.config.max_position_embeddings
+    if max_length > positions:
+        raise UsageError(f"--max-length {max_length}: this model has {positions} positions; use --max-length "
+                         f"{positions} or less")
 
 
 class Run:
