@@ -144,7 +144,7 @@ def test_sg_trains_bert_t_above_layer_0_and_leaves_bert_f(tiny_model, contrastiv
 
 def test_consert_joint_with_adversarial_view_trains_classifier_and_encoder(tiny_model, contrastive_data, tmp_path):
     trainer = pretraining(config(tiny_model, contrastive_data, tmp_path / "joint", "--method", "consert",
-                                        "--consert-schedule", "joint", "--aug1", "none", "--aug2", "adversarial",
+                                        "--consert-stages", "joint", "--aug1", "none", "--aug2", "adversarial",
                                         "--max-steps", "2", "--batch-size", "4"))
     joint = trainer.stages[0].objective
     before, encoder_before = module_state(joint.classifier), module_state(joint.encoder)
@@ -155,7 +155,7 @@ def test_consert_joint_with_adversarial_view_trains_classifier_and_encoder(tiny_
 
 def test_consert_sup_unsup_runs_nli_then_the_target_data(tiny_model, contrastive_data, tmp_path):
     trainer = pretraining(config(tiny_model, contrastive_data, tmp_path / "su", "--method", "consert",
-                                        "--consert-schedule", "sup-unsup", "--data", "sts", "--max-steps", "1",
+                                        "--consert-stages", "sup-unsup", "--data", "sts", "--max-steps", "1",
                                         "--batch-size", "4", "--lr", "1e-3"))
     sup, unsup = trainer.stages
     assert (sup.name, unsup.name) == ("sup", "unsup")

@@ -493,7 +493,7 @@ def nli_17(tmp_path_factory):
     ("--method", "simcse", "--pooling", "mean", "--grad-cache-chunk", "3", "--temperature", "0.05"),
     # ConSERT's NLI classifier on each process's own rows (weighed by their share), then NT-Xent over the
     # sentences gathered from every process; plain backward passes, their gradients averaged as they run.
-    ("--method", "consert", "--consert-schedule", "sup-unsup", "--aug1", "none", "--aug2", "none",
+    ("--method", "consert", "--consert-stages", "sup-unsup", "--aug1", "none", "--aug2", "none",
      "--temperature", "0.1"),
 ], ids=["simcse-grad-cache", "consert-sup-unsup"])
 def test_nli_triplets_on_two_processes_train_as_one_process_with_the_joint_batch(tiny_model_without_dropout, nli_17,

@@ -308,7 +308,7 @@ def test_a_two_stage_run_resumed_in_its_second_stage_keeps_the_first_stages_line
     """ConSERT sup-unsup, 3 steps a stage, last/ every 2: killed as unsup's step 3 begins, resumed from unsup's step
     2. Both stages' steps count from 1, so the metrics log's lines name their stage; the resumed run's log and its
     summary (metrics.json, the model card) hold the sup stage's as the uninterrupted run's do."""
-    args = lambda out: ["--model", str(tiny_model), "--method", "consert", "--consert-schedule", "sup-unsup",  # noqa
+    args = lambda out: ["--model", str(tiny_model), "--method", "consert", "--consert-stages", "sup-unsup",  # noqa
                         "--data", "sts", "--data-dir", str(contrastive_data), "--batch-size", "4", "--max-steps", "3",
                         "--save-every", "2", "--log-every", "1", "--output-dir", str(out), "--device", "cpu"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}

@@ -4,7 +4,7 @@ Flow: --data -> tokenised sets (data/contrastive.py) -> each epoch's plan of bat
 (its views of the batch, embedded by the encoder, and its loss; built by the method registry, training/methods.py)
 -> backward, plain or with gradient caching -> the engine (AdamW, schedule, checkpoints; training/engine.py) ->
 the checkpoint that `multitask_classifier.py --init` starts from.
-A run is one stage, except ConSERT's two-stage schedules (supervised NLI, then unsupervised --data).
+A run is one stage, except ConSERT's two-stage choices of --consert-stages (supervised NLI, then unsupervised --data).
 """
 import logging
 from dataclasses import dataclass

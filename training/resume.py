@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from common import distributed
-from common.cli import flag_fields
+from common.cli import flag_fields, with_new_names
 from common.errors import CheckpointError
 from common.files import load_or_fail
 from common.provenance import check_data_unchanged
@@ -31,7 +31,7 @@ def check_resumable(folder: RunFolder, config: TrainingConfig) -> tuple[Path, di
     folder.records()  # before anything is written: a line of metrics.jsonl that is not the run's is refused
     # A flag added since the run started is absent from its run config: it ran with the default.
     defaults = {f.name: f.default for f in flag_fields(config)}
-    saved = defaults | folder.saved_config()
+    saved = defaults | with_new_names(type(config), folder.saved_config())  # renamed flags: new names
     check_data_unchanged(saved.get("provenance", {}), config.allow_changed_data)
     # Flags built from a config object, not a command line (a library caller): all of them given.
     given = set(defaults) if config.command.given is None else config.command.given
