@@ -116,6 +116,31 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str):
         distributed.refuse(f"{self.prog}: error: {message} (see {self.prog} --help)")  # torchrun: once
 
+    def parse_known_args(self, args=None, namespace=None):
+        self.check_given_once(sys.argv[1:] if args is None else list(args))
+        return super().parse_known_args(args, namespace)
+
+    def check_given_once(self, argv: list[str]) -> None:
+        """A flag given twice on the command line (--seed 1 --seed 5, --eval --no-eval, --config A --config B) is
+        refused naming both, where argparse would silently keep the last."""
+        options = {option: action for action in self._actions for option in action.option_strings}
+        seen, words = {}, iter(enumerate(argv))
+        for index, word in words:
+            if word == "--":
+                return
+            option = word.split("=", 1)[0]
+            action = options.get(option) if word.startswith("--") else None
+            if action is None:
+                continue
+            values = 0 if "=" in word else action.nargs if isinstance(action.nargs, int) else int(action.nargs is None)
+            shown = " ".join(argv[index:index + 1 + values])
+            for _ in range(values):  # its values are not flags, whatever they look like
+                next(words, None)
+            if action.dest in seen:
+                self.error(f"{option}: given twice on the command line ({seen[action.dest]}, then {shown}); give it "
+                           f"once")
+            seen[action.dest] = shown
+
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
     """The command's docstring as written (its example lines stay lines), and each flag's default, except
@@ -222,9 +247,25 @@ def config_file_values(parser: argparse.ArgumentParser, path: str, renamed: dict
     other key is a usage error naming the file and the key (exit code 2)."""
     import yaml  # JSON is YAML: a run's run config is a config file too
 
+    class Loader(yaml.SafeLoader):
+        """YAML that refuses a key given twice in a mapping (epochs twice, or max-length and max_length), naming
+        both lines: yaml keeps the last silently."""
+
+    def unique_keys(loader, node, deep=False):
+        lines = {}
+        for key_node, _ in node.value:
+            key = str(loader.construct_object(key_node, deep=deep))
+            name = key.removeprefix("--").replace("-", "_")
+            if name in lines:
+                parser.error(f"--config {path}: {key} is given twice (lines {lines[name]} and "
+                             f"{key_node.start_mark.line + 1}); give it once")
+            lines[name] = key_node.start_mark.line + 1
+        return loader.construct_mapping(node, deep)
+
+    Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, unique_keys)
     try:
         with open(path, encoding="utf-8") as file:
-            content = yaml.safe_load(file)
+            content = yaml.load(file, Loader=Loader)  # noqa: S506 (a SafeLoader)
     except (OSError, yaml.YAMLError) as error:
         parser.error(f"--config {path}: cannot read it ({error.__class__.__name__}: {str(error).splitlines()[0]})")
     if content is None:

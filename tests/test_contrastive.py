@@ -19,7 +19,7 @@ from data.contrastive import TripletSet
 from evaluation.sts_benchmark import EVAL_SETS, sts_benchmark
 from models import BertModel, SentenceEncoder, Tokenizer, from_pretrained
 from tasks import CONTRASTIVE_DATA
-from tests.conftest import changed, module_state, multitask_argv, rows_of
+from tests.conftest import changed, last_wins, module_state, multitask_argv, rows_of
 from training import contrastive
 from training.contrastive import Pretraining, backward
 from training.engine import Engine
@@ -36,9 +36,9 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def config(tiny_model, data, out, *extra) -> ContrastiveConfig:
-    return cli.parse_config(ContrastiveConfig, "", ["--model", str(tiny_model), "--data-dir", str(data),
-                                                    "--output-dir", str(out), "--device", "cpu", "--lr", "1e-3",
-                                                    *extra])
+    return cli.parse_config(ContrastiveConfig, "", last_wins(["--model", str(tiny_model), "--data-dir", str(data),
+                                                              "--output-dir", str(out), "--device", "cpu", "--lr",
+                                                              "1e-3", *extra]))
 
 
 def pretraining(config: ContrastiveConfig) -> Pretraining:

@@ -374,7 +374,8 @@ def test_two_processes_train_like_one_with_the_whole_batch(tiny_model_without_dr
     # Only rank 0 writes: one metrics line per evaluation, the leaderboard files once.
     assert len(metrics(tmp_path / "two/run/metrics.jsonl", "eval")) == 1
     assert sorted(p.name for p in (tmp_path / "two" / "predictions").iterdir()) == sorted(
-        f"{task}-{split}-output.csv" for task in ("sst", "para", "sts") for split in ("dev", "test"))
+        [*(f"{task}-{split}-output.csv" for task in ("sst", "para", "sts") for split in ("dev", "test")),
+         "written-by.json"])
 
 
 # 8 tokens: some sentences are truncated, and each process's reader would say so.
@@ -526,7 +527,7 @@ def test_two_machines_that_share_no_disk_train_and_rank_0_alone_writes(tiny_mode
     written = machines[0] / "run"
     assert (written / "best/model.safetensors").exists() and (written / "last/training_state.pt").exists()
     assert len(metrics(written / "metrics.jsonl", "eval")) == 2  # step 2, and the epoch's end at step 3
-    assert len(list((machines[0] / "predictions").iterdir())) == 6
+    assert len(list((machines[0] / "predictions").iterdir())) == 7  # 6 leaderboard files, written-by.json
     assert list(machines[1].iterdir()) == []
 
 

@@ -14,13 +14,14 @@ from heads import MLP
 from training.contrastive import Pretraining
 from training.engine import Engine
 from training.methods import METHODS, OWN_FLAGS, ContrastiveConfig
+from tests.conftest import last_wins
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def parsed(*argv: str) -> ContrastiveConfig:
-    return cli.parse_config(ContrastiveConfig, "", ["--device", "cpu", *argv])
+    return cli.parse_config(ContrastiveConfig, "", last_wins(["--device", "cpu", *argv]))
 
 
 def pretraining(tiny_model, data, out, *argv: str) -> Pretraining:

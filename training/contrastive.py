@@ -146,7 +146,9 @@ class Pretraining:
         print(markdown_table(rows, ["steps", "updates", "lr", "mean_loss"], label="stage", digits=4))
         folder = self.engine.folder
         files = [folder.path / name for name in encoders] + [folder.metrics_log, folder.config_file]
-        print("written:\n" + "\n".join(f"  {path}" for path in files))
+        print("written:\n" + "\n".join(f"  {path}" for path in files if path.exists()))
+        print("fine-tune it: python multitask_classifier.py " + " or ".join(
+            f"--init {folder.path / name}" for name in encoders))
 
     def _save_final(self, encoders: dict, metrics: dict) -> None:
         """The encoder folder(s), written into the output folder as one set (its other files stay); last/ goes: the
