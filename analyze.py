@@ -26,6 +26,7 @@ from pathlib import Path
 from analysis import curves, embeddings, errors, layers, spread
 from analysis.report import write
 from common import cli
+from common.outputs import output_folder
 
 # subcommand -> (its flags, what makes its pictures, table and numbers); each picture's module computes and draws
 # it, and SUBCOMMAND.md and SUBCOMMAND.json are written beside its pictures
@@ -37,7 +38,8 @@ SUBCOMMANDS = {"layers": (layers.LayersConfig, layers.build), "spread": (spread.
 def main(argv: list[str] | None = None) -> list[Path]:
     config = cli.parse_subcommand({name: flags for name, (flags, _) in SUBCOMMANDS.items()}, __doc__, argv)
     name, build = next((name, build) for name, (flags, build) in SUBCOMMANDS.items() if isinstance(config, flags))
-    written = write(config.out, name, build(config), config)
+    with output_folder(config.out, "--out"):  # checked and held before the work
+        written = write(config.out, name, build(config), config)
     print("\n".join(f"wrote {path}" for path in written))
     return written
 

@@ -18,21 +18,28 @@ a choice made on the very examples it is scored on. Test (the leaderboard) score
 
 A member may have been trained on some of the tasks only; each task's ensemble uses the members that
 have it. Writes {task}-{dev,test}-output.csv into --predictions-dir and, to --out, the dev
-metrics of every member and of the ensemble (with the course's overall score) and the weights.
+metrics of every member and of the ensemble (with the course's overall score) and the weights. The files of
+--predictions-dir (and --out, when it lies there) are written as one set, with written-by.json naming the
+ensemble (its --out): a folder holding another run's or ensemble's leaderboard files is refused unless
+--overwrite is given.
 """
+import json
 import math
+from contextlib import nullcontext
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
 from common import cli
 from common.cli import AT_LEAST_1, check_ranges, flag
-from common.errors import CheckpointError
-from common.files import DEFAULT_DATA, check_writable, check_writable_file, in_repository, write_json
+from common.errors import CheckpointError, UsageError
+from common.files import DEFAULT_DATA, in_repository, write_json
+from common.outputs import LeaderboardFolder, output_file
 from common.run_folder import RunFolder
 from common.tables import markdown_table
 from evaluation.outputs import dev_labels, load_member
-from evaluation.predictions import write_predictions
+from evaluation.predictions import leaderboard_file
 from tasks import REGISTRY, summary
 
 METHODS = ("mean", "best", "weighted")
@@ -51,6 +58,7 @@ class EnsembleConfig:
     predictions_dir: str = flag(in_repository("predictions"), "the ensemble's leaderboard CSVs go here")
     out: str = flag(in_repository("predictions/ensemble.json"),
                     "dev metrics of every member and of the ensemble, and the weights")
+    overwrite: bool = flag(False, "replace the leaderboard files of another run or ensemble in --predictions-dir")
 
     def __post_init__(self):
         self.member_list = [m.strip() for m in self.members.split(",") if m.strip()]
@@ -129,11 +137,43 @@ def fit_weights(method: str, task: str, outputs: list[torch.Tensor], labels: tor
 
 def ensemble(config: EnsembleConfig) -> dict:
     """Fit the weights, write the ensemble's predictions and the JSON report, and return the report."""
-    check_writable(config.predictions_dir, "--predictions-dir")
-    check_writable_file(config.out, "--out")
+    out = Path(config.out)
+    folder = LeaderboardFolder(config.predictions_dir, "--predictions-dir",
+                               f"the ensemble reported in {out.expanduser().resolve()}")
+    report_in_set = out.expanduser().resolve().parent == folder.path.expanduser().resolve()
+    with nullcontext() if report_in_set else output_file(out, "--out"):
+        check_report(out)
+        folder.claim(config.overwrite)
+        try:
+            report, files = weigh(config)
+            if report_in_set:
+                files[out.name] = lambda path: write_json(path, report)
+            folder.write(files)
+            if not report_in_set:
+                write_json(out, report)
+        finally:
+            folder.release()
+    return report
+
+
+def check_report(out: Path) -> None:
+    """An --out that exists is replaced only if it is an ensemble's report."""
+    if not out.is_file():
+        return
+    try:
+        report = json.loads(out.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        report = None
+    if not (isinstance(report, dict) and {"method", "members", "ensemble", "weights"} <= set(report)):
+        raise UsageError(f"--out {out}: a file ensemble.py did not write (not an ensemble's report); choose another "
+                         f"--out, or remove it first")
+
+
+def weigh(config: EnsembleConfig) -> tuple[dict, dict]:
+    """The report, and the leaderboard files (name -> what writes it)."""
     members = {name: load_member(name) for name in config.member_list}
     member_metrics = {name: {} for name in members}
-    ensemble_metrics, weights = {}, {}
+    ensemble_metrics, weights, files = {}, {}, {}
     for task in REGISTRY:
         if not any(task in member for member in members.values()):
             continue  # a task no member trained (cfimdb, usually): nothing to combine, nothing to say
@@ -148,13 +188,12 @@ def ensemble(config: EnsembleConfig) -> dict:
         dev = combine(list(dev_outputs.values()), task_weights)
         test = combine([test_outputs[name] for name in names], task_weights)
         ensemble_metrics[task] = REGISTRY[task].metric(dev, labels)
-        write_predictions(config.predictions_dir, task, "dev", dev_ids, REGISTRY[task].hard(dev))
-        write_predictions(config.predictions_dir, task, "test", test_ids, REGISTRY[task].hard(test))
+        files |= leaderboard_file(task, "dev", dev_ids, REGISTRY[task].hard(dev))
+        files |= leaderboard_file(task, "test", test_ids, REGISTRY[task].hard(test))
     report = {"method": config.method, "members": {name: summary(m) for name, m in member_metrics.items()},
               "ensemble": summary(ensemble_metrics), "weights": weights,
               "dev_is_optimistic": config.method != "mean"}  # best/weighted chose their weights on dev
-    write_json(config.out, report)
-    return report
+    return report, files
 
 
 def main(argv: list[str] | None = None) -> dict:

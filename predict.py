@@ -19,7 +19,10 @@ In Python:
 """
 import csv
 import ctypes
+import errno
+import io
 import logging
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -32,8 +35,9 @@ from tqdm import tqdm
 
 import checkpoint
 from common import cli, run_folder
-from common.errors import CheckpointError, DataError, UsageError
-from common.files import atomic_file, check_writable_file
+from common.errors import CheckpointError, DataError, DiskFullError, UsageError
+from common.files import atomic_file, free_space
+from common.outputs import output_file
 from common.run_folder import RunFolder
 from data.readers import ReadReport, text_lines
 from data.splits import TaskSplit, encode_views
@@ -57,14 +61,22 @@ class MultitaskPredictor:
     @classmethod
     def from_run(cls, run: str | Path, device: str = "auto", batch_size: int = 128) -> "MultitaskPredictor":
         folder = RunFolder(run).checkpoint()
+        if not Path(run).exists():
+            raise CheckpointError(f"{run}: not found")
         if not run_folder.has_config(folder):
             raise CheckpointError(f"{run}: not a run of multitask_classifier.py (no {run_folder.RUN_CONFIG} in it or "
                                   f"in its {run_folder.BEST}/)")
+        if folder == Path(run) and (Path(run) / f".{run_folder.BEST}.old").is_dir():  # between a save's renames
+            raise CheckpointError(f"{run}: its {run_folder.BEST}/ is being replaced by a save this moment; try again "
+                                  f"once the save ends")
+        if folder == Path(run) and RunFolder(run).is_run():
+            raise CheckpointError(f"{run}: a run with no checkpoint yet (no {run_folder.BEST}/): it saves one at its "
+                                  f"first evaluation; predict once it has")
         if not checkpoint.has_heads(folder):
+            inits = " or ".join(f"--init {encoder}" for encoder in RunFolder(folder).encoders())
             raise CheckpointError(f"{folder}: an encoder-only checkpoint (no {checkpoint.HEADS}; "
                                   f"pretrain_contrastive.py writes these): it has no task heads to predict with; "
-                                  f"fine-tune it first with multitask_classifier.py --init "
-                                  f"{RunFolder(folder).encoders()[0]}")
+                                  f"fine-tune it first with multitask_classifier.py {inits}")
         config = checkpoint.model_config(folder)
         try:
             max_length = int(run_folder.read_config(folder)["max_length"])
@@ -162,7 +174,8 @@ def parse_args(argv: list[str] | None):
         f"{name}, {task.description}" for name, task in REGISTRY.items()))
     parser.add_argument("--input", help="a file of examples: the course's CSV format, or one example a line "
                                         "(a pair's two sentences separated by a tab)")
-    parser.add_argument("--output", help="write the predictions here (tab-separated) instead of printing them")
+    parser.add_argument("--output", help="write the predictions here (tab-separated) instead of printing them; a "
+                                         "file that exists is replaced only if predict.py wrote it")
     parser.add_argument("--batch-size", type=int, default=128, help="examples per batch")
     parser.add_argument("--device", default="auto", help="cpu, cuda, ... (auto: cuda when present)")
     args = parser.parse_args(argv)
@@ -197,9 +210,14 @@ def keep_large_blocks_out_of_the_heap() -> None:
 def main(argv: list[str] | None = None) -> list[dict] | None:
     """The predictions of the examples on the command line; an --input file's are written as they are made."""
     args = parse_args(argv)
+    with output_file(args.output, "--output", {"--input": args.input}) if args.output else nullcontext():
+        if args.output:
+            check_ours(Path(args.output))
+        return predict(args)
+
+
+def predict(args) -> list[dict] | None:
     # What can fail on the inputs fails before anything is predicted (the tasks once the run says which it has).
-    if args.output:
-        check_writable_file(args.output, "--output")
     source = InputFile(Path(args.input), REGISTRY[args.task]) if args.input else None
     model = MultitaskPredictor.from_run(args.run, args.device, args.batch_size)
     for task in [args.task] if args.input else examples_given(args):
@@ -221,17 +239,27 @@ def main(argv: list[str] | None = None) -> list[dict] | None:
     return results
 
 
+def check_ours(output: Path) -> None:
+    """An --output that exists is replaced only if it is a predictions file (its header is predict.py's)."""
+    if not output.is_file() or not output.stat().st_size:
+        return
+    with open(output, "rb") as f:
+        first = f.readline(200)
+    if not first.startswith((b"id\t", b"task\tinput\t")):
+        raise UsageError(f"--output {output}: a file predict.py did not write (its first line is not a header of "
+                         f"predictions); choose another --output, or remove it first")
+
+
 def predict_file(model: MultitaskPredictor, source: InputFile, output: str | None) -> None:
     """Every example of the file, a chunk at a time, each chunk's predictions written (or printed) before the next
     chunk is read; progress on a terminal's bar, or a log line a chunk."""
     started, done = time.time(), 0
-    with (open(output, "w", newline="", encoding="utf-8") if output else nullcontext(sys.stdout)) as out, \
+    with (open(output, "wb", buffering=0) if output else nullcontext(sys.stdout)) as out, \
             tqdm(total=source.count, unit="example", disable=not (output and sys.stderr.isatty())) as bar:
         for ids, examples in source.chunks(CHUNK):
             results = [{"id": i, **r} for i, r in zip(ids, model.predictions(source.task.name, examples))]
             if output:
-                write_rows(out, results, header=not done)
-                out.flush()
+                write_chunk(out, results, header=not done, output=output, done=done)
             else:
                 print_rows(results)
             done += len(results)
@@ -241,6 +269,23 @@ def predict_file(model: MultitaskPredictor, source: InputFile, output: str | Non
                          time.time() - started)
     if output:
         print(f"{done} predictions in {output}", file=sys.stderr)
+
+
+def write_chunk(out, results: list[dict], header: bool, output: str, done: int) -> None:
+    """A chunk's rows, whole or not at all: a disk that fills up cuts the file back to the rows before the chunk
+    (as a kill leaves it, every row whole) and is one line."""
+    text = io.StringIO(newline="")
+    write_rows(text, results, header)
+    data, kept = memoryview(text.getvalue().encode("utf-8")), out.tell()
+    try:
+        while data:
+            data = data[out.write(data):]
+    except OSError as error:
+        if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        os.ftruncate(out.fileno(), kept)
+        raise DiskFullError(f"--output {output}: no space left on the device; it holds the first {done:,} "
+                            f"predictions, every row whole ({free_space(Path(output).parent)} free)") from None
 
 
 def write_rows(file, results: list[dict], header: bool) -> None:

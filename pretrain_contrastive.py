@@ -4,7 +4,7 @@
     python pretrain_contrastive.py --model all-MiniLM-L6-v2 --method simcse --data nli --eval --output-dir runs/simcse
     python pretrain_contrastive.py --model all-MiniLM-L6-v2 --method ct --data unlabeled --max-steps 2000 \
         --output-dir runs/ct                                   # writes runs/ct/model1 and runs/ct/model2
-    python pretrain_contrastive.py --model all-MiniLM-L6-v2 --method consert --consert-schedule joint-unsup \
+    python pretrain_contrastive.py --model all-MiniLM-L6-v2 --method consert --consert-stages joint-unsup \
         --aug1 shuffle --aug2 token-cutoff --data sts --output-dir runs/consert
 
 Methods: simcse, mnrl, ct (Contrastive Tension), sg / sg-opt (self-guided), consert. Data: nli, quora, sst, sts,

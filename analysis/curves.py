@@ -170,7 +170,8 @@ def build(config: CurvesConfig) -> Report:
         rows[name] = {"train lines": curves.train_lines, "eval lines": curves.eval_lines,
                       "loss from": curves.train_loss_from,
                       **{metric: series[-1][1] for metric, series in curves.dev.items()},
-                      "best overall": best, "at step": best_step if best_step is not None else "-"}
+                      "best overall": best if best is not None else "-",
+                      "at step": best_step if best_step is not None else "-"}
     markdown = ("# Training curves\n\nThe dev columns are each run's last evaluation; training loss is read from "
                 "the train lines, or (runs without them) from the evaluation lines' mean loss of the epoch so far.\n\n"
                 + markdown_table(rows, ["train lines", "eval lines", "loss from", *DEV_METRICS, "best overall",

@@ -14,7 +14,7 @@ from scipy.stats import ConstantInputWarning
 from analysis.figures import POOLING_NAMES, save
 from common import cli
 from common.cli import flag
-from common.files import DEFAULT_DATA, write_json
+from common.files import DEFAULT_DATA, atomic_files, write_json
 from common.metrics import spearman
 from common.run_folder import BEST, LAST
 from models import POOLINGS, Tokenizer, from_pretrained
@@ -118,8 +118,9 @@ class Report:
 def write(out: str, stem: str, report: Report, config) -> list[Path]:
     """OUT/the pictures, OUT/STEM.md and OUT/STEM.json (the numbers, and the flags that made them)."""
     folder = Path(out)
-    folder.mkdir(parents=True, exist_ok=True)
-    pictures = [save(figure, folder / name) for name, figure in report.figures.items()]
-    write_json(folder / f"{stem}.json", json_safe({"config": dataclasses.asdict(config), **report.numbers}))
-    (folder / f"{stem}.md").write_text(report.markdown.rstrip() + "\n", encoding="utf-8")
-    return [*pictures, folder / f"{stem}.md", folder / f"{stem}.json"]
+    with atomic_files(folder) as temp:  # one set: a command that dies half-way leaves the folder as it was
+        for name, figure in report.figures.items():
+            save(figure, temp / name)
+        write_json(temp / f"{stem}.json", json_safe({"config": dataclasses.asdict(config), **report.numbers}))
+        (temp / f"{stem}.md").write_text(report.markdown.rstrip() + "\n", encoding="utf-8")
+    return [*(folder / name for name in report.figures), folder / f"{stem}.md", folder / f"{stem}.json"]

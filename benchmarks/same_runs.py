@@ -36,7 +36,7 @@ RUNS = {
                "--max-train-examples", "256", "--batch-size", "16"],
     "ct": ["pretrain_contrastive.py", "--method", "ct", "--data", "unlabeled", "--max-steps", "4",
            "--max-train-examples", "256"],
-    "consert": ["pretrain_contrastive.py", "--method", "consert", "CONSERT_SCHEDULE", "sup-unsup", "--data", "sts",
+    "consert": ["pretrain_contrastive.py", "--method", "consert", "CONSERT_STAGES", "sup-unsup", "--data", "sts",
                 "--max-steps", "2", "--batch-size", "8", "--max-train-examples", "64"],
     "fusion": ["pretrain_contrastive.py", "--method", "simcse", "--data", "sst", "--fusion", "--max-steps", "3",
                "--batch-size", "8", "--grad-cache-chunk", "4", "--max-train-examples", "64"],
@@ -57,19 +57,26 @@ def run_hash(folder: Path) -> str:
     return total.hexdigest()
 
 
+def consert_stages_flag(code: Path) -> str:
+    """ConSERT's stage order as the revision in `code` spells it: --schedule until the method registry
+    (training/methods.py) named it --consert-schedule, now --consert-stages (its old names still work, with a note)."""
+    methods = code / "training" / "methods.py"
+    if not methods.exists():
+        return "--schedule"
+    return "--consert-stages" if "consert_stages" in methods.read_text(encoding="utf-8") else "--consert-schedule"
+
+
 def hashes(revision: str, data_dir: str, names: list[str]) -> dict[str, str]:
     with tempfile.TemporaryDirectory() as temp:
         code, out = Path(temp) / "code", Path(temp) / "out"
         code.mkdir()
         archive = subprocess.run(["git", "-C", str(ROOT), "archive", revision], check=True, capture_output=True).stdout
         subprocess.run(["tar", "-x", "-C", str(code)], input=archive, check=True)
-        # ConSERT's stage order was --schedule until the method registry (training/methods.py) named it.
-        renamed = (code / "training" / "methods.py").exists()
+        stages_flag = consert_stages_flag(code)
         env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
         results = {}
         for name in names:
-            argv = [("--consert-schedule" if renamed else "--schedule") if a == "CONSERT_SCHEDULE" else a
-                    for a in RUNS[name]]
+            argv = [stages_flag if a == "CONSERT_STAGES" else a for a in RUNS[name]]
             subprocess.run([sys.executable, *argv, "--model", "all-MiniLM-L6-v2", "--device", "cpu", "--quiet",
                             "--data-dir", data_dir, "--output-dir", str(out / name)]
                            + (["--predictions-dir", str(out / name / "predictions")] if argv[0] == MULTITASK[0]

@@ -28,16 +28,29 @@ set -eo pipefail
 MODEL=${MODEL:-all-MiniLM-L6-v2} DATA=${DATA:-../shared/data} DEVICE=${DEVICE:-auto}
 PRECISION=${PRECISION:-fp32} RUNS=${RUNS:-runs/sweep} RESULTS=${RESULTS:-$RUNS/sweep.jsonl}
 PYTHON=${PYTHON:-$(command -v .venv/bin/python || command -v python3)}
-BASE="--model $MODEL --data-dir $DATA --device $DEVICE --precision $PRECISION --schedule mtdnn --option finetune
-      --pair-encoding para=cross,sts=bi --sts-target cosine-range --task-weights para=0.8 --lr 5e-5 --epochs 3
-      --eval-every 379"
 # A dozen processes share the machine's cores: torch's thread pool in each would only make them wait for each other.
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 mkdir -p "$RUNS"
+# The README's command, as a --config file: a run's FLAGS (and EXTRA) on the command line win over its values (a
+# flag given twice on one command line is refused).
+cat > "$RUNS/base.yaml" <<EOF
+model: $MODEL
+data-dir: $DATA
+device: $DEVICE
+precision: $PRECISION
+schedule: mtdnn
+option: finetune
+pair-encoding: para=cross,sts=bi
+sts-target: cosine-range
+task-weights: para=0.8
+lr: 5e-5
+epochs: 3
+eval-every: 379
+EOF
 pids=()
 for spec in "$@"; do
   name="${spec%%|*}"; flags="${spec#*|}"
-  timeout "${LIMIT:-0}" "$PYTHON" multitask_classifier.py $BASE $flags ${EXTRA:-} --output-dir "$RUNS/$name" \
+  timeout "${LIMIT:-0}" "$PYTHON" multitask_classifier.py --config "$RUNS/base.yaml" $flags ${EXTRA:-} --output-dir "$RUNS/$name" \
     --predictions-dir "$RUNS/$name/predictions" > "$RUNS/$name.log" 2>&1 &
   pids+=($!)
 done

@@ -4,7 +4,9 @@ lists of tasks that flags name.
 Each field of a command's config dataclass becomes a flag (`max_length` -> `--max-length`); its
 `help` metadata is the flag's help and its default the flag's default, so configuration lives in
 one place: the dataclass, which is also what is saved beside every checkpoint. A flag's range
-(Range) is checked where the config is built (check_ranges) and shown in its --help.
+(Range) is checked where the config is built (check_ranges) and shown in its --help. A renamed flag is one line
+of its config class, RENAMED_FLAGS = {"old_name": "new_name"}: its old name still works, on the command line, in a
+--config file and in a saved run config, with a line naming the new one.
 """
 import argparse
 import dataclasses
@@ -24,6 +26,8 @@ from common import distributed
 from common.errors import UsageError, UserError
 from common.progress import LogHandler
 from common.run_folder import RECORD_KEYS, RUN_CONFIG
+
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,6 +88,17 @@ def flag_fields(config) -> list[dataclasses.Field]:
     return [field for field in dataclasses.fields(config) if "help" in field.metadata]
 
 
+def renamed_flags(config_class: type) -> dict[str, str]:
+    """The flags a config class renamed: old name -> new name (its RENAMED_FLAGS; none if it has none)."""
+    return getattr(config_class, "RENAMED_FLAGS", {})
+
+
+def with_new_names(config_class: type, values: dict) -> dict:
+    """Flag values by name (a saved run config's) with each renamed flag under its new name."""
+    renamed = renamed_flags(config_class)
+    return {renamed.get(name, name): value for name, value in values.items()}
+
+
 def check_ranges(config) -> None:
     """ValueError (a usage error) for the first flag outside its range, inf and nan among them (a rate of inf
     trains a model of nan); None means "the default, chosen later"."""
@@ -100,6 +115,31 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str):
         distributed.refuse(f"{self.prog}: error: {message} (see {self.prog} --help)")  # torchrun: once
+
+    def parse_known_args(self, args=None, namespace=None):
+        self.check_given_once(sys.argv[1:] if args is None else list(args))
+        return super().parse_known_args(args, namespace)
+
+    def check_given_once(self, argv: list[str]) -> None:
+        """A flag given twice on the command line (--seed 1 --seed 5, --eval --no-eval, --config A --config B) is
+        refused naming both, where argparse would silently keep the last."""
+        options = {option: action for action in self._actions for option in action.option_strings}
+        seen, words = {}, iter(enumerate(argv))
+        for index, word in words:
+            if word == "--":
+                return
+            option = word.split("=", 1)[0]
+            action = options.get(option) if word.startswith("--") else None
+            if action is None:
+                continue
+            values = 0 if "=" in word else action.nargs if isinstance(action.nargs, int) else int(action.nargs is None)
+            shown = " ".join(argv[index:index + 1 + values])
+            for _ in range(values):  # its values are not flags, whatever they look like
+                next(words, None)
+            if action.dest in seen:
+                self.error(f"{option}: given twice on the command line ({seen[action.dest]}, then {shown}); give it "
+                           f"once")
+            seen[action.dest] = shown
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
@@ -118,19 +158,32 @@ def build_parser(config_class: type, description: str) -> argparse.ArgumentParse
 
 
 def add_flags(parser: argparse.ArgumentParser, config_class: type) -> None:
-    """One flag per field of the config dataclass."""
+    """One flag per field of the config dataclass, and one left out of --help per old name of a renamed flag."""
     hints = typing.get_type_hints(config_class)
+    old_names = {new: old for old, new in renamed_flags(config_class).items()}
     for field in flag_fields(config_class):
-        flag = "--" + field.name.replace("_", "-")
         kind = hints[field.name]
-        if kind is bool:
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=field.default,
-                                help=field.metadata["help"])
-            continue
         if typing.get_origin(kind) in (typing.Union, getattr(__import__("types"), "UnionType", None)):
             kind = next(arg for arg in typing.get_args(kind) if arg is not type(None))  # Optional[X] -> X
-        parser.add_argument(flag, type=kind, default=field.default, choices=field.metadata.get("choices"),
-                            help=field.metadata["help"])
+        spellings = [(field.name, field.metadata["help"])]
+        if field.name in old_names:
+            spellings.append((old_names[field.name], argparse.SUPPRESS))
+        for name, help in spellings:
+            flag = "--" + name.replace("_", "-")
+            if kind is bool:
+                parser.add_argument(flag, dest=field.name, action=argparse.BooleanOptionalAction,
+                                    default=field.default, help=help)
+            else:
+                parser.add_argument(flag, dest=field.name, type=kind, default=field.default,
+                                    choices=field.metadata.get("choices"), help=help)
+
+
+def note_old_names(parser: argparse.ArgumentParser, config_class: type, argv: list[str]) -> None:
+    """One line for each renamed flag that argv spells by its old name, naming the new one."""
+    for old, new in renamed_flags(config_class).items():
+        old_flag = "--" + old.replace("_", "-")
+        if any(given(action, argv) for action in parser._actions if old_flag in action.option_strings):
+            log.warning("%s: now --%s", old_flag, new.replace("_", "-"))
 
 
 def parse_config(config_class: type, description: str, argv: list[str] | None = None, program: str | None = None,
@@ -146,10 +199,11 @@ def parse_config(config_class: type, description: str, argv: list[str] | None = 
                         "its values as on the command line; flags given on the command line win")
     argv = sys.argv[1:] if argv is None else argv
     config_file = parser.parse_known_args(argv)[0].config
-    file_values = config_file_values(parser, config_file) if config_file else {}
+    file_values = config_file_values(parser, config_file, renamed_flags(config_class)) if config_file else {}
     parser.set_defaults(**file_values)
     args = vars(parser.parse_args(argv))
     args.pop("config")
+    note_old_names(parser, config_class, argv)
     if "command" in {field.name for field in dataclasses.fields(config_class)}:
         args["command"] = CommandLine(
             shlex.join(["python", parser.prog, *argv]),
@@ -174,8 +228,8 @@ def flag_words(name: str, value) -> list[str]:
 
 def spelled_out(parser: argparse.ArgumentParser, file_values: dict, argv: list[str]) -> list[str]:
     """argv with --config FILE replaced by the file's flags (those argv does not give again: argv wins)."""
-    actions = {action.dest: action for action in parser._actions if action.option_strings}
-    words = [word for name, value in file_values.items() if value is not None and not given(actions[name], argv)
+    given_names = {action.dest for action in parser._actions if given(action, argv)}
+    words = [word for name, value in file_values.items() if value is not None and name not in given_names
              for word in flag_words(name, value)]
     rest, skip = [], False
     for word in argv:
@@ -186,27 +240,48 @@ def spelled_out(parser: argparse.ArgumentParser, file_values: dict, argv: list[s
     return words + rest
 
 
-def config_file_values(parser: argparse.ArgumentParser, path: str) -> dict:
+def config_file_values(parser: argparse.ArgumentParser, path: str, renamed: dict[str, str]) -> dict:
     """--config FILE: its flags as the parser's defaults, each value converted and checked as on the command line.
-    Keys are flag names, with dashes or underscores (a leading -- is allowed); what a run config records beside
-    the flags (RECORD_KEYS) is ignored; any other key is a usage error naming the file and the key (exit code 2)."""
+    Keys are flag names, with dashes or underscores (a leading -- is allowed), or a renamed flag's old name (renamed:
+    old -> new; a line names the new one); what a run config records beside the flags (RECORD_KEYS) is ignored; any
+    other key is a usage error naming the file and the key (exit code 2)."""
     import yaml  # JSON is YAML: a run's run config is a config file too
 
+    class Loader(yaml.SafeLoader):
+        """YAML that refuses a key given twice in a mapping (epochs twice, or max-length and max_length), naming
+        both lines: yaml keeps the last silently."""
+
+    def unique_keys(loader, node, deep=False):
+        lines = {}
+        for key_node, _ in node.value:
+            key = str(loader.construct_object(key_node, deep=deep))
+            name = key.removeprefix("--").replace("-", "_")
+            if name in lines:
+                parser.error(f"--config {path}: {key} is given twice (lines {lines[name]} and "
+                             f"{key_node.start_mark.line + 1}); give it once")
+            lines[name] = key_node.start_mark.line + 1
+        return loader.construct_mapping(node, deep)
+
+    Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, unique_keys)
     try:
         with open(path, encoding="utf-8") as file:
-            content = yaml.safe_load(file)
+            content = yaml.load(file, Loader=Loader)  # noqa: S506 (a SafeLoader)
     except (OSError, yaml.YAMLError) as error:
         parser.error(f"--config {path}: cannot read it ({error.__class__.__name__}: {str(error).splitlines()[0]})")
     if content is None:
         return {}
     if not isinstance(content, dict):
         parser.error(f"--config {path}: not a mapping of flag names to values")
-    actions = {action.dest: action for action in parser._actions if action.option_strings}
+    actions = {action.dest: action for action in parser._actions
+               if action.option_strings and action.help != argparse.SUPPRESS}  # not the old names
     values = {}
     for key, value in content.items():
         name = str(key).removeprefix("--").replace("-", "_")
         if name in RECORD_KEYS:
             continue
+        if name in renamed:
+            log.warning("--config %s: %s: now %s", path, key, renamed[name])
+            name = renamed[name]
         if name not in actions or name in ("help", "config"):
             parser.error(f"--config {path}: unknown flag {key!r}")
         action = actions[name]
@@ -240,8 +315,10 @@ def parse_subcommand(commands: dict[str, type], description: str, argv: list[str
         text = inspect.cleandoc(config_class.__doc__ or "")
         add_flags(subcommands.add_parser(name, help=text.splitlines()[0] if text else None, description=text,
                                          formatter_class=HelpFormatter), config_class)
+    argv = sys.argv[1:] if argv is None else argv
     args = vars(parser.parse_args(argv))
     name = args.pop("subcommand")
+    note_old_names(subcommands.choices[name], commands[name], argv)
     try:
         return commands[name](**args)
     except ValueError as error:

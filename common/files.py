@@ -6,6 +6,7 @@ import os
 import shlex
 import shutil
 import tempfile
+import traceback
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -41,6 +42,11 @@ def _shown_size(size: int) -> str:
     return f"{size / 1e6:.1f} MB" if size >= 100_000 else f"{size / 1e3:.1f} kB"
 
 
+def free_space(folder: Path) -> str:
+    """The space left on the device of `folder`, as a message says it."""
+    return _shown_size(shutil.disk_usage(folder).free)
+
+
 def _is_disk_full(error: BaseException, folder: Path) -> bool:
     cause = error
     while cause is not None:
@@ -63,6 +69,8 @@ def _disk_full_error(error: BaseException, target: Path, written: Path | None, e
     best guess of the bytes the whole write needs (0: none); kept: what is intact."""
     if not _is_disk_full(error, target.parent):
         return None
+    # The writer's finished frames go: a file one of them still holds open (torch.save's) keeps its space taken.
+    traceback.clear_frames(error.__traceback__)
     size = _size(written)
     if written is not None:
         shutil.rmtree(written, ignore_errors=True) if written.is_dir() else written.unlink(missing_ok=True)
@@ -150,6 +158,8 @@ def recover_directory(path: str | Path) -> None:
 
 # atomic_files: the complete set of new files waits here, inside the folder, until each is in place.
 READY = ".files.ready"
+# A set's record of what it holds (common/outputs.py): moved into place last, so that once it is there, so is its set.
+SET_RECORD = "written-by.json"
 
 
 @contextmanager
@@ -180,8 +190,9 @@ def atomic_files(folder: str | Path, expected: int = 0):
 
 
 def _move_into(ready: Path, folder: Path) -> None:
-    """Each file under `ready` to its place in `folder` (one rename each), then `ready` goes."""
-    for file in sorted(path for path in ready.rglob("*") if not path.is_dir()):
+    """Each file under `ready` to its place in `folder` (one rename each, the set's record last), then `ready` goes."""
+    for file in sorted((path for path in ready.rglob("*") if not path.is_dir()), key=lambda path: (
+            path == ready / SET_RECORD, path)):
         target = folder / file.relative_to(ready)
         target.parent.mkdir(parents=True, exist_ok=True)
         os.replace(file, target)
@@ -210,16 +221,35 @@ def remove_entry(path: str | Path) -> None:
     shutil.rmtree(doomed)
 
 
+def make_folders(folder: str | Path) -> list[Path]:
+    """Create `folder` and its missing parents; the ones created, deepest first (for remove_empty)."""
+    folder = Path(folder)
+    missing = [path for path in (folder, *folder.parents) if not path.exists()]
+    folder.mkdir(parents=True, exist_ok=True)
+    return missing
+
+
+def remove_empty(folders: list[Path]) -> None:
+    """Remove those of `folders` (deepest first) that hold nothing: what a refused command created, it takes back."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:  # it holds something (or is gone): it stays, and so do its parents
+            return
+
+
 def check_writable(folder: str | Path, flag: str, shown: Path | None = None) -> None:
     """Fail before any training if `folder` cannot be created or written, not at the first save. shown: what the
-    message names as the flag's value (default: the folder)."""
-    folder = Path(folder)
+    message names as the flag's value (default: the folder). Folders it had to create are removed again."""
+    folder, made = Path(folder), []
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        made = make_folders(folder)
         probe = tempfile.NamedTemporaryFile(dir=folder, prefix=".write-test-", delete=True)
         probe.close()
     except OSError as error:
         raise UsageError(f"{flag} {shown or folder}: cannot write there ({error.strerror or error})") from None
+    finally:
+        remove_empty(made)
 
 
 def check_writable_file(path: str | Path, flag: str) -> None:

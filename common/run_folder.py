@@ -14,16 +14,16 @@ Every checkpoint folder (best/, last/, pretrain_contrastive.py's output and its 
 run config it was trained with, in a file of the same name. Where the folder is, is not a flag --resume compares
 (training/engine.py): a moved or copied run folder resumes where it now is.
 """
-import fcntl
 import json
 import logging
-import os
 from contextlib import contextmanager
 from pathlib import Path
 
+from common import locks
 from common.errors import CheckpointError, UsageError
-from common.files import (append_jsonl, atomic_directory, atomic_file, check_writable, read_json, recover_directory,
-                          recover_files, remove_entry, without_local_path, without_local_paths, write_json)
+from common.files import (append_jsonl, atomic_directory, atomic_file, check_writable, make_folders, read_json,
+                          recover_directory, recover_files, remove_empty, remove_entry, without_local_path,
+                          without_local_paths, write_json)
 
 log = logging.getLogger(__name__)
 
@@ -34,11 +34,6 @@ STATE = "training_state.pt"
 LOCK = ".lock"
 # What a run config holds beside the flags: a run's run config is a --config file too, whose reader skips these.
 RECORD_KEYS = ("resolved", "provenance", "finished")
-
-# The folders this process has locked (resolved path -> [open lock file, claims]): a process owns a folder once, so
-# that a second claim by the same process (a library caller building two runs in one folder) is not refused.
-_held: dict[str, list] = {}
-
 
 # ---- a checkpoint folder's run config ----
 
@@ -93,6 +88,8 @@ class RunFolder:
         self.state_file = self.last / STATE
         self.config_file = config_file(self.path)
         self.lock_file = self.path / LOCK
+        self.held = []  # outputs of the run's outside the folder, released with it (hold)
+        self.made = []  # the folders its claim created
 
     def __str__(self) -> str:
         return str(self.path)
@@ -105,9 +102,30 @@ class RunFolder:
 
     def encoders(self) -> list[Path]:
         """The checkpoint folders of pretrain_contrastive.py's output: the folder itself, or the subfolders holding
-        a run config (--method ct writes model1/ and model2/)."""
-        inside = sorted(entry for entry in self.path.iterdir() if has_config(entry)) if self.path.is_dir() else []
+        a checkpoint and its run config (--method ct writes model1/ and model2/; best/, last/ and the temporary
+        folders of a save are not such)."""
+        inside = sorted(entry for entry in self.path.iterdir() if entry.name not in (BEST, LAST)
+                        and not entry.name.startswith(".") and has_config(entry)
+                        and (entry / "config.json").is_file()) if self.path.is_dir() else []
         return inside or [self.path]
+
+    def is_run(self) -> bool:
+        """A trainer's run folder with no checkpoint in it to use: a run config, and neither the files of a
+        checkpoint (config.json) nor checkpoint folders of pretrain_contrastive.py inside (best/ aside)."""
+        return has_config(self.path) and not (self.path / "config.json").is_file() and self.encoders() == [self.path]
+
+    def check_is_checkpoint(self, flag: str) -> None:
+        """Refuse, naming what to give instead, a folder that holds checkpoints rather than being one: a run folder
+        (its best/), pretrain_contrastive.py --method ct's output (model1/, model2/), a run with none yet."""
+        if not self.path.is_dir() or (self.path / "config.json").is_file():
+            return
+        inside = [self.best] if (self.best / "config.json").is_file() else self.encoders()
+        if inside != [self.path]:
+            raise UsageError(f"{flag} {self.path}: a folder of checkpoints, not a checkpoint; give "
+                             + " or ".join(f"{flag} {folder}" for folder in inside))
+        if self.is_run():
+            raise CheckpointError(f"{flag} {self.path}: a run with no checkpoint yet (no {BEST}/): it saves one at "
+                                  f"its first evaluation")
 
     # ---- owning it ----
 
@@ -121,6 +139,7 @@ class RunFolder:
         if resume and overwrite:
             raise UsageError("--resume continues the run in --output-dir and --overwrite replaces it: give one of them")
         check_writable(self.path, "--output-dir")
+        self.made = make_folders(self.path)  # taken back if the command is refused before it writes anything
         self._lock()
         try:
             if not resume:
@@ -133,43 +152,20 @@ class RunFolder:
             raise
 
     def _lock(self) -> None:
-        key = str(self.path.resolve())
-        if key in _held:
-            _held[key][1] += 1
-            return
-        while True:
-            handle = open(self.lock_file, "a+")
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                handle.seek(0)
-                holder = handle.read().strip()
-                handle.close()
-                raise UsageError(f"--output-dir {self.path} is in use by another command (pid {holder or '?'}); "
-                                 f"wait until it ends, or choose another --output-dir") from None
-            try:  # the holder may have released it and removed the file after we opened it: lock the new one
-                if os.stat(self.lock_file).st_ino == os.fstat(handle.fileno()).st_ino:
-                    break
-            except FileNotFoundError:
-                pass
-            handle.close()
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"{os.getpid()}\n")
-        handle.flush()
-        _held[key] = [handle, 1]
+        locks.lock(self.lock_file, f"--output-dir {self.path} is in use by another command (pid {{pid}}); wait "
+                                   f"until it ends, or choose another --output-dir")
 
     def release(self) -> None:
         """End this command's claim; the process's last claim unlocks the folder and removes the lock file (the
         kernel unlocks it too when the process ends, however it ends)."""
-        key = str(self.path.resolve())
-        if key not in _held:
-            return
-        _held[key][1] -= 1
-        if _held[key][1] == 0:
-            handle = _held.pop(key)[0]
-            self.lock_file.unlink(missing_ok=True)  # before unlocking: no one can lock the file we remove
-            handle.close()
+        locks.unlock(self.lock_file)
+        while self.held:
+            self.held.pop().release()
+        remove_empty(self.made)
+
+    def hold(self, output) -> None:
+        """An output of the run's outside its folder (a --predictions-dir, claimed): released with the folder."""
+        self.held.append(output)
 
     def _replace(self, owned: tuple[str, ...], overwrite: bool, sources: dict[str, str], again: str) -> None:
         """Refuse to start a run in a folder that holds another (the transformers Trainer's rule: no run is mixed
@@ -251,15 +247,16 @@ class RunFolder:
         self.path.mkdir(parents=True, exist_ok=True)
         append_jsonl(self.metrics_log, record)
 
-    def keep_records_until(self, step: int, stage: str = "") -> None:
-        """--resume at `step` of `stage` (a multi-stage run's; "" for one stage): a run killed after a log line but
-        before its checkpoint repeats those steps; their lines go, and every line after them, and so does a line the
-        kill cut short. The lines of the stages before stay. A line that is not UTF-8 text was not written by a run:
-        one line names it."""
+    def records(self) -> list[tuple[bytes, dict]]:
+        """The lines of metrics.jsonl and what each holds, but for a last line a kill or a full disk cut short (no
+        newline at its end). A line the run did not write (not UTF-8 text, or not a JSON object with its step: a
+        user's note) is refused, naming its lines, and never removed: --resume rewrites the log (keep_records_until),
+        and the log is the run's record, which analyze.py reads back."""
         if not self.metrics_log.exists():
-            return
+            return []
         lines = self.metrics_log.read_bytes().split(b"\n")
-        kept, in_stage = [], False
+        lines = lines[:-1]  # after the last newline: nothing, or a line cut short
+        records, foreign = [], []
         for number, line in enumerate(lines, start=1):
             if not line.strip():
                 continue
@@ -270,16 +267,35 @@ class RunFolder:
                                       f"remove it to resume") from None
             try:
                 record = json.loads(text)
-                line_stage, line_step = record.get("stage", ""), record["step"]
-            except (json.JSONDecodeError, KeyError, TypeError, AttributeError):
-                continue  # a line the kill cut short
+            except json.JSONDecodeError:
+                record = None
+            if isinstance(record, dict) and isinstance(record.get("step"), int):
+                records.append((line, record))
+            else:
+                foreign.append(number)
+        if foreign:
+            shown = ", ".join(map(str, foreign[:10])) + (f" and {len(foreign) - 10} more" if len(foreign) > 10 else "")
+            raise CheckpointError(f"{self.metrics_log}: line{'s' if len(foreign) > 1 else ''} {shown}: not the run's "
+                                  f"(each of its lines is a JSON object with its step); move them out of the file "
+                                  f"to resume")
+        return records
+
+    def keep_records_until(self, step: int, stage: str = "") -> None:
+        """--resume at `step` of `stage` (a multi-stage run's; "" for one stage): a run killed after a log line but
+        before its checkpoint repeats those steps; their lines go, and every line after them, and so does a last line
+        the kill cut short. The lines of the stages before stay."""
+        if not self.metrics_log.exists():
+            return
+        kept, in_stage = [], False
+        for line, record in self.records():
+            line_stage = record.get("stage", "")
             in_stage = in_stage or line_stage == stage
-            if (line_stage == stage and line_step > step) or (in_stage and line_stage != stage):
+            if (line_stage == stage and record["step"] > step) or (in_stage and line_stage != stage):
                 break  # the first line after the checkpoint
-            kept.append(text)
-        if len(kept) < sum(1 for line in lines if line.strip()):
+            kept.append(line)
+        if self.metrics_log.read_bytes() != b"".join(line + b"\n" for line in kept):
             with atomic_file(self.metrics_log) as temp:
-                temp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+                temp.write_bytes(b"".join(line + b"\n" for line in kept))
 
 
 def _inside(path: Path, folder: Path) -> bool:

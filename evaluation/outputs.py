@@ -12,18 +12,26 @@ from common.errors import CheckpointError, DataError
 from common.files import atomic_file, load_or_fail
 from common.run_folder import RunFolder
 from data.splits import TaskSplit
-from evaluation.predictions import SPLITS, write_predictions
+from evaluation.predictions import SPLITS, leaderboard_file
 from tasks import REGISTRY
 
 
-def write_outputs(folder: Path, predictions_dir: str | Path, split_name: str, splits: dict[str, TaskSplit],
-                  outputs: dict[str, torch.Tensor]) -> None:
-    """Each task's soft outputs on a split: its leaderboard file, and the outputs beside a checkpoint."""
+def write_outputs(folder: Path, split_name: str, splits: dict[str, TaskSplit], outputs: dict[str, torch.Tensor]) -> None:
+    """Each task's soft outputs on a split, beside a checkpoint."""
     for name, task_outputs in outputs.items():
-        split = splits[name]
-        write_predictions(predictions_dir, name, split_name, split.ids, REGISTRY[name].hard(task_outputs))
         with atomic_file(folder / f"outputs-{name}-{split_name}.pt") as temp:
-            torch.save({"ids": split.ids, "outputs": task_outputs}, temp)
+            torch.save({"ids": splits[name].ids, "outputs": task_outputs}, temp)
+
+
+def leaderboard_files(folder: Path, tasks: list[str], splits: tuple[str, ...] = SPLITS) -> dict:
+    """The leaderboard files of a checkpoint's saved outputs, those of each task's splits, as a set to write
+    (common.outputs.LeaderboardFolder.write)."""
+    files = {}
+    for task in tasks:
+        for split in splits:
+            saved = read_outputs(folder / f"outputs-{task}-{split}.pt", task)
+            files |= leaderboard_file(task, split, saved["ids"], REGISTRY[task].hard(saved["outputs"]))
+    return files
 
 
 def read_outputs(path: Path, task: str) -> dict:

@@ -8,15 +8,13 @@ Readers must therefore strip whitespace around fields, e.g. csv.reader plus str.
 with sep=r"\\s*,\\s*". 
 Predictions: SST an integer class 0-4, paraphrase 0 or 1 (the starter wrote "1.0"; the same number),
 STS a float (tasks.Task.format; each task's column is in the registry). One row per id, in the order given.
-Each file is written to a temporary file in the same folder and moved into place with os.replace
-(common.files.atomic_file), which is atomic: a run that dies mid-write leaves the previous file (or
-none), never half of one.
+A run's or an ensemble's files are written as one set (common.outputs.LeaderboardFolder): a command that
+dies mid-write leaves the previous set (or none), never half of a file, nor files of two sets.
 """
 import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from common.files import atomic_file
 from data.readers import id_problem
 from tasks import REGISTRY
 
@@ -41,15 +39,19 @@ def _format_id(sentence_id) -> str:
     return sentence_id
 
 
-def write_predictions(out_dir: str | Path, task: str, split: str, ids: Iterable, predictions: Iterable) -> Path:
-    """Write one prediction file atomically and return its path. Tensors and arrays are accepted."""
-    path = prediction_path(out_dir, task, split)
+def write_prediction_file(path: str | Path, task: str, ids: Iterable, predictions: Iterable) -> None:
+    """Write one prediction file at `path` (a set's temporary path: the set makes it whole). Tensors and arrays are
+    accepted."""
     ids = ids.tolist() if hasattr(ids, "tolist") else ids
     predictions = predictions.tolist() if hasattr(predictions, "tolist") else predictions
-    with atomic_file(path) as temp, open(temp, "w", encoding="utf-8", newline="") as f:
+    with open(path, "w", encoding="utf-8", newline="") as f:
         f.write(f"id \t {REGISTRY[task].column} \n")
         for sentence_id, value in zip(ids, predictions, strict=True):
             f.write(f"{_format_id(sentence_id)} , {REGISTRY[task].format(float(value))} \n")
         f.flush()
         os.fsync(f.fileno())
-    return path
+
+
+def leaderboard_file(task: str, split: str, ids: Iterable, predictions: Iterable) -> dict:
+    """{file name: what writes it at a path} for a set of leaderboard files (common.outputs.LeaderboardFolder)."""
+    return {prediction_path("", task, split).name: lambda path: write_prediction_file(path, task, ids, predictions)}

@@ -115,12 +115,25 @@ def course_data(tmp_path_factory) -> Path:
     return write_course_files(tmp_path_factory.mktemp("course-data"), random.Random(0), train_rows=40)
 
 
+def last_wins(words: list[str]) -> list[str]:
+    """Flags and their values with a flag given again replaced by its last (a command refuses a flag given twice):
+    what a test's base flags and its case's own make together."""
+    groups: dict[str, list[str]] = {}
+    for word in words:
+        if word.startswith("--"):
+            groups.pop(word.split("=", 1)[0], None)
+            groups[word.split("=", 1)[0]] = [word]
+        else:
+            list(groups.values())[-1].append(word)
+    return [word for group in groups.values() for word in group]
+
+
 def multitask_argv(model: Path, data: Path, out: Path, *extra: str) -> list[str]:
     """multitask_classifier.py's flags for a tiny run on CPU (2 epochs of batches of 8 at lr 1e-3) writing into
-    out/run and out/predictions; a flag in `extra` overrides them (the command keeps a flag's last value)."""
-    return ["--model", str(model), "--data-dir", str(data), "--output-dir", str(out / "run"),
-            "--predictions-dir", str(out / "predictions"), "--device", "cpu", "--batch-size", "8", "--epochs", "2",
-            "--lr", "1e-3", *extra]
+    out/run and out/predictions; a flag in `extra` overrides them."""
+    return last_wins(["--model", str(model), "--data-dir", str(data), "--output-dir", str(out / "run"),
+                      "--predictions-dir", str(out / "predictions"), "--device", "cpu", "--batch-size", "8",
+                      "--epochs", "2", "--lr", "1e-3", *extra])
 
 
 def checkpoint_weights(folder: Path) -> dict[str, torch.Tensor]:

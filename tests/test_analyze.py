@@ -479,3 +479,12 @@ def test_a_bad_flag_value_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as exit_info:
         analyze.main(["layers", "--poolings", "mean,pooler"])
     assert exit_info.value.code == 2 and "'pooler' is not one of cls, mean, max" in capsys.readouterr().err
+
+
+def test_curves_table_of_a_single_task_run_shows_no_none(tmp_path):
+    single = tmp_path / "single"
+    single.mkdir()
+    (single / "metrics.jsonl").write_text(json.dumps({**EVAL_LINE, "dev": {"sst": 0.3}}) + "\n")  # no overall
+    markdown = curves.build(curves.CurvesConfig(runs=str(single))).markdown
+    row = next(line for line in markdown.splitlines() if line.startswith("| single"))
+    assert "None" not in row and row.rstrip(" |").endswith("| - | -")  # best overall, at step: none

@@ -15,23 +15,26 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import analyze  # noqa: E402
 import checkpoint  # noqa: E402
 import ensemble  # noqa: E402
 import multitask_classifier  # noqa: E402
 import predict  # noqa: E402
 import pretrain_contrastive  # noqa: E402
 from common import cli  # noqa: E402
+from tests.conftest import last_wins  # noqa: E402
 from training.contrastive import ContrastiveConfig  # noqa: E402
 from training.multitask_config import MultitaskConfig  # noqa: E402
 
 COMMANDS = {"multitask": multitask_classifier, "pretrain": pretrain_contrastive, "ensemble": ensemble,
-            "predict": predict}
+            "predict": predict, "analyze": analyze}
 SCRIPTS = {"multitask": "multitask_classifier.py", "pretrain": "pretrain_contrastive.py", "ensemble": "ensemble.py",
-           "predict": "predict.py"}
+           "predict": "predict.py", "analyze": "analyze.py"}
 TRAIN = ["--model", "MODEL", "--data-dir", "DATA", "--output-dir", "OUT/run", "--predictions-dir", "OUT/predictions",
          "--epochs", "1", "--batch-size", "8", "--device", "cpu"]
 CASES = [
@@ -88,6 +91,14 @@ CASES = [
      "--seed must be >= 0 and <= 4294967295, got -1", 2),
     ("flag", "a config file's key without a value", "multitask", [*TRAIN, "--config", "no-value.yaml"],
      "--config no-value.yaml: epochs has no value; give one, or leave the key out for the default (3)", 2),
+    ("flag", "a flag given twice", "multitask", ["--seed", "-1", *TRAIN, "--seed", "5"],
+     "multitask_classifier.py: error: --seed: given twice on the command line (--seed -1, then --seed 5); give it "
+     "once (see multitask_classifier.py --help)", 2),
+    ("flag", "two config files", "multitask", ["--config", "no-value.yaml", *TRAIN, "--config", "dup-key.yaml"],
+     "multitask_classifier.py: error: --config: given twice on the command line (--config no-value.yaml, then "
+     "--config dup-key.yaml); give it once", 2),
+    ("flag", "a config file's key given twice", "multitask", [*TRAIN, "--config", "dup-key.yaml"],
+     "multitask_classifier.py: error: --config dup-key.yaml: epochs is given twice (lines 1 and 3); give it once", 2),
     ("flag", "a predictions folder inside the run's best/", "multitask", [*TRAIN, "--predictions-dir", "OUT/run/best"],
      "error: --predictions-dir OUT/run/best: inside OUT/run/best, which each save of the run replaces whole; choose a "
      "folder outside OUT/run/best and OUT/run/last", 2),
@@ -138,7 +149,25 @@ CASES = [
     ("checkpoint", "a Contrastive Tension run folder (model1/, model2/), to predict", "predict",
      ["ct-run", "--sst", "a film"],
      "error: ct-run: an encoder-only checkpoint (no heads.safetensors; pretrain_contrastive.py writes these): it has "
-     "no task heads to predict with; fine-tune it first with multitask_classifier.py --init ct-run/model1", 2),
+     "no task heads to predict with; fine-tune it first with multitask_classifier.py --init ct-run/model1 or --init "
+     "ct-run/model2", 2),
+    ("checkpoint", "a path that does not exist, to predict", "predict", ["OUT/nowhere", "--sst", "a film"],
+     "error: OUT/nowhere: not found", 2),
+    ("checkpoint", "a run that saved no checkpoint (it diverged before its first evaluation), to predict", "predict",
+     ["no-checkpoint", "--sst", "a film"],
+     "error: no-checkpoint: a run with no checkpoint yet (no best/): it saves one at its first evaluation; predict "
+     "once it has", 2),
+    ("checkpoint", "a run whose best/ a save is replacing this moment, to predict", "predict",
+     ["mid-save", "--sst", "a film"],
+     "error: mid-save: its best/ is being replaced by a save this moment; try again once the save ends", 2),
+    ("checkpoint", "a run folder given to --init", "multitask", [*TRAIN, "--init", "finished-run"],
+     "error: --init finished-run: a folder of checkpoints, not a checkpoint; give --init finished-run/best", 2),
+    ("checkpoint", "a Contrastive Tension output (model1/, model2/) given to --init", "multitask",
+     [*TRAIN, "--init", "ct-run"],
+     "error: --init ct-run: a folder of checkpoints, not a checkpoint; give --init ct-run/model1 or --init "
+     "ct-run/model2", 2),
+    ("checkpoint", "a run with no checkpoint given to --init", "multitask", [*TRAIN, "--init", "no-checkpoint"],
+     "error: --init no-checkpoint: a run with no checkpoint yet (no best/): it saves one at its first evaluation", 2),
     ("checkpoint", "a checkpoint saved before a head flag existed (--pair-mlp), to predict", "predict",
      ["old-run", "--sst", "a film"], "error: old-run/best/run_config.json: records no --pair-mlp (saved before the "
      "flag existed), and what its heads compute depends on it; add \"pair_mlp\" with the value they were trained "
@@ -152,6 +181,17 @@ CASES = [
     ("checkpoint", "bytes that are not UTF-8 in metrics.jsonl, on --resume", "multitask",
      [*TRAIN, "--data-dir", "edited-data", "--output-dir", "bad-log", "--resume", "--allow-changed-data"],
      "error: bad-log/metrics.jsonl: line 3: not UTF-8 text, so not a line of ours; remove it to resume", 2),
+    ("checkpoint", "a note of the user's in metrics.jsonl, on --resume", "multitask",
+     [*TRAIN, "--data-dir", "edited-data", "--output-dir", "user-note", "--resume", "--allow-changed-data"],
+     "error: user-note/metrics.jsonl: line 1: not the run's (each of its lines is a JSON object with its step); move "
+     "them out of the file to resume", 2),
+    ("checkpoint", "a training state without its optimizer, on --resume", "multitask",
+     [*TRAIN, "--data-dir", "edited-data", "--output-dir", "no-optimizer", "--resume", "--allow-changed-data"],
+     "error: no-optimizer/last/training_state.pt: not a whole training state (no optimizer entry); put back the "
+     "run's own last/, or start the run again with --overwrite", 2),
+    ("checkpoint", "another run's training state, on --resume", "multitask",
+     [*TRAIN, "--data-dir", "edited-data", "--output-dir", "other-state", "--resume", "--allow-changed-data"],
+     "error: other-state/last/training_state.pt: another run's training state (its last evaluation, at step", 2),
     # data files
     ("data", "empty file to pretrain on", "pretrain", ["--model", "MODEL", "--data", "empty.txt", "--output-dir", "OUT"],
      "error: empty.txt: no usable rows", 2),
@@ -215,6 +255,44 @@ CASES = [
     ("file system", "an ensemble report that cannot be written", "ensemble",
      ["--members", "finished-run", "--data-dir", "DATA", "--out", "FILE/e.json", "--predictions-dir", "OUT/p"],
      "error: --out FILE/e.json: cannot write there", 2),
+    ("file system", "predictions written over the file they are read from", "predict",
+     ["finished-run", "--task", "sst", "--input", "sentences.txt", "--output", "sentences.txt"],
+     "error: --output sentences.txt: the file --input reads; writing it would destroy it before it is read; choose "
+     "another --output", 2),
+    ("file system", "predictions written over a file predict.py did not write", "predict",
+     ["finished-run", "--sst", "a film", "--output", "user-folder/notes.txt"],
+     "error: --output user-folder/notes.txt: a file predict.py did not write (its first line is not a header of "
+     "predictions); choose another --output, or remove it first", 2),
+    ("file system", "an ensemble's predictions into a run's best/", "ensemble",
+     ["--members", "finished-run", "--data-dir", "DATA", "--out", "OUT/e.json", "--predictions-dir",
+      "finished-run/best"],
+     "error: --predictions-dir finished-run/best: inside finished-run/best, a checkpoint folder, whose files its own "
+     "commands write and replace; choose a place outside it", 2),
+    ("file system", "an ensemble's report over a run's run_config.json", "ensemble",
+     ["--members", "finished-run", "--data-dir", "DATA", "--out", "finished-run/run_config.json", "--predictions-dir",
+      "OUT/p"],
+     "error: --out finished-run/run_config.json: inside finished-run, a run folder, whose files its own commands "
+     "write and replace; choose a place outside it", 2),
+    ("file system", "an ensemble's report over a file ensemble.py did not write", "ensemble",
+     ["--members", "finished-run", "--data-dir", "DATA", "--out", "user-folder/notes.txt", "--predictions-dir",
+      "OUT/p"],
+     "error: --out user-folder/notes.txt: a file ensemble.py did not write (not an ensemble's report); choose another "
+     "--out, or remove it first", 2),
+    ("file system", "an ensemble's predictions into a folder of another ensemble's", "ensemble",
+     ["--members", "finished-run", "--data-dir", "DATA", "--out", "OUT/e.json", "--predictions-dir",
+      "other-leaderboard"],
+     "error: --predictions-dir other-leaderboard holds leaderboard files of the ensemble reported in "
+     "/elsewhere/ensemble.json (sst-dev-output.csv); choose another --predictions-dir, or replace them with "
+     "--overwrite", 2),
+    ("file system", "a run's predictions into a folder of leaderboard files no command recorded", "multitask",
+     [*TRAIN, "--predictions-dir", "unrecorded"],
+     "error: --predictions-dir unrecorded holds leaderboard files of a command that left no written-by.json "
+     "(para-dev-output.csv); choose another --predictions-dir, or replace them with --overwrite", 2),
+    ("file system", "an analysis folder that is a file", "analyze", ["curves", "--runs", "finished-run", "--out", "FILE"],
+     "error: --out FILE: a file; give a folder for the files it writes", 2),
+    ("file system", "an analysis folder that cannot be written", "analyze",
+     ["curves", "--runs", "finished-run", "--out", "FILE/analysis"], "error: --out FILE/analysis: cannot write there",
+     2),
 ]
 
 
@@ -305,6 +383,7 @@ def places(tiny_model, tmp_path_factory) -> dict[str, Path]:
     lines = constant.read_text().splitlines()
     constant.write_text("\n".join([lines[0]] + [line.rsplit("\t", 1)[0] + "\t2.5" for line in lines[1:]]) + "\n")
     (root / "no-value.yaml").write_text("epochs:\n")
+    (root / "dup-key.yaml").write_text("epochs: 1\nseed: 3\nepochs: 2\n")
     (root / "binary.gz").write_bytes(b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03\xcbH\xcd\xc9\xc9\x07\x00")
     # A Contrastive Tension run's folder: its run config, and its two encoders in model1/ and model2/.
     contrastive = ContrastiveConfig(model=str(tiny_model), method="ct").to_dict()
@@ -328,21 +407,56 @@ def places(tiny_model, tmp_path_factory) -> dict[str, Path]:
     (encoder_only / "run_config.json").write_text(json.dumps(ContrastiveConfig(model=str(tiny_model)).to_dict()))
     for name in ("broken-config", "gpt2-config", "truncated-weights", "truncated-heads", "truncated-state",
                  "truncated-outputs", "empty.txt", "bad-test-row", "empty-id", "open-quote", "FILE", "user-folder",
-                 "repeated-id", "constant-sts", "no-value.yaml", "binary.gz", "ct-run", "list-config"):
+                 "repeated-id", "constant-sts", "no-value.yaml", "dup-key.yaml", "binary.gz", "ct-run", "list-config"):
         places[name] = root / name
     # The interrupted run's flags, so that --resume gets as far as reading its training state.
-    resumed = [substitute(arg, places, root) for arg in (*TRAIN, "--output-dir", "truncated-state")]
+    resumed = [substitute(arg, places, root) for arg in last_wins([*TRAIN, "--output-dir", "truncated-state"])]
     (state / "run_config.json").write_text(json.dumps(cli.parse_config(MultitaskConfig, "", resumed).to_dict()))
     # A finished run, and then a change to a file it trained on.
     places |= {"edited-data": Path(shutil.copytree(data, root / "edited-data")), "pretrained-encoder": encoder_only,
                "finished-run": root / "finished-run"}
     multitask_classifier.main([substitute(arg, places, root / "finished")
-                               for arg in (*TRAIN, "--data-dir", "edited-data", "--output-dir", "finished-run")])
+                               for arg in last_wins([*TRAIN, "--data-dir", "edited-data", "--output-dir",
+                                                     "finished-run"])])
     with open(places["edited-data"] / "ids-sst-train.csv", "a") as f:
         f.write("99\tadded-later\ta sentence added after the run\t2\n")
     places["link-to-run"] = root / "link-to-run"
     places["link-to-run"].symlink_to(places["finished-run"])
     places["init-run"] = Path(shutil.copytree(places["finished-run"], root / "init-run"))
+    # A run that diverged before its first evaluation (its run config and log only), and one caught between the
+    # two renames of a save of best/ (.best.old, no best/).
+    places["no-checkpoint"] = root / "no-checkpoint"
+    places["no-checkpoint"].mkdir()
+    shutil.copy(places["finished-run"] / "metrics.jsonl", places["no-checkpoint"] / "metrics.jsonl")
+    saved = json.loads((places["finished-run"] / "run_config.json").read_text())
+    (places["no-checkpoint"] / "run_config.json").write_text(
+        json.dumps({k: v for k, v in saved.items() if k != "finished"}))
+    places["mid-save"] = Path(shutil.copytree(places["finished-run"], root / "mid-save"))
+    (places["mid-save"] / "best").rename(places["mid-save"] / ".best.old")
+    # Interrupted copies of the finished run (its command did not end): a note of the user's as the first line of
+    # its log; its training state without the optimizer; a training state whose last evaluation is another run's.
+    for name in ("user-note", "no-optimizer", "other-state"):
+        places[name] = Path(shutil.copytree(places["finished-run"], root / name))
+        saved = json.loads((places[name] / "run_config.json").read_text())
+        (places[name] / "run_config.json").write_text(json.dumps({k: v for k, v in saved.items() if k != "finished"}))
+    log = places["user-note"] / "metrics.jsonl"
+    log.write_text("lr 1e-3 looked better than 1e-4\n" + log.read_text())
+    state = torch.load(places["no-optimizer"] / "last" / "training_state.pt", weights_only=True)
+    torch.save({k: v for k, v in state.items() if k != "optimizer"}, places["no-optimizer"] / "last" / "training_state.pt")
+    evaluation = state["engine"]["last_record"]
+    state["engine"]["last_record"] = {**evaluation, "dev": {task: 0.5 for task in evaluation["dev"]}}
+    torch.save(state, places["other-state"] / "last" / "training_state.pt")
+    # Leaderboard folders: another ensemble's, and one of files no command recorded.
+    places["other-leaderboard"] = root / "other-leaderboard"
+    places["other-leaderboard"].mkdir()
+    (places["other-leaderboard"] / "sst-dev-output.csv").write_text("id \t Predicted_Sentiment \n")
+    (places["other-leaderboard"] / "written-by.json").write_text(json.dumps(
+        {"written_by": "the ensemble reported in /elsewhere/ensemble.json", "files": {"sst-dev-output.csv": "-"}}))
+    places["unrecorded"] = root / "unrecorded"
+    places["unrecorded"].mkdir()
+    (places["unrecorded"] / "para-dev-output.csv").write_text("id \t Predicted_Is_Paraphrase \n")
+    places["sentences.txt"] = root / "sentences.txt"
+    places["sentences.txt"].write_text("a red car\nthe big dog\n")
     # The finished run as a run from before --pair-mlp existed saved it.
     places["old-run"] = Path(shutil.copytree(places["finished-run"], root / "old-run"))
     saved = json.loads((places["old-run"] / "best" / "run_config.json").read_text())
@@ -373,6 +487,8 @@ def substitute(text: str, places: dict[str, Path], out: Path) -> str:
 @pytest.mark.parametrize("kind, wrong, command, args, message, code", CASES, ids=[case[1] for case in CASES])
 def test_bad_input_gets_one_line_and_its_exit_code(places, tmp_path, capsys, monkeypatch, request, kind, wrong,
                                                    command, args, message, code):
+    if args[:len(TRAIN)] == TRAIN:  # a case's own flags replace TRAIN's
+        args = last_wins(args)
     argv = [substitute(arg, places, tmp_path) for arg in args]
     if wrong in FAULTS:
         end = FAULTS[wrong](monkeypatch, tmp_path)
@@ -387,6 +503,42 @@ def test_bad_input_gets_one_line_and_its_exit_code(places, tmp_path, capsys, mon
     expected = substitute(message, places, tmp_path)
     assert expected in last, f"{last!r} does not hold {expected!r}"
     assert not (tmp_path / "run" / "last").exists(), "nothing was trained"
+
+
+# Each "use X" of a message above, run: (the case, X as arguments of its command). A step of training is enough to
+# see the advice work.
+ADVICE = [
+    ("an encoder-only checkpoint (pretrain_contrastive.py's), to predict",
+     ["--init", "pretrained-encoder", "--output-dir", "OUT/tuned"]),
+    ("a Contrastive Tension run folder (model1/, model2/), to predict",
+     ["--init", "ct-run/model2", "--output-dir", "OUT/tuned"]),
+    ("a run folder given to --init", ["--init", "finished-run/best", "--output-dir", "OUT/tuned"]),
+    ("a Contrastive Tension output (model1/, model2/) given to --init",
+     ["--init", "ct-run/model1", "--output-dir", "OUT/tuned"]),
+    ("a run's predictions into a folder of leaderboard files no command recorded",
+     ["--predictions-dir", "unrecorded", "--overwrite"]),
+]
+
+
+@pytest.mark.parametrize("wrong, advice", ADVICE, ids=[case for case, _ in ADVICE])
+def test_the_advice_of_a_message_works(places, tmp_path, wrong, advice):
+    assert any(case[1] == wrong and " ".join(advice[:2]) in case[4] for case in CASES), "the case gives this advice"
+    args = last_wins([*TRAIN, "--data-dir", "edited-data", "--max-steps", "1", *advice])
+    multitask_classifier.main([substitute(arg, places, tmp_path) for arg in args])
+    output_dir = Path(substitute(args[args.index("--output-dir") + 1], places, tmp_path))
+    assert (output_dir / "best" / "model.safetensors").is_file()
+
+
+def test_a_refused_resume_leaves_the_runs_log_as_it_was(places, tmp_path, capsys):
+    log = places["user-note"] / "metrics.jsonl"
+    before = log.read_bytes()
+    args = last_wins([*TRAIN, "--data-dir", "edited-data", "--output-dir", "user-note", "--resume",
+                      "--allow-changed-data"])
+    with pytest.raises(SystemExit):
+        cli.run(lambda: multitask_classifier.main([substitute(arg, places, tmp_path) for arg in args]))
+    assert log.read_bytes() == before
+    assert "provenance" not in json.loads((places["user-note"] / "run_config.json").read_text()) or \
+        not json.loads((places["user-note"] / "run_config.json").read_text())["provenance"].get("resumed")
 
 
 def catalogue_table() -> str:

@@ -1,4 +1,6 @@
-"""Flags generated from a config dataclass: types, defaults in --help, usage errors; the lists of tasks flags name."""
+"""Flags generated from a config dataclass: types, defaults in --help, usage errors, renamed flags; the lists of
+tasks flags name."""
+import logging
 import shlex
 from dataclasses import dataclass
 
@@ -49,6 +51,41 @@ def test_a_config_files_flags_are_spelled_out_in_the_command_with_values(tmp_pat
     assert parse_config(ExampleConfig, DESCRIPTION, shlex.split(config.command.with_values)[2:]) == config
     plain = parse_config(ExampleConfig, DESCRIPTION, ["--eval"], program="example.py")
     assert plain.command.text == plain.command.with_values == "python example.py --eval"
+
+
+@dataclass
+class RenamedConfig:
+    steps: int = flag(10, "optimizer steps")
+    eval: bool = flag(False, "evaluate after training")
+    command: CommandLine = command_field()
+
+    RENAMED_FLAGS = {"iterations": "steps", "validate": "eval"}  # --iterations is now --steps, --validate --eval
+
+
+def test_a_renamed_flags_old_name_still_works_with_one_line_naming_the_new(caplog):
+    with caplog.at_level(logging.WARNING):
+        config = parse_config(RenamedConfig, "", ["--iterations", "3", "--validate"], program="example.py")
+    assert (config.steps, config.eval) == (3, True)
+    assert caplog.messages == ["--iterations: now --steps", "--validate: now --eval"]
+    assert config.command.given == {"steps", "eval"}  # --resume takes neither from the run's flags
+    assert config.command.text == "python example.py --iterations 3 --validate"  # what the user typed
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert parse_config(RenamedConfig, "", ["--steps", "3", "--no-eval"]) == RenamedConfig(steps=3, eval=False)
+    assert caplog.messages == []
+    text = build_parser(RenamedConfig, "").format_help()
+    assert "--steps" in text and "iterations" not in text and "validate" not in text  # --help shows the new names
+
+
+def test_a_config_file_with_a_renamed_flags_old_name_still_loads(tmp_path, caplog):
+    file = tmp_path / "run_config.json"  # a run's run config, saved before the rename
+    file.write_text('{"iterations": 4, "validate": true, "provenance": {}}')
+    with caplog.at_level(logging.WARNING):
+        config = parse_config(RenamedConfig, "", ["--config", str(file)], program="example.py")
+    assert (config.steps, config.eval) == (4, True)
+    assert caplog.messages == [f"--config {file}: iterations: now steps", f"--config {file}: validate: now eval"]
+    assert config.command.with_values == "python example.py --steps 4 --eval"
+    assert parse_config(RenamedConfig, "", ["--config", str(file), "--steps", "5"]).steps == 5  # the command wins
 
 
 def test_a_value_the_config_rejects_is_a_usage_error(capsys):

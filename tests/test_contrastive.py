@@ -19,7 +19,7 @@ from data.contrastive import TripletSet
 from evaluation.sts_benchmark import EVAL_SETS, sts_benchmark
 from models import BertModel, SentenceEncoder, Tokenizer, from_pretrained
 from tasks import CONTRASTIVE_DATA
-from tests.conftest import changed, module_state, multitask_argv, rows_of
+from tests.conftest import changed, last_wins, module_state, multitask_argv, rows_of
 from training import contrastive
 from training.contrastive import Pretraining, backward
 from training.engine import Engine
@@ -36,9 +36,9 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def config(tiny_model, data, out, *extra) -> ContrastiveConfig:
-    return cli.parse_config(ContrastiveConfig, "", ["--model", str(tiny_model), "--data-dir", str(data),
-                                                    "--output-dir", str(out), "--device", "cpu", "--lr", "1e-3",
-                                                    *extra])
+    return cli.parse_config(ContrastiveConfig, "", last_wins(["--model", str(tiny_model), "--data-dir", str(data),
+                                                              "--output-dir", str(out), "--device", "cpu", "--lr",
+                                                              "1e-3", *extra]))
 
 
 def pretraining(config: ContrastiveConfig) -> Pretraining:
@@ -144,7 +144,7 @@ def test_sg_trains_bert_t_above_layer_0_and_leaves_bert_f(tiny_model, contrastiv
 
 def test_consert_joint_with_adversarial_view_trains_classifier_and_encoder(tiny_model, contrastive_data, tmp_path):
     trainer = pretraining(config(tiny_model, contrastive_data, tmp_path / "joint", "--method", "consert",
-                                        "--consert-schedule", "joint", "--aug1", "none", "--aug2", "adversarial",
+                                        "--consert-stages", "joint", "--aug1", "none", "--aug2", "adversarial",
                                         "--max-steps", "2", "--batch-size", "4"))
     joint = trainer.stages[0].objective
     before, encoder_before = module_state(joint.classifier), module_state(joint.encoder)
@@ -155,7 +155,7 @@ def test_consert_joint_with_adversarial_view_trains_classifier_and_encoder(tiny_
 
 def test_consert_sup_unsup_runs_nli_then_the_target_data(tiny_model, contrastive_data, tmp_path):
     trainer = pretraining(config(tiny_model, contrastive_data, tmp_path / "su", "--method", "consert",
-                                        "--consert-schedule", "sup-unsup", "--data", "sts", "--max-steps", "1",
+                                        "--consert-stages", "sup-unsup", "--data", "sts", "--max-steps", "1",
                                         "--batch-size", "4", "--lr", "1e-3"))
     sup, unsup = trainer.stages
     assert (sup.name, unsup.name) == ("sup", "unsup")

@@ -9,6 +9,7 @@ import errno
 import pathlib
 import random
 import shutil
+import weakref
 from pathlib import Path
 
 import pytest
@@ -166,3 +167,27 @@ def test_a_full_disk_at_each_write_of_a_pretrained_checkpoint_leaves_the_folder_
                                f"(it needs about "), (k, line)
         assert contents(out) == before, f"write {k}: the folder changed"
         assert hidden(out) == [], f"write {k}: half-written entries left"
+
+
+def test_the_free_space_said_after_a_failed_write_is_what_the_failed_write_took_back(tmp_path, monkeypatch):
+    from common import files
+
+    capacity, held, real_usage = 10_000, [], shutil.disk_usage
+
+    def usage(path):  # a device whose space a file takes while it exists, or while it is open
+        taken = sum(file.stat().st_size for file in tmp_path.rglob("*") if file.is_file())
+        taken += sum(100 for ref in held if ref() is not None and not ref().closed)
+        return real_usage(tmp_path)._replace(free=capacity - taken)
+
+    monkeypatch.setattr(shutil, "disk_usage", usage)
+
+    def writer(path):  # torch.save's way: the file open in the writer's frame when the disk is full
+        handle = open(path, "wb")
+        held.append(weakref.ref(handle))
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    (tmp_path / "kept.bin").write_bytes(b"\0" * 1000)
+    with pytest.raises(files.DiskFullError) as error:
+        with files.atomic_file(tmp_path / "new.bin") as temp:
+            writer(temp)
+    assert str(error.value).endswith("(9.0 kB free)"), str(error.value)  # all but kept.bin's 1,000 bytes

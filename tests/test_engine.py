@@ -1,6 +1,5 @@
 """The training engine both commands share: accumulation, resuming a killed run, the metrics log, TensorBoard."""
 import json
-import math
 import os
 import random
 import shutil
@@ -12,6 +11,7 @@ import pytest
 import torch
 
 import multitask_classifier
+from common.errors import UsageError
 from tests.conftest import assert_same_weights, checkpoint_weights, multitask_argv
 from training.lr_schedule import linear_warmup_decay
 
@@ -222,12 +222,6 @@ def test_a_diverging_run_stops_at_once_naming_the_step_the_task_and_the_last_goo
     assert state["engine"]["step"] == step - 1  # the checkpoint before the step that diverged
 
 
-def leaderboard_numbers(folder: Path) -> list[float]:
-    """Every prediction in the leaderboard files of a folder, read without our code."""
-    return [float(line.split(",")[1]) for path in sorted(folder.glob("*-output.csv"))
-            for line in path.read_text().splitlines()[1:]]
-
-
 def test_a_run_that_diverges_before_its_first_evaluation_saves_nothing_of_it(tiny_model, course_data, tmp_path,
                                                                             capsys):
     from common import cli
@@ -264,9 +258,8 @@ def test_weights_that_turn_nan_at_an_evaluation_keep_the_last_finite_checkpoint(
     assert torch.load(tmp_path / "run/last/training_state.pt", weights_only=True)["engine"]["step"] == 2
     for folder in ("best", "last"):
         assert all(tensor.isfinite().all() for tensor in checkpoint_weights(tmp_path / "run" / folder).values())
-    numbers = leaderboard_numbers(tmp_path / "predictions")
-    assert numbers and all(math.isfinite(number) for number in numbers)
-    assert not list((tmp_path / "predictions").glob("*-test-output.csv")), "the run did not end: no test files"
+    # The leaderboard files are a set written when the run ends: none of a run that did not, not even best/'s dev.
+    assert not list((tmp_path / "predictions").glob("*-output.csv")), "the run did not end: no leaderboard files"
 
 
 def test_resume_knows_the_run_whatever_the_spelling_of_its_paths(tiny_model, course_data, tmp_path, monkeypatch):
@@ -279,13 +272,20 @@ def test_resume_knows_the_run_whatever_the_spelling_of_its_paths(tiny_model, cou
     multitask_classifier.main(absolute + ["--resume"])  # the finished run: nothing left to train, no refusal
 
 
-def test_leaderboard_files_of_tasks_this_run_did_not_train_are_named(tiny_model, course_data, tmp_path, caplog):
+def test_leaderboard_files_another_command_wrote_are_refused_and_replaced_with_overwrite(tiny_model, course_data,
+                                                                                         tmp_path):
     (tmp_path / "predictions").mkdir()
     (tmp_path / "predictions" / "para-dev-output.csv").write_text("id \t Predicted_Is_Paraphrase \n")
-    with caplog.at_level("WARNING"):
-        multitask_classifier.main(multitask_args(tiny_model, course_data, tmp_path, "--tasks", "sst",
-                                                 "--batch-size", "16"))
-    assert any("did not write" in r.message and "para-dev-output.csv" in r.message for r in caplog.records)
+    args = multitask_args(tiny_model, course_data, tmp_path, "--tasks", "sst", "--batch-size", "16")
+    with pytest.raises(UsageError) as refused:
+        multitask_classifier.main(args)
+    assert str(refused.value) == (
+        f"--predictions-dir {tmp_path / 'predictions'} holds leaderboard files of a command that left no "
+        f"written-by.json (para-dev-output.csv); choose another --predictions-dir, or replace them with --overwrite")
+    assert not (tmp_path / "run" / "last").exists(), "refused before any training"
+    multitask_classifier.main(args + ["--overwrite"])
+    assert sorted(path.name for path in (tmp_path / "predictions").iterdir()) == [
+        "sst-dev-output.csv", "sst-test-output.csv", "written-by.json"]
 
 
 KILLED_IN_STAGE_2 = """
@@ -308,7 +308,7 @@ def test_a_two_stage_run_resumed_in_its_second_stage_keeps_the_first_stages_line
     """ConSERT sup-unsup, 3 steps a stage, last/ every 2: killed as unsup's step 3 begins, resumed from unsup's step
     2. Both stages' steps count from 1, so the metrics log's lines name their stage; the resumed run's log and its
     summary (metrics.json, the model card) hold the sup stage's as the uninterrupted run's do."""
-    args = lambda out: ["--model", str(tiny_model), "--method", "consert", "--consert-schedule", "sup-unsup",  # noqa
+    args = lambda out: ["--model", str(tiny_model), "--method", "consert", "--consert-stages", "sup-unsup",  # noqa
                         "--data", "sts", "--data-dir", str(contrastive_data), "--batch-size", "4", "--max-steps", "3",
                         "--save-every", "2", "--log-every", "1", "--output-dir", str(out), "--device", "cpu"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}

@@ -14,13 +14,14 @@ from heads import MLP
 from training.contrastive import Pretraining
 from training.engine import Engine
 from training.methods import METHODS, OWN_FLAGS, ContrastiveConfig
+from tests.conftest import last_wins
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def parsed(*argv: str) -> ContrastiveConfig:
-    return cli.parse_config(ContrastiveConfig, "", ["--device", "cpu", *argv])
+    return cli.parse_config(ContrastiveConfig, "", last_wins(["--device", "cpu", *argv]))
 
 
 def pretraining(tiny_model, data, out, *argv: str) -> Pretraining:
@@ -84,7 +85,7 @@ def test_each_method_takes_its_papers_defaults_and_the_flags_given_instead(metho
     ("sg-opt", [], "unlabeled", lambda o: o.optimized),
     ("consert", ["--aug1", "none", "--aug2", "token-cutoff", "--temperature", "0.3"], "unlabeled",
      lambda o: (o.augmentations, o.temperature) == (("none", "token-cutoff"), 0.3)),
-    ("consert", ["--consert-schedule", "joint", "--alpha", "0.4", "--fgv-epsilon", "2", "--aug2", "adversarial"],
+    ("consert", ["--consert-stages", "joint", "--alpha", "0.4", "--fgv-epsilon", "2", "--aug2", "adversarial"],
      "nli", lambda o: (o.contrastive, o.alpha, o.fgv_epsilon, o.augmentations) == (True, 0.4, 2.0,
                                                                                     ("shuffle", "adversarial"))),
 ])
@@ -98,7 +99,7 @@ def test_a_methods_flags_reach_the_objective_it_trains(tiny_model, contrastive_d
 @pytest.mark.parametrize("flag", OWN_FLAGS)
 def test_a_methods_own_flag_is_refused_by_every_other_method(flag, capsys):
     value = {"negatives": "--no-negatives", "aug1": "--aug1 none", "aug2": "--aug2 none",
-             "consert_schedule": "--consert-schedule sup-unsup",
+             "consert_stages": "--consert-stages sup-unsup",
              "negatives_per_positive": "--negatives-per-positive 3"}.get(flag, f"--{flag.replace('_', '-')} 0.5")
     others = [name for name in METHODS if name not in OWN_FLAGS[flag]]
     assert others
@@ -114,7 +115,7 @@ def test_a_methods_own_flag_is_refused_by_every_other_method(flag, capsys):
 
 
 def test_multitask_spellings_are_not_contrastive_flags(capsys):
-    """ConSERT's stage order is --consert-schedule: --schedule is multitask_classifier.py's task schedule."""
+    """ConSERT's stage order is --consert-stages: --schedule is multitask_classifier.py's task schedule."""
     with pytest.raises(SystemExit):
         parsed("--method", "consert", "--schedule", "joint")
     assert "unrecognized arguments: --schedule joint" in capsys.readouterr().err
@@ -122,7 +123,7 @@ def test_multitask_spellings_are_not_contrastive_flags(capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (["--method", "consert", "--aug2", "adversarial"], "the adversarial view needs the supervised loss"),
-    (["--method", "consert", "--consert-schedule", "sup-unsup", "--grad-cache-chunk", "4"], "cannot be cached"),
+    (["--method", "consert", "--consert-stages", "sup-unsup", "--grad-cache-chunk", "4"], "cannot be cached"),
     (["--method", "ct", "--batch-size", "12"], "--batch-size 12 is not a multiple of K + 1 = 8"),
     (["--method", "ct", "--fusion"], "CT trains on its own pairs"),
     (["--method", "sg", "--projection", "on"], "sg defines its own scoring"),
@@ -141,7 +142,7 @@ def test_what_a_method_cannot_do_is_a_usage_error(argv, message, capsys):
     ("mnrl", "nli", [], {"train": 2e-5}), ("ct", "unlabeled", [], {"train": 1e-5}),
     ("sg", "unlabeled", [], {"train": 5e-5}),
     # ConSERT: 2e-5 for NLI, its paper's 5e-7 for unsupervised; each stage its own.
-    ("consert", "sts", ["--consert-schedule", "sup-unsup"], {"sup": 2e-5, "unsup": 5e-7}),
+    ("consert", "sts", ["--consert-stages", "sup-unsup"], {"sup": 2e-5, "unsup": 5e-7}),
 ])
 def test_the_default_learning_rate_is_the_methods_for_each_stage_and_data(tiny_model, contrastive_data, tmp_path,
                                                                           method, data, extra, rates):
@@ -159,9 +160,9 @@ def test_the_default_learning_rate_is_the_methods_for_each_stage_and_data(tiny_m
     ("sup-unsup", "quora", {"sup": TripletSet, "unsup": SentenceSet}),  # the sentences of the pairs
     ("joint-unsup", "nli", {"joint": TripletSet, "unsup": SentenceSet}),
 ])
-def test_consert_schedule_gives_its_stages_and_their_data(tiny_model, contrastive_data, tmp_path, schedule, data,
+def test_consert_stages_gives_its_stages_and_their_data(tiny_model, contrastive_data, tmp_path, schedule, data,
                                                           kinds):
-    run = pretraining(tiny_model, contrastive_data, tmp_path, "--method", "consert", "--consert-schedule",
+    run = pretraining(tiny_model, contrastive_data, tmp_path, "--method", "consert", "--consert-stages",
                       schedule, "--data", data)
     assert {stage.name: type(stage.datasets[0]) for stage in run.stages} == kinds
     assert all(stage.objective.encoder is run.encoder for stage in run.stages)  # one encoder goes through them

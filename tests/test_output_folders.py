@@ -16,7 +16,7 @@ import pretrain_contrastive
 from common.errors import UsageError
 from common import files
 from common.run_folder import RunFolder
-from tests.conftest import write_course_files
+from tests.conftest import last_wins, write_course_files
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,8 +27,9 @@ def data(tmp_path_factory):
 
 
 def multitask_args(model, data, out: Path, *extra) -> list[str]:
-    return ["--model", str(model), "--data-dir", str(data), "--output-dir", str(out / "run"), "--predictions-dir",
-            str(out / "predictions"), "--epochs", "1", "--batch-size", "8", "--device", "cpu", *extra]
+    return last_wins(["--model", str(model), "--data-dir", str(data), "--output-dir", str(out / "run"),
+                      "--predictions-dir", str(out / "predictions"), "--epochs", "1", "--batch-size", "8", "--device",
+                      "cpu", *extra])
 
 
 def contents(folder: Path) -> dict[str, bytes]:
@@ -106,8 +107,8 @@ def test_overwrite_starts_a_new_run_over_the_old_one_and_keeps_other_files(tiny_
 
 
 def pretrain_args(model, out: Path, sentences: Path, *extra) -> list[str]:
-    return ["--model", str(model), "--data", str(sentences), "--output-dir", str(out), "--max-steps", "2",
-            "--batch-size", "4", "--device", "cpu", *extra]
+    return last_wins(["--model", str(model), "--data", str(sentences), "--output-dir", str(out), "--max-steps", "2",
+                      "--batch-size", "4", "--device", "cpu", *extra])
 
 
 @pytest.fixture

@@ -1,7 +1,9 @@
 """Using a trained run: predict.py and its Python API, folders sentence-transformers loads, what run_config.json
 records, and logs a file can hold."""
 import csv
+import errno
 import hashlib
+import io
 import json
 import os
 import random
@@ -176,3 +178,40 @@ def test_a_runs_log_in_a_file_has_only_whole_lines_and_ends_with_a_summary(tiny_
     assert "step 2/" in text  # a log line instead of the progress bar
     assert "| best dev |" in text and str(tmp_path / "predictions" / "sst-test-output.csv") in text
     assert "not a full submission" in text  # --max-eval-examples: the leaderboard files are a sample
+
+
+def test_a_full_disk_while_predicting_a_file_is_one_line_and_leaves_only_whole_rows(run, tmp_path, monkeypatch,
+                                                                                     capsys):
+    from common import cli
+
+    source, out = tmp_path / "input.txt", tmp_path / "predictions.tsv"
+    source.write_text("".join(f"sentence number {i} is a red car\n" for i in range(12)))
+    monkeypatch.setattr(predict, "CHUNK", 5)
+    room = {"bytes": 1 << 30}
+
+    class FullDisk(io.FileIO):
+        """A file on a device with room for room["bytes"]: a write takes what fits, the next one fails (ENOSPC)."""
+        def write(self, data):
+            left = room["bytes"] - self.tell()
+            if left <= 0:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return super().write(bytes(data)[:left])
+
+    real_open = open
+    monkeypatch.setattr(predict, "open", lambda file, mode="r", *args, **kwargs: FullDisk(file, mode) if (
+        Path(file) == out and "w" in mode) else real_open(file, mode, *args, **kwargs), raising=False)
+    predict.main([str(run), "--task", "sst", "--input", str(source), "--output", str(out), "--device", "cpu"])
+    whole = out.read_bytes()
+    lines = whole.decode().splitlines(keepends=True)
+    room["bytes"] = len("".join(lines[:8])) + 10  # the header, the first chunk and part of the second
+    out.unlink()
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+        cli.run(lambda: predict.main([str(run), "--task", "sst", "--input", str(source), "--output", str(out),
+                                      "--device", "cpu"]))
+    assert exit_.value.code == 2
+    error = capsys.readouterr().err
+    assert "Traceback" not in error
+    assert error.strip().splitlines()[-1].startswith(
+        f"error: --output {out}: no space left on the device; it holds the first 5 predictions, every row whole (")
+    assert out.read_bytes() == "".join(lines[:6]).encode()  # the header and the first chunk's rows

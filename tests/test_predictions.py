@@ -6,9 +6,19 @@ import pandas as pd
 import pytest
 import torch
 
-from evaluation.predictions import prediction_path, write_predictions
+from common.outputs import LeaderboardFolder
+from evaluation.predictions import leaderboard_file, prediction_path
 
 IDS = ["0a1b", "ffe3", "91cd", "77aa"]
+
+
+def write_predictions(folder, task: str, split: str, ids, predictions):
+    """One leaderboard file, written as the commands write theirs: a set (of one), with its record."""
+    leaderboard = LeaderboardFolder(folder, "--predictions-dir", "a test").claim(overwrite=False)
+    try:
+        return leaderboard.write(leaderboard_file(task, split, ids, predictions))[0]
+    finally:
+        leaderboard.release()
 
 
 def read_rows(path) -> tuple[list[str], list[list[str]]]:
@@ -61,7 +71,7 @@ def test_a_failed_rewrite_keeps_the_previous_file_whole(tmp_path):
     with pytest.raises(ValueError):
         write_predictions(tmp_path, "sts", "test", IDS, [1.0, float("nan"), 3.0, 4.0])
     assert path.read_text() == before
-    assert os.listdir(tmp_path) == [path.name]
+    assert sorted(os.listdir(tmp_path)) == [path.name, "written-by.json"]
 
 
 @pytest.mark.parametrize("task, ids, predictions, message", [

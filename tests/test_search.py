@@ -193,7 +193,7 @@ def test_a_study_resumed_after_its_worker_was_killed_loses_and_repeats_no_trial(
 def test_no_predict_test_writes_the_dev_files_only(tiny_model, course_data, tmp_path, one_thread):
     multitask_classifier.main(multitask_argv(tiny_model, course_data, tmp_path, "--epochs", "1", "--no-predict-test"))
     assert sorted(p.name for p in (tmp_path / "predictions").iterdir()) == [
-        "para-dev-output.csv", "sst-dev-output.csv", "sts-dev-output.csv"]
+        "para-dev-output.csv", "sst-dev-output.csv", "sts-dev-output.csv", "written-by.json"]
 
 
 def test_seeds_score_their_mean_and_best_yaml_is_a_recipe(recipe, tmp_path, one_thread):

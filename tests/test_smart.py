@@ -8,7 +8,7 @@ import torch
 
 import multitask_classifier
 from tasks import REGISTRY
-from tests.conftest import write_course_files
+from tests.conftest import last_wins, write_course_files
 from training.smart import MovingAverage, adversarial_perturbation, smoothness_regularizer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -90,10 +90,10 @@ def test_smart_trains_in_every_schedule_and_changes_the_run(tiny_model, tmp_path
     data = write_course_files(tmp_path, random.Random(0), train_rows=16)
 
     def run(out, *extra):
-        return multitask_classifier.main(["--model", str(tiny_model), "--data-dir", str(data), "--output-dir",
-                                          str(tmp_path / out), "--predictions-dir", str(tmp_path / out / "p"),
-                                          "--epochs", "1", "--batch-size", "8", *schedule,
-                                          "--device", "cpu", *extra])
+        return multitask_classifier.main(last_wins(["--model", str(tiny_model), "--data-dir", str(data),
+                                                    "--output-dir", str(tmp_path / out), "--predictions-dir",
+                                                    str(tmp_path / out / "p"), "--epochs", "1", "--batch-size", "8",
+                                                    *schedule, "--device", "cpu", *extra]))
 
     plain = run("plain")
     # A radius large enough to matter for a random tiny model; the paper's 1e-5 suits pretrained weights.

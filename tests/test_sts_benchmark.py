@@ -10,7 +10,7 @@ from sentence_transformers import SentenceTransformer
 
 from evaluation import sts_benchmark
 from models.shareable import write_shareable_files
-from tests.conftest import sentence
+from tests.conftest import last_wins, sentence
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -35,8 +35,8 @@ def sts_data(tmp_path_factory):
 def run(model, sts_data, tmp_path, *flags) -> tuple[str, dict]:
     """The pooling the command used (from its --out file) and its results."""
     out = tmp_path / "out.json"
-    results = sts_benchmark.main(["--model", str(model), "--data-dir", str(sts_data), "--device", "cpu",
-                                  "--out", str(out), *flags])
+    results = sts_benchmark.main(last_wins(["--model", str(model), "--data-dir", str(sts_data), "--device", "cpu",
+                                            "--out", str(out), *flags]))
     return json.loads(out.read_text())["pooling"], results
 
 

@@ -13,7 +13,7 @@ Views (--aug1, --aug2; section 3.2 and Implementation Details):
 The unsupervised stage turns BERT's own dropout off ("we remove the default dropout layer in BERT"), so the
 augmentations are the only noise; the NLI stages keep it, as the reference code's supervised runs do.
 
-Stages (section 3.3, --consert-schedule): each choice a sequence of stages that the trainer runs one after the
+Stages (section 3.3, --consert-stages): each choice a sequence of stages that the trainer runs one after the
 other, every stage with a fresh optimizer and learning-rate schedule (the paper starts the unsupervised run from
 the first's checkpoint):
     unsup        L_con on --data
@@ -67,7 +67,7 @@ class ConsertUnsupervised(Objective):
                  temperature: float = 0.1, projection: bool = False):
         super().__init__()
         if "adversarial" in (aug1, aug2):
-            raise ValueError("the adversarial view needs a supervised loss: use --consert-schedule joint")
+            raise ValueError("the adversarial view needs a supervised loss: use --consert-stages joint")
         self.encoder, self.pooling, self.augmentations, self.temperature = encoder, pooling, (aug1, aug2), temperature
         self.projection = projection_mlp(encoder.config.hidden_size) if projection else nn.Identity()
 

@@ -4,7 +4,7 @@ Flow: --data -> tokenised sets (data/contrastive.py) -> each epoch's plan of bat
 (its views of the batch, embedded by the encoder, and its loss; built by the method registry, training/methods.py)
 -> backward, plain or with gradient caching -> the engine (AdamW, schedule, checkpoints; training/engine.py) ->
 the checkpoint that `multitask_classifier.py --init` starts from.
-A run is one stage, except ConSERT's two-stage schedules (supervised NLI, then unsupervised --data).
+A run is one stage, except ConSERT's two-stage choices of --consert-stages (supervised NLI, then unsupervised --data).
 """
 import logging
 from dataclasses import dataclass
@@ -149,7 +149,9 @@ class Pretraining:
         print(markdown_table(rows, ["steps", "updates", "lr", "mean_loss"], label="stage", digits=4))
         folder = self.engine.folder
         files = [folder.path / name for name in encoders] + [folder.metrics_log, folder.config_file]
-        print("written:\n" + "\n".join(f"  {path}" for path in files))
+        print("written:\n" + "\n".join(f"  {path}" for path in files if path.exists()))
+        print("fine-tune it: python multitask_classifier.py " + " or ".join(
+            f"--init {folder.path / name}" for name in encoders))
 
     def _save_final(self, encoders: dict, metrics: dict) -> None:
         """The encoder folder(s), written into the output folder as one set (its other files stay); last/ goes: the

@@ -10,7 +10,7 @@ method is one entry here, its flags in ContrastiveConfig, and its objective; the
     mnrl     multiple negatives ranking loss (Mohammed and Sabane's CS224N report; sentence-transformers)
     ct       Contrastive Tension (Carlsson et al.): two independently updated copies of the encoder
     sg       SG-BERT (Kim et al.): BERT_F's layers guide BERT_T's [CLS] vector (L_base); sg-opt: its L_opt
-    consert  ConSERT (Yan et al.): two augmented views; NLI supervision before or with it (--consert-schedule)
+    consert  ConSERT (Yan et al.): two augmented views; NLI supervision before or with it (--consert-stages)
 """
 from collections.abc import Callable
 from dataclasses import dataclass, fields
@@ -81,9 +81,9 @@ def _check_ct(config: "ContrastiveConfig") -> None:
 
 
 def _check_consert(config: "ContrastiveConfig") -> None:
-    if "adversarial" in (config.aug1, config.aug2) and config.consert_schedule != "joint":
-        raise ValueError("the adversarial view needs the supervised loss: use it with --consert-schedule joint")
-    if config.consert_schedule != "unsup" and config.grad_cache_chunk:
+    if "adversarial" in (config.aug1, config.aug2) and config.consert_stages != "joint":
+        raise ValueError("the adversarial view needs the supervised loss: use it with --consert-stages joint")
+    if config.consert_stages != "unsup" and config.grad_cache_chunk:
         raise ValueError("--grad-cache-chunk: ConSERT's NLI stages cannot be cached (FGV needs L_ce's gradient)")
 
 
@@ -94,8 +94,8 @@ def _consert_stage_data(config: "ContrastiveConfig", stage: str) -> str:
                                       CONTRASTIVE_DATA.detect_format(Path(config.data).expanduser()) == "nli")
     if stage == "unsup" or is_nli:
         return config.data
-    if len(STAGES[config.consert_schedule]) == 1:
-        raise DataError(f"--consert-schedule joint trains on NLI triplets only; --data {config.data} is not NLI")
+    if len(STAGES[config.consert_stages]) == 1:
+        raise DataError(f"--consert-stages joint trains on NLI triplets only; --data {config.data} is not NLI")
     return "nli"
 
 
@@ -148,8 +148,8 @@ METHODS: dict[str, Method] = {method.name: method for method in (
     Method("consert", "ConSERT (Yan et al.)", _build_consert,
            dict(batch_size=96, max_length=64, pooling="mean", temperature=0.1, warmup=0.1),
            RateBy({"NLI": 2e-5, "unsup": 5e-7}, lambda datasets, stage: "unsup" if stage == "unsup" else "NLI"),
-           flags=("temperature", "aug1", "aug2", "consert_schedule", "alpha", "fgv_epsilon"),
-           stages=lambda config: STAGES[config.consert_schedule], stage_data=_consert_stage_data,
+           flags=("temperature", "aug1", "aug2", "consert_stages", "alpha", "fgv_epsilon"),
+           stages=lambda config: STAGES[config.consert_stages], stage_data=_consert_stage_data,
            check=_check_consert),
 )}
 # A method's own flag -> the methods that take it.
@@ -204,14 +204,14 @@ class ContrastiveConfig(TrainingConfig):
     aug1: str = flag("shuffle", "consert: augmentation of the first view (ConSERT section 3.2): none; shuffle, "
                                 "the position ids shuffled; token-cutoff, 15%% of the tokens zeroed; feature-cutoff, "
                                 "20%% of the embedding dimensions zeroed; dropout, 20%% dropout on the embeddings; "
-                                "adversarial, an FGV perturbation (--consert-schedule joint only)", choices=AUGMENTATIONS)
+                                "adversarial, an FGV perturbation (--consert-stages joint only)", choices=AUGMENTATIONS)
     aug2: str = flag("feature-cutoff", "consert: augmentation of the second view: none, shuffle, token-cutoff, "
                                        "feature-cutoff, dropout or adversarial, as for --aug1",
                      choices=AUGMENTATIONS)
-    consert_schedule: str = flag("unsup", "consert's stages (ConSERT section 3.3): unsup, the contrastive loss alone; "
-                                          "joint, NLI classification with it; sup-unsup, NLI first, then unsup; "
-                                          "joint-unsup, joint first, then unsup; the NLI stages read --data when it is NLI, else "
-                                          "nli_for_simcse.csv of --data-dir", choices=tuple(STAGES))
+    consert_stages: str = flag("unsup", "consert's stages (ConSERT section 3.3): unsup, the contrastive loss alone; "
+                                        "joint, NLI classification with it; sup-unsup, NLI first, then unsup; "
+                                        "joint-unsup, joint first, then unsup; the NLI stages read --data when it is "
+                                        "NLI, else nli_for_simcse.csv of --data-dir", choices=tuple(STAGES))
     alpha: float = flag(0.15, "consert joint: L_ce + alpha * L_con", range=AT_LEAST_0)
     fgv_epsilon: float = flag(1.0, "consert adversarial view: norm of the FGV perturbation of each token",
                               range=AT_LEAST_0)
@@ -242,6 +242,8 @@ class ContrastiveConfig(TrainingConfig):
     RUNTIME_FIELDS = TrainingConfig.RUNTIME_FIELDS + ("eval", "eval_batch_size")
     OUTPUTS = TrainingConfig.OUTPUTS + ("model1", "model2", "sts_benchmark.json")
     SOURCES = TrainingConfig.SOURCES + ("data_dir",)
+    # Old flag names (old -> new): still taken on the command line, in --config files and in saved run configs.
+    RENAMED_FLAGS = {"consert_schedule": "consert_stages"}  # "schedule" is multitask_classifier.py's task sampling
 
     def __post_init__(self):
         super().__post_init__()  # every flag's range

@@ -15,13 +15,15 @@ from torch import nn
 
 import checkpoint
 from common import distributed
-from common.files import check_writable, read_json
+from common.files import read_json
+from common.outputs import LeaderboardFolder
+from common.run_folder import RunFolder
 from common.tables import markdown_table
 from data.batching import Share, check_token_budget, to_device
 from data.splits import TaskSplit, TaskStream
 from evaluation.inference import soft_outputs
-from evaluation.outputs import write_outputs
-from evaluation.predictions import SPLITS, prediction_path
+from evaluation.outputs import leaderboard_files, write_outputs
+from evaluation.predictions import SPLITS
 from model import MultitaskModel
 from models import Tokenizer
 from tasks import REGISTRY, metric_names, summary
@@ -70,11 +72,16 @@ class MultitaskRun(Run):
     def __init__(self, config: MultitaskConfig, engine: Engine):
         self.config, self.engine, self.lr, self.head_lr = config, engine, config.lr, config.head_lr
         self.score_name, self.eval_every, self.patience = config.metric_for_best, config.eval_every, config.patience
-        # torchrun: rank 0's machine alone has the output folders.
-        distributed.on_main(lambda: check_writable(config.predictions_dir, "--predictions-dir"))
+        # The leaderboard folder, held as long as the run folder (torchrun: rank 0's machine alone has it).
+        self.leaderboard = LeaderboardFolder(config.predictions_dir, "--predictions-dir",
+                                             f"the run in {engine.folder.path.expanduser().resolve()}")
+        distributed.on_main(lambda: engine.folder.hold(self.leaderboard.claim(config.overwrite,
+                                                                              own_run=engine.folder.path)))
         # torchrun: rank 0 alone reads last/; the others start from --init or --model and receive its weights
         # (start_replicas) and its training state (the engine's).
         resume_from = engine.resumed.weights if distributed.is_main() else None
+        if config.init and not resume_from:  # a run folder, or a CT output: the checkpoint inside is named
+            RunFolder(config.init).check_is_checkpoint("--init")
         start = resume_from or config.init or config.model
         ours = bool(resume_from or config.init)  # a checkpoint of ours, its heads loaded where it has them
         # Before the tokenizer: a broken config.json is named as such.
@@ -218,7 +225,7 @@ class MultitaskRun(Run):
 
     def save(self, folder: Path, record: dict, best: bool) -> None:
         """The encoder folder (with what sentence-transformers reads and a model card) and the heads; best/ also
-        gets the dev outputs of the evaluation that made it best, and they become the leaderboard's dev files."""
+        gets the dev outputs of the evaluation that made it best (the leaderboard's dev files, once the run ends)."""
         config = self.config
         checkpoint.save(folder, self.model.encoder, self.tokenizer, record, model=self.model,
                         pooling=config.pooling, max_length=config.max_length, base_model=config.init or config.model,
@@ -226,7 +233,7 @@ class MultitaskRun(Run):
                         metrics=record.get("dev", {}), metric_names=metric_names(),
                         data_files=[str(Path(config.data_dir) / REGISTRY[name].files[0]) for name in config.task_list])
         if best:
-            write_outputs(folder, config.predictions_dir, "dev", self._splits("dev"), self.dev_outputs)
+            write_outputs(folder, "dev", self._splits("dev"), self.dev_outputs)
 
     def state_dict(self) -> dict:
         return {"bregman_average": self.smart.state_dict() if self.smart else None}
@@ -236,12 +243,15 @@ class MultitaskRun(Run):
             self.smart.load_state_dict(state["bregman_average"])
 
     def finish(self) -> dict:
-        """Reload the best checkpoint, write its test predictions (dev ones were written with it; --no-predict-test:
-        those only)."""
+        """Reload the best checkpoint, save its test outputs beside its dev ones, and write the leaderboard files of
+        both, every task's, as one set (--no-predict-test: the dev ones only)."""
         best = self.engine.folder.best
-        if distributed.is_main() and self.config.predict_test:
-            self.model = self._load(best)
-            write_outputs(best, self.config.predictions_dir, "test", self._splits("test"), self._soft_outputs("test"))
+        if distributed.is_main():
+            if self.config.predict_test:
+                self.model = self._load(best)
+                write_outputs(best, "test", self._splits("test"), self._soft_outputs("test"))
+            splits = SPLITS if self.config.predict_test else ("dev",)
+            self.leaderboard_files = self.leaderboard.write(leaderboard_files(best, self.config.task_list, splits))
         metrics = distributed.on_main(lambda: read_json(best / "metrics.json"))["dev"]  # torchrun: rank 0's file
         if distributed.is_main():
             self._summary(metrics)
@@ -254,13 +264,7 @@ class MultitaskRun(Run):
             log.warning("the leaderboard files hold predictions for a sample of at most %d dev and test examples a "
                         "task (--max-eval-examples): they are not a full submission", config.max_eval_examples)
         folder = self.engine.folder
-        files = [folder.best, folder.last, folder.metrics_log, folder.config_file]
-        files += [prediction_path(config.predictions_dir, name, split) for name in config.task_list
-                  for split in SPLITS if split != "test" or config.predict_test]
-        others = sorted(set(Path(config.predictions_dir).glob("*-*-output.csv")) - set(files))
-        if others:
-            log.warning("%s also holds leaderboard files this run did not write (other tasks, or an earlier run): %s",
-                        config.predictions_dir, ", ".join(path.name for path in others))
+        files = [folder.best, folder.last, folder.metrics_log, folder.config_file, *self.leaderboard_files]
         print(markdown_table({"best dev": metrics}, list(metrics), label="", digits=4))
         print(f"best/ picked by {describe_best_metric(config.metric_for_best, config.task_list)}: "
               f"{best_metric(metrics, config.metric_for_best):.4f}")

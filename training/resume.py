@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from common import distributed
-from common.cli import flag_fields
+from common.cli import flag_fields, with_new_names
 from common.errors import CheckpointError
 from common.files import load_or_fail
 from common.provenance import check_data_unchanged
@@ -28,9 +28,10 @@ def check_resumable(folder: RunFolder, config: TrainingConfig) -> tuple[Path, di
     if not folder.state_file.exists():
         raise CheckpointError(f"--resume: no interrupted run in {folder} (no "
                               f"{folder.state_file.relative_to(folder.path)})")
+    folder.records()  # before anything is written: a line of metrics.jsonl that is not the run's is refused
     # A flag added since the run started is absent from its run config: it ran with the default.
     defaults = {f.name: f.default for f in flag_fields(config)}
-    saved = defaults | folder.saved_config()
+    saved = defaults | with_new_names(type(config), folder.saved_config())  # renamed flags: new names
     check_data_unchanged(saved.get("provenance", {}), config.allow_changed_data)
     # Flags built from a config object, not a command line (a library caller): all of them given.
     given = set(defaults) if config.command.given is None else config.command.given
@@ -82,10 +83,27 @@ def with_values(config: TrainingConfig, **values) -> TrainingConfig:
     return changed
 
 
+# What the engine's save_last writes into training_state.pt, each of which its restore reads.
+STATE_ENTRIES = ("engine", "optimizer", "scheduler", "scaler", "rng", "losses", "run")
+
+
 def load_training_state(folder: RunFolder) -> dict:
+    """last/training_state.pt, once it is seen to be whole and this run's: its last evaluation (last_record) is a
+    line of the run's metrics.jsonl, which a state taken from another run's last/ does not have."""
     # Tensors, numbers, strings and containers only: weights_only refuses anything executable.
-    return load_or_fail(folder.state_file, lambda file: torch.load(file, map_location="cpu", weights_only=True),
-                        "the training state")
+    state = load_or_fail(folder.state_file, lambda file: torch.load(file, map_location="cpu", weights_only=True),
+                         "the training state")
+    missing = [name for name in STATE_ENTRIES if name not in state] if isinstance(state, dict) else ["every"]
+    if missing:
+        raise CheckpointError(f"{folder.state_file}: not a whole training state (no {', '.join(missing)} entry); put "
+                              f"back the run's own last/, or start the run again with --overwrite")
+    evaluation = state["engine"].get("last_record") if isinstance(state["engine"], dict) else None
+    if evaluation and folder.metrics_log.exists() and not any(  # a multi-stage run's lines name their stage too
+            all(record.get(key) == value for key, value in evaluation.items()) for _, record in folder.records()):
+        raise CheckpointError(f"{folder.state_file}: another run's training state (its last evaluation, at step "
+                              f"{evaluation.get('step')}, is not in {folder.metrics_log}); put back the run's own "
+                              f"last/, or start the run again with --overwrite")
+    return state
 
 
 @dataclass
