@@ -1,5 +1,5 @@
-"""Step time under torchrun-style data parallelism: gradients averaged while the backward pass runs (bucketed
-all_reduces from gradient hooks, common.distributed.GradientSync) against one flat all_reduce after it, measured
+"""Step time under torchrun-style data parallelism: gradients averaged by DistributedDataParallel while the
+backward pass runs (its buckets sent as their gradients are ready) against one flat all_reduce after it, measured
 in the same run on processes of this machine (gloo), as a ratio.
 
     python benchmarks/distributed_step.py                   # 2 CPU processes, a MiniLM-L6-shaped encoder
@@ -7,9 +7,10 @@ in the same run on processes of this machine (gloo), as a ratio.
 
 A step here is the part that differs: forward, backward and the averaged gradients (the optimizer step is the same
 either way). The ways alternate step by step, so a load that comes and goes slows them alike; each process times
-its steps and the slowest process's time counts (the others wait for it at the next collective). The overlapped
-way runs twice: with the word embeddings' gradient sent whole, and by the rows the batch's tokens touched (what
-the trainers do, common.distributed._sent_by_rows).
+its steps and the slowest process's time counts (the others wait for it at the next collective). DDP runs as the
+trainers run it (training/ddp.py: find_unused_parameters, which walks each step's graph to find the heads a step
+leaves unused) and with static_graph (which assumes every step uses the same parameters, as here, and learns the
+order of their gradients in the first step); each way has its own copy of the model.
 """
 import argparse
 import socket
@@ -23,38 +24,45 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common import distributed  # noqa: E402
 from common.tables import markdown_table  # noqa: E402
 from models import BertConfig, BertModel, pool  # noqa: E402
+from training.ddp import average_gradients  # noqa: E402
 
-WAYS = ("flat all_reduce after the backward pass", "buckets overlapped, word embeddings whole",
-        "buckets overlapped, word embeddings by rows")
+WAYS = ("flat all_reduce after the backward pass", "DDP, find_unused_parameters (the trainers')",
+        "DDP, static_graph")
 
 
-def step(model, syncs: dict, inputs: dict, way: str) -> float:
+class Loss(torch.nn.Module):
+    def __init__(self, encoder: BertModel):
+        super().__init__()
+        self.encoder = encoder
+
+    def forward(self, inputs: dict) -> torch.Tensor:
+        return pool(self.encoder(**inputs), inputs["attention_mask"], "mean").pow(2).mean()
+
+
+def step(models: dict, inputs: dict, way: str) -> float:
     dist.barrier()  # every process starts the step together
     start = time.perf_counter()
-    loss = pool(model(**inputs), inputs["attention_mask"], "mean").pow(2).mean()
-    if way in syncs:
-        syncs[way].backward(loss)
-        syncs[way].average()
-    else:
-        loss.backward()
-        distributed.average_gradients(list(model.parameters()))
+    models[way](inputs).backward()
+    if way == WAYS[0]:
+        average_gradients(list(models[way].parameters()))
     seconds = time.perf_counter() - start
-    model.zero_grad(set_to_none=True)
+    models[way].zero_grad(set_to_none=True)
     return seconds
 
 
 def worker(rank: int, args, port: int, results):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=args.processes)
     torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
-    model = BertModel(BertConfig(hidden_size=args.hidden, num_hidden_layers=args.layers, num_attention_heads=args.heads,
-                                 intermediate_size=args.intermediate))
-    bucket_bytes = args.bucket_mb * 2**20
-    syncs = {WAYS[1]: distributed.GradientSync(list(model.parameters()), bucket_bytes, by_rows=False),
-             WAYS[2]: distributed.GradientSync(list(model.parameters()), bucket_bytes)}
+    def model():
+        torch.manual_seed(0)
+        return Loss(BertModel(BertConfig(hidden_size=args.hidden, num_hidden_layers=args.layers,
+                                         num_attention_heads=args.heads, intermediate_size=args.intermediate)))
+
+    DDP = torch.nn.parallel.DistributedDataParallel
+    models = {WAYS[0]: model(), WAYS[1]: DDP(model(), bucket_cap_mb=args.bucket_mb, find_unused_parameters=True),
+              WAYS[2]: DDP(model(), bucket_cap_mb=args.bucket_mb, static_graph=True)}
     ids = torch.randint(1000, 30000, (args.batch_size, args.tokens), generator=torch.Generator().manual_seed(rank))
     inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "token_type_ids": torch.zeros_like(ids)}
     times = {way: [] for way in WAYS}  # per repeat, per step
@@ -63,7 +71,7 @@ def worker(rank: int, args, port: int, results):
             times[way].append([])
         for index in range(len(WAYS) * (args.warmup + args.steps)):
             way = WAYS[index % len(WAYS)]
-            seconds = step(model, syncs, inputs, way)
+            seconds = step(models, inputs, way)
             if index >= len(WAYS) * args.warmup:
                 times[way][repeat].append(seconds)
     slowest = [None] * args.processes
@@ -71,8 +79,7 @@ def worker(rank: int, args, port: int, results):
     if rank == 0:
         results.update({way: [[max(process[way][r][i] for process in slowest) for i in range(args.steps)]
                               for r in range(args.repeats)] for way in WAYS})
-        results["buckets"] = len(syncs[WAYS[2]].buckets)
-        results["parameters"] = sum(p.numel() for p in model.parameters())
+        results["parameters"] = sum(p.numel() for p in models[WAYS[0]].parameters())
     dist.destroy_process_group()
 
 
@@ -87,8 +94,8 @@ def main():
                         help="feed-forward width (default: %(default)s)")
     parser.add_argument("--batch-size", type=int, default=8, help="rows per process")
     parser.add_argument("--tokens", type=int, default=64, help="tokens a row (default: %(default)s)")
-    parser.add_argument("--bucket-mb", type=int, default=distributed.BUCKET_BYTES // 2**20,
-                        help="MB of gradients an all_reduce of the overlapped ways sends (default: %(default)s)")
+    parser.add_argument("--bucket-mb", type=float, default=25,
+                        help="MB of gradients an all_reduce of DDP sends (its bucket_cap_mb; default: %(default)s)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps of each way, each repeat")
     parser.add_argument("--steps", type=int, default=10, help="timed steps of each way, each repeat")
     parser.add_argument("--repeats", type=int, default=5, help="repeats; the table gives the median ratio over them "
@@ -109,7 +116,7 @@ def main():
                      "ratio to flat": statistics.median(ratios),
                      "range over repeats": f"{min(ratios):.2f}-{max(ratios):.2f}"}
     print(f"{args.processes} processes (gloo, {args.threads} thread each), {results['parameters'] / 1e6:.1f}M "
-          f"parameters in {results['buckets']} buckets of {args.bucket_mb} MB, {args.batch_size} x {args.tokens} "
+          f"parameters, DDP's buckets of {args.bucket_mb:g} MB, {args.batch_size} x {args.tokens} "
           f"tokens a process, {args.repeats} repeats of {args.steps} steps each way\n")
     print(markdown_table(rows, ["median step (ms)", "ratio to flat", "range over repeats"], label="gradient averaging"))
 

@@ -210,6 +210,9 @@ def parse_args(argv=None):
     parser.add_argument("--model", default="all-MiniLM-L6-v2",
                         help="a checkpoint to measure besides the random model: folder, hub id or all-MiniLM-L6-v2 "
                              "('none': only the random model) (default: %(default)s)")
+    parser.add_argument("--model-name", default="",
+                        help="what the table calls --model (default: --model as given; a folder's path names "
+                             "where it lies, not what it is)")
     parser.add_argument("--shape", choices=sorted(SHAPES), default="bert-base",
                         help="the shape of the random model, measured first: bert-base (12 layers, hidden 768), or tiny "
                              "(a few-second check on a CPU) (default: %(default)s)")
@@ -287,7 +290,7 @@ def main(argv=None):
             str(shape[k]) for k in ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size"))
         models = [(f"{shape_name} (random)", random_checkpoint(shape, Path(temp)))]
         if args.model != "none":
-            models.append((args.model, resolve_checkpoint(args.model)))
+            models.append((args.model_name or args.model, resolve_checkpoint(args.model)))
         for model_name, folder in models:
             vocab_size = transformers.BertConfig.from_pretrained(folder).vocab_size
             batch_sets = {kind: real if kind == "real" else [fixed_batch(kind, vocab_size)]

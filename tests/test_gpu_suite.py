@@ -36,6 +36,8 @@ def test_the_plan_rehearsed_on_the_cpu_returns_a_complete_bundle(tmp_path):
     # Each call as the device tool runs it, the campaign living on between them in a session of its own.
     assert "rehearsal: call1 returned 0" in output and "rehearsal: call2 returned 0" in output
     assert "call2: waiting for the campaign" in output
+    # call1's DDP smoke step ran (on gloo here; a failed step would have failed the bundle's check).
+    assert "call1: ddp (at most" in output
     assert not any(tmp_path.glob("gpu-rehearsal.*"))  # the sandbox removed, the campaign ended
 
 

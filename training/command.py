@@ -46,7 +46,7 @@ class Command:
         try:
             self.started = time.time()
             # --resume: rank 0 alone reads last/; the others get its flags and training state by broadcast, and
-            # its weights from the run (distributed.start_replicas).
+            # its weights from the run (training.ddp.start_replicas).
             self.resumed = Resumption()
             if self.config.resume:
                 self.resumed = distributed.on_main(lambda: find_resumption(self.folder, self.config))

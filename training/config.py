@@ -7,6 +7,7 @@ from common.cli import (AT_LEAST_0, AT_LEAST_1, FRACTION, POSITIVE, SEED, Comman
 from common.files import in_repository
 from common.run_folder import LAST, METRICS
 from models.bert import ATTENTION
+from training.ddp import COMPRESSIONS
 from training.precision import PRECISIONS
 
 # A pair cross-encoded as [CLS] s1 [SEP] s2 [SEP] needs room for its three special tokens and some of each sentence.
@@ -64,13 +65,18 @@ class TrainingConfig:
                                        "the run fails. They wait while rank 0 evaluates and saves: for bert-base, "
                                        "seconds on a GPU; on one CPU thread about 8 minutes (the dev sets), 10 (the "
                                        "test predictions), 15 (--eval's STS benchmark)", range=POSITIVE)
+    ddp_bucket_mb: float = flag(25.0, "torchrun: megabytes of gradients DistributedDataParallel sends in one "
+                                      "message while the backward pass runs (its bucket_cap_mb)", range=POSITIVE)
+    ddp_compress: str = flag("none", "torchrun: bf16 sends the gradients in bfloat16 (DDP's bf16_compress_hook), "
+                                     "half the bytes, for slow links between machines; rounds them to bf16's 8 bits",
+                             choices=COMPRESSIONS)
     # Not a flag: the command line the config came from (common.cli.CommandLine).
     command: CommandLine = command_field()
 
     # What --resume may change without changing the run; --output-dir among them: a run folder moved or copied
     # resumes where it now is.
     RUNTIME_FIELDS = ("resume", "overwrite", "allow_changed_data", "device", "save_every", "save_every_minutes",
-                      "log_every", "report_to", "tensorboard", "quiet", "dist_timeout", "output_dir")
+                      "log_every", "report_to", "tensorboard", "quiet", "dist_timeout", "output_dir", "ddp_bucket_mb")
     # What belongs to one command, not to its run: --resume never takes these from the run's flags.
     COMMAND_FIELDS = ("resume", "overwrite", "allow_changed_data", "device", "quiet", "dist_timeout", "output_dir")
     # What a run writes in --output-dir (a command adds its own): --overwrite removes these, and nothing else.

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Callable
 
 import torch
+from torch import nn
 
 import checkpoint
 from common import distributed
@@ -25,6 +26,7 @@ from evaluation.sts_benchmark import TABLE_COLUMNS, sts_benchmark
 from models import SentenceEncoder, Tokenizer, from_pretrained
 from models.checkpoint import tensor_bytes
 from tasks import CONTRASTIVE_DATA
+from training.ddp import start_replicas
 from training.engine import Engine
 from training.grad_cache import grad_cache_backward
 from training.methods import METHODS, ContrastiveConfig
@@ -36,20 +38,22 @@ log = logging.getLogger(__name__)
 
 
 def backward(objective: Objective, batch, precision: Precision, grad_cache_chunk: int = 0, weight: float = 1.0,
-             plain_backward: Callable[[torch.Tensor], None] | None = None) -> torch.Tensor:
+             plain_backward: Callable[[torch.Tensor], None] | None = None,
+             forward: Callable[[object], torch.Tensor] | None = None) -> torch.Tensor:
     """Backpropagate weight x the objective's loss on `batch` into .grad; returns the loss (detached, on the device).
 
     With grad_cache_chunk, every view is embedded grad_cache_chunk rows at a time (training/grad_cache.py): the
     gradients of the whole batch, in-batch negatives included, with the activation memory of one chunk.
-    plain_backward(loss) backpropagates the loss without gradient caching (the engine's, which under torchrun
-    averages the gradients while it runs); by default precision.scale(loss).backward().
+    Without: forward(batch) computes the loss (the engine's, through DistributedDataParallel under torchrun; by
+    default objective(batch)), and plain_backward(loss) backpropagates it (by default precision.scale(loss)
+    .backward()).
     """
     def weighted(loss):  # weight 1 (a single process): the loss itself, untouched
         return loss if weight == 1.0 else weight * loss
 
     if not grad_cache_chunk:
         with precision.autocast():
-            loss = objective(batch)
+            loss = (forward or objective)(batch)
         if plain_backward is None:
             precision.scale(weighted(loss)).backward()
         else:
@@ -99,8 +103,7 @@ class Pretraining:
             stage.objective.to(engine.device)
         engine.prepare_encoder(self.encoder)  # --compile: in place, so every objective holding it runs it compiled
         # torchrun: rank 0's weights, a random stream each.
-        distributed.start_replicas([stage.objective for stage in self.stages] + ([self.fusion] if self.fusion else []),
-                                   config.seed)
+        start_replicas([stage.objective for stage in self.stages] + ([self.fusion] if self.fusion else []), config.seed)
         self.results = {}  # the STS benchmark of --eval
         self.finished_stages = {}  # each finished stage's summary (StageRun.finish), by name
 
@@ -179,6 +182,18 @@ class Pretraining:
                              self.config.eval_batch_size)
 
 
+class StageModules(nn.Module):
+    """A stage's forward pass (what DistributedDataParallel wraps under torchrun): forward(batch) is its
+    objective's loss on a batch, forward(batch, fusion=True) --fusion's sentiment loss (they share the encoder)."""
+
+    def __init__(self, objective: Objective, fusion: SentimentFusion | None):
+        super().__init__()
+        self.objective, self.fusion = objective, fusion
+
+    def forward(self, batch, fusion: bool = False) -> torch.Tensor:
+        return (self.fusion if fusion else self.objective)(batch)
+
+
 class StageRun(Run):
     """One stage: its objective (and --fusion's sentiment head) trained on its data."""
 
@@ -190,6 +205,10 @@ class StageRun(Run):
         self.modules = [objective.train()] + ([pretraining.fusion.train()] if pretraining.fusion else [])
         self.chunk = config.grad_cache_chunk if objective.supports_grad_cache else 0
         self.fusion_updates = 0
+        self.passes_apart = bool(self.chunk or pretraining.fusion)  # replays, an update inside a step (training/ddp.py)
+
+    def module(self) -> nn.Module:
+        return StageModules(self.stage.objective, self.pretraining.fusion)
 
     def parameters(self):
         return list(dict.fromkeys(p for module in self.modules for p in module.parameters() if p.requires_grad))
@@ -223,13 +242,15 @@ class StageRun(Run):
         own_rows = batch if weight else batch.head(0)
         if fusion and isinstance(batch, SentenceBatch) and batch.labels is not None:
             # Fusion: the sentiment step first, an update of its own, then the contrastive step on the same batch.
-            backward(fusion, batch, engine.precision, weight=weight, plain_backward=engine.backward)
+            backward(fusion, batch, engine.precision, weight=weight, plain_backward=engine.backward,
+                     forward=lambda rows: engine.forward(rows, fusion=True))
             engine.update(advance_schedule=False)
             self.fusion_updates += 1
         if objective.gathers_batch:
-            loss = backward(objective, own_rows, engine.precision, self.chunk, plain_backward=engine.backward)
+            loss = backward(objective, own_rows, engine.precision, self.chunk, plain_backward=engine.backward,
+                            forward=engine.forward)
         else:
-            loss = backward(objective, batch, engine.precision, self.chunk, weight, engine.backward)
+            loss = backward(objective, batch, engine.precision, self.chunk, weight, engine.backward, engine.forward)
         reported = weight / share.world  # this process's part of the step's loss (they sum to it)
         return {"loss": loss if reported == 1.0 else loss * reported}, len(own_rows)
 

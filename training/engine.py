@@ -40,6 +40,7 @@ from models.checkpoint import tensor_bytes
 from training.callbacks import (BestCheckpoint, Callback, Control, EarlyStopping, EngineState, ProgressBar,
                                  TimedSave)
 from training.command import Command
+from training.ddp import DataParallel
 from training.loss_tracker import LossTracker
 from training.run import Run
 
@@ -136,8 +137,9 @@ class Engine(Command):
         self.lr_multiplier = lambda step: run.lr_multiplier(step, total_steps, self.config.warmup)
         self.optimizer = AdamW(run.parameter_groups(), lr=run.lr, betas=run.adam_betas,
                                weight_decay=self.config.weight_decay)
-        self.gradients = distributed.GradientSync(self.parameters)
-        self.last_part = True  # whether the backward passes now are the step's last accumulation part's
+        # torchrun: run.module() wrapped in DistributedDataParallel, which averages the gradients.
+        self.data_parallel = DataParallel(run.module(), self.parameters, run.passes_apart, self.config.ddp_bucket_mb,
+                                          self.config.ddp_compress)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self.lr_multiplier)
         self.state, self.control = EngineState(total_steps=total_steps, stage=run.stage_name), Control()
         self.losses = LossTracker()
@@ -147,24 +149,28 @@ class Engine(Command):
         world, accum = distributed.world_size(), self.config.grad_accum
         totals, examples = {}, 0
         for part in range(accum):
-            self.last_part = part == accum - 1
-            losses, part_examples = run.step(item, Share(distributed.rank() * accum + part, world * accum, world))
+            # torchrun: an earlier part's gradients stay local; the last part's backward pass averages them all.
+            with distributed.collective(), self.data_parallel.part(last=part == accum - 1):
+                losses, part_examples = run.step(item, Share(distributed.rank() * accum + part, world * accum, world))
             for name, loss in losses.items():
                 totals[name] = totals.get(name, 0.0) + loss
             examples += part_examples
         self.update()
         return totals, examples
 
+    def forward(self, *args, **kwargs):
+        """The run's forward entry point (run.module()), through DistributedDataParallel under torchrun."""
+        return self.data_parallel.module(*args, **kwargs)
+
     def backward(self, loss: torch.Tensor) -> None:
-        """Backpropagate a loss into .grad (scaled for fp16); a step may call this several times. Under torchrun
-        the gradients of the step's last accumulation part are averaged while its pass runs (GradientSync); an
-        earlier part's stay local until then."""
-        self.gradients.backward(self.precision.scale(loss), overlap=self.last_part)
+        """Backpropagate a loss into .grad (scaled for fp16). Under torchrun, the backward pass of the step's last
+        accumulation part averages the gradients over the processes (DistributedDataParallel)."""
+        self.precision.scale(loss).backward()
 
     def update(self, advance_schedule: bool = True) -> None:
         """Average the gradients over the processes, clip, update. advance_schedule=False: an extra update inside
         a step (contrastive fusion's sentiment update) that neither counts as a step nor moves the schedule."""
-        self.gradients.average()
+        self.data_parallel.average()  # torchrun: where the run's passes ran apart from DDP (run.passes_apart)
         self.precision.step(self.optimizer, self.parameters, self.config.max_grad_norm)
         self.optimizer.zero_grad(set_to_none=True)
         if advance_schedule:

@@ -14,7 +14,7 @@ mean, and when no two tasks conflict it equals the gradient of the average loss,
 UPGrad solves a small quadratic program: it needs torchjd's extra, pip install "torchjd[quadprog-projector]".
 Heads get exactly what "avg" gives them: their own task's gradient divided by the number of tasks.
 """
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import torch
 from torchjd.aggregation import Aggregator, PCGrad, UPGrad
@@ -25,7 +25,8 @@ METHODS = ("pcgrad", "upgrad")
 
 
 def surgery_backward(task_losses: Sequence[torch.Tensor], shared_params: Iterable[torch.Tensor],
-                     head_params: Sequence[Iterable[torch.Tensor]], method: str = "pcgrad") -> None:
+                     head_params: Sequence[Iterable[torch.Tensor]], method: str = "pcgrad",
+                     average: Callable[[list[torch.Tensor]], None] | None = None) -> None:
     """Accumulate gradients into `.grad` like loss.backward() would (so zero them first).
 
     task_losses: one scalar loss per task.
@@ -35,6 +36,8 @@ def surgery_backward(task_losses: Sequence[torch.Tensor], shared_params: Iterabl
         gradient. A parameter listed for two tasks (the shared first MLP layer of the paraphrase and
         STS heads) receives the sum of both, just as with the average loss.
     Parameters with requires_grad=False (a frozen encoder) are skipped.
+    average: under torchrun, replaces the tasks' gradients of the shared parameters (their Jacobians) by their
+        means over the processes before they are combined, so that the surgery is that of the whole batch.
     """
     if method not in METHODS:
         raise ValueError(f"unknown gradient surgery method {method!r}; expected one of {', '.join(METHODS)}")
@@ -57,6 +60,8 @@ def surgery_backward(task_losses: Sequence[torch.Tensor], shared_params: Iterabl
     if not shared:
         return
     jacobian_backward(scaled_losses, inputs=shared)
+    if average is not None:
+        average([p.jac for p in shared])
     jac_to_grad(shared, aggregator)
 
 

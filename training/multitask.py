@@ -11,6 +11,7 @@ import logging
 from pathlib import Path
 
 import torch
+from torch import nn
 
 import checkpoint
 from common import distributed
@@ -26,6 +27,7 @@ from evaluation.predictions import SPLITS
 from model import MultitaskModel
 from models import Tokenizer
 from tasks import REGISTRY, metric_names, summary
+from training.ddp import average_tensors, start_replicas
 from training.engine import Engine
 from training.gradient_surgery import surgery_backward
 from training.multitask_config import MultitaskConfig, best_metric, describe_best_metric
@@ -40,6 +42,23 @@ def task_loss(model: MultitaskModel, task: str, batch: dict, smart: Smart | None
     raw = model(task, batch["inputs"])
     loss = REGISTRY[task].loss(raw, batch["labels"])
     return loss if smart is None else loss + smart.regularizers(model, task, batch["inputs"], raw)
+
+
+class TaskLosses(nn.Module):
+    """A step's forward pass (what DistributedDataParallel wraps under torchrun): each task's loss on its batch.
+    One pass for all the step's tasks, so that DDP sees, from its outputs, every head the step uses."""
+
+    def __init__(self, model: MultitaskModel, smart: Smart | None):
+        super().__init__()
+        self.model, self.smart = model, smart
+
+    def forward(self, batches: dict[str, dict]) -> dict[str, torch.Tensor]:
+        losses = {}
+        for task, batch in batches.items():
+            # Whether the batch is padded, known on the host: the encoder need not read its mask back from the device.
+            with self.model.encoder.padding_known(batch["padded"]):
+                losses[task] = task_loss(self.model, task, batch, self.smart)
+        return losses
 
 
 def weighted_losses(task_losses: dict[str, torch.Tensor], loss_scale: dict[str, float]) -> list[torch.Tensor]:
@@ -85,10 +104,11 @@ class MultitaskRun(Run):
         # torchrun: rank 0 alone decides (it alone reads last/) and measures, on its own weights, the ones
         # start_replicas hands to every process with the heads' buffers (what they measured).
         distributed.on_main(calibrate)
-        distributed.start_replicas([self.model], config.seed)  # torchrun: rank 0's weights, a random stream each
+        start_replicas([self.model], config.seed)  # torchrun: rank 0's weights, a random stream each
         engine.describe_run([Path(config.data_dir) / file for name in config.task_list
                              for file in REGISTRY[name].files])
         self.smart = Smart(config, self.model) if config.smart else None
+        self.passes_apart = config.combine != "mean"  # PCGrad's, UPGrad's per-task passes (training/ddp.py)
         self.dev_outputs, self.stream_epoch = {}, None  # the last evaluation's; the epoch of self.streams
         self.model.train()
 
@@ -141,26 +161,29 @@ class MultitaskRun(Run):
             self.stream_epoch = epoch
         return self.streams
 
+    def module(self) -> nn.Module:
+        return TaskLosses(self.model, self.smart)
+
     def step(self, item, share: Share):
         """Each task of the step: this share of its batch, its mean loss weighted by the share; one backward."""
         epoch, batches = item
         streams, device = self._streams(epoch), self.engine.device
-        task_losses, reported, examples = {}, {}, 0
+        weights, task_batches, examples = {}, {}, 0
         for task, k in batches:
-            rows, weight = share.of(streams[task].batch_indices(k))
+            rows, weights[task] = share.of(streams[task].batch_indices(k))
             if not rows:  # a single process's part without rows: nothing to compute
                 continue
             batch = self.splits[task]["train"].batch(rows, self.tokenizer.pad_id)
             batch["inputs"] = {name: to_device(v, device) for name, v in batch["inputs"].items()}
             batch["labels"] = to_device(batch["labels"], device)
-            # Whether the batch is padded, known on the host: the encoder need not read its mask back from the device.
-            with self.engine.precision.autocast(), self.model.encoder.padding_known(batch["padded"]):
-                task_losses[task] = weight * task_loss(self.model, task, batch, self.smart)
-            reported[task] = task_losses[task].detach() / share.world
-            examples += len(rows) if weight else 0  # a stand-in row (torchrun) is no example
-        if task_losses:
-            self._backward(task_losses, len(batches))
-        return reported, examples
+            task_batches[task] = batch
+            examples += len(rows) if weights[task] else 0  # a stand-in row (torchrun) is no example
+        if not task_batches:
+            return {}, examples
+        with self.engine.precision.autocast():
+            task_losses = {task: weights[task] * loss for task, loss in self.engine.forward(task_batches).items()}
+        self._backward(task_losses, len(batches))
+        return {task: loss.detach() / share.world for task, loss in task_losses.items()}, examples
 
     def _backward(self, task_losses: dict[str, torch.Tensor], step_tasks: int) -> None:
         """One backward pass of the mean over the step's tasks: a task without rows in this part of the step counts
@@ -168,8 +191,11 @@ class MultitaskRun(Run):
         weighted = weighted_losses(task_losses, self.config.loss_scale)
         if self.config.combine != "mean" and len(task_losses) > 1:
             heads = self.model.head_parameters()
+            # torchrun: each task's gradient of the shared weights is averaged over the processes before the
+            # surgery combines them (one all_reduce), so it is the whole batch's; the combined gradient is then the
+            # same on every process, and the update's all_reduce (training/ddp.py) averages the heads'.
             surgery_backward([self.engine.precision.scale(loss) for loss in weighted], self.model.shared_parameters(),
-                             [heads[t] for t in task_losses], self.config.combine)
+                             [heads[t] for t in task_losses], self.config.combine, average=average_tensors)
         else:
             self.engine.backward(sum(weighted) / step_tasks)
 

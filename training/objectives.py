@@ -32,6 +32,7 @@ from heads.sentiment import SentimentHead
 from losses import (ProjectionHead, contrastive_tension_loss, l2_regulariser, multiple_negatives_ranking_loss,
                     quora_simcse_loss, sample_layer_views, self_guided_base_loss, self_guided_opt3_loss, simcse_loss)
 from models import BertModel, pool
+from training.ddp import gather_rows
 from training.lr_schedule import contrastive_tension_steps, linear_warmup_decay
 
 
@@ -70,9 +71,9 @@ class Objective(nn.Module):
 
     def loss_fp32(self, batch: Batch, *embeddings: torch.Tensor) -> torch.Tensor:
         if self.gathers_batch and distributed.world_size() > 1:
-            embeddings = [distributed.gather_rows(e) for e in embeddings]
+            embeddings = [gather_rows(e) for e in embeddings]
             if getattr(batch, "labels", None) is not None:
-                batch = dataclasses.replace(batch, labels=distributed.gather_rows(batch.labels, differentiable=False))
+                batch = dataclasses.replace(batch, labels=gather_rows(batch.labels, differentiable=False))
         # Outside autocast: cosine / temperature logits need more precision than bf16 has.
         with torch.autocast(embeddings[0].device.type, enabled=False):
             return self.loss(batch, *(e.float() for e in embeddings))

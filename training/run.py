@@ -4,8 +4,10 @@
                             several learning rates)
     plan()                  its epochs, each a list of items: one optimizer step an item
     step(item, share)       the forward passes of one share of the item's batch (data.batching.Share: the rows a
-                            process computes in an accumulation step, and their loss's weight), and
-                            engine.backward(loss)
+                            process computes in an accumulation step, and their loss's weight), through
+                            engine.forward, and engine.backward(loss)
+    module()                the nn.Module whose forward engine.forward runs: under torchrun, wrapped in
+                            DistributedDataParallel (training/ddp.py)
 
 and may give evaluate() and score() (dev metrics, and the number that picks best/, with score_name, eval_every and
 patience), save() (its files of a checkpoint folder), after_update() (what follows each optimizer step),
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import Callable
 
 import torch
+from torch import nn
 
 from common.errors import UsageError
 from data.batching import Share
@@ -49,6 +52,9 @@ class Run:
     score_name = "score"
     eval_every = 0
     patience = 0
+    # Whether its steps make backward passes of their own (PCGrad, gradient caching) or an update inside a step
+    # (--fusion): under torchrun their gradients are averaged at each update, not by DDP (training/ddp.py).
+    passes_apart = False
 
     def parameters(self) -> list[torch.nn.Parameter]:
         """Everything trained, in the modules' order (the order clipping sums their norms in)."""
@@ -57,6 +63,10 @@ class Run:
     def parameter_groups(self) -> list[dict]:
         """AdamW's parameter groups."""
         return [{"params": self.parameters()}]
+
+    def module(self) -> nn.Module | None:
+        """What engine.forward runs (None: a run for one process, without engine.forward)."""
+        return None
 
     def plan(self) -> list[list]:
         """The run's epochs, each a list of items, one an optimizer step."""
