@@ -40,7 +40,8 @@ from training.callbacks import Callback
 from training.multitask_config import BEST_METRICS, MultitaskConfig, best_metric
 from tuning import report
 from tuning.space import OWNED, Param, as_dict, read_space
-from tuning.study import fail_dead_workers, open_storage, open_study, queue_again, trials_needed, worker_id
+from tuning.study import (fail_dead_workers, one_at_a_time, open_storage, open_study, queue_again, trials_needed,
+                          worker_id)
 
 log = logging.getLogger("search")
 PRUNERS = ("median", "halving", "hyperband", "none")
@@ -198,8 +199,10 @@ class Worker:
         for i, seed in enumerate(self.seeds):
             run = folder if len(self.seeds) == 1 else folder / f"seed-{seed}"
             pruning = ReportToTrial(trial, self.config.objective, prune=i == 0 and self.config.pruner != "none")
-            argv = ["--no-predict-test", *self.trial_argv, *words, "--output-dir", str(run), "--predictions-dir", str(run / "predictions"),
-                    "--seed", str(seed), "--metric-for-best", self.config.objective]
+            # The trial's values win over the recipe's and the command line's, which win over --no-predict-test.
+            argv = cli.last_wins(["--no-predict-test", *self.trial_argv, *words, "--output-dir", str(run),
+                                  "--predictions-dir", str(run / "predictions"), "--seed", str(seed),
+                                  "--metric-for-best", self.config.objective])
             trial.set_user_attr("folder", str(folder))
             try:
                 with output_to(run.with_name(run.name + ".log")):
@@ -262,10 +265,11 @@ def main(argv: list[str] | None = None) -> optuna.Study:
     folder.mkdir(parents=True, exist_ok=True)
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # the study's progress is this command's lines
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # heartbeat, plots
-    storage, where = open_storage(config.storage, folder)
     name = config.study_name or folder.resolve().name
-    study = open_study(storage, name, recipe_values(base), as_dict(space), config.resume or config.report,
-                       build_sampler(config.sampler), build_pruner(config), baseline(space, base))
+    with one_at_a_time(folder):  # workers started together: one creates the storage's tables and the study
+        storage, where = open_storage(config.storage, folder)
+        study = open_study(storage, name, recipe_values(base), as_dict(space), config.resume or config.report,
+                           build_sampler(config.sampler), build_pruner(config), baseline(space, base))
     if not config.report:
         run_trials(config, study, space, trial_argv, base, where)
     write_reports(study, config, base, space)

@@ -226,6 +226,21 @@ def flag_words(name: str, value) -> list[str]:
     return [flag_name] if value is True else [f"--no-{flag_name[2:]}"] if value is False else [flag_name, str(value)]
 
 
+def last_wins(words: list[str]) -> list[str]:
+    """Command-line words (flags and their values) with a flag given again replaced by its last (--x and --no-x
+    are one flag): a command refuses a flag given twice, so flags put together from several places (a recipe's,
+    then a trial's or a test's own) go through this, the later winning."""
+    groups: dict[str, list[str]] = {}
+    for word in words:
+        if word.startswith("--"):
+            name = word.split("=", 1)[0].removeprefix("--no-").removeprefix("--")
+            groups.pop(name, None)
+            groups[name] = [word]
+        else:
+            list(groups.values())[-1].append(word)
+    return [word for group in groups.values() for word in group]
+
+
 def spelled_out(parser: argparse.ArgumentParser, file_values: dict, argv: list[str]) -> list[str]:
     """argv with --config FILE replaced by the file's flags (those argv does not give again: argv wins)."""
     given_names = {action.dest for action in parser._actions if given(action, argv)}

@@ -10,6 +10,7 @@ import transformers
 from safetensors.torch import load_file
 
 import checkpoint
+from common.cli import last_wins
 from evaluation.sts_benchmark import EVAL_SETS
 from models import BertConfig, BertModel, Tokenizer
 from models.checkpoint import save_checkpoint
@@ -113,19 +114,6 @@ def save_tiny_checkpoint(tmp_path_factory, minilm_dir):
 def course_data(tmp_path_factory) -> Path:
     """The three course tasks' files, 40 training rows each (12 dev, 10 test)."""
     return write_course_files(tmp_path_factory.mktemp("course-data"), random.Random(0), train_rows=40)
-
-
-def last_wins(words: list[str]) -> list[str]:
-    """Flags and their values with a flag given again replaced by its last (a command refuses a flag given twice):
-    what a test's base flags and its case's own make together."""
-    groups: dict[str, list[str]] = {}
-    for word in words:
-        if word.startswith("--"):
-            groups.pop(word.split("=", 1)[0], None)
-            groups[word.split("=", 1)[0]] = [word]
-        else:
-            list(groups.values())[-1].append(word)
-    return [word for group in groups.values() for word in group]
 
 
 def multitask_argv(model: Path, data: Path, out: Path, *extra: str) -> list[str]:

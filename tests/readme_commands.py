@@ -156,13 +156,19 @@ def make_tiny_data(source: Path, destination: Path, rows: int = ROWS) -> None:
 
 
 def smaller(text: str) -> str:
-    """A bash command with the SMALLER flags of its script appended, before its trailing comment."""
-    flags = [extra for script, extra in SMALLER.items() if script in text.split()]
+    """A bash command with the SMALLER flags of its script: a flag the command gives takes SMALLER's value (a flag
+    given twice is refused), the others are appended before its trailing comment."""
+    flags = [extra.split() for script, extra in SMALLER.items() if script in text.split()]
     if not flags:
         return text
     comment = trailing_comment(text)
     head = text[:len(text) - len(comment) - 1].rstrip() if comment else text.rstrip()
-    return f"{head} {' '.join(flags)}" + (f"    #{comment}" if comment else "")
+    for pairs in flags:
+        for name, value in zip(pairs[::2], pairs[1::2]):
+            head, given = re.subn(rf"(?<=\s){re.escape(name)}\s+\S+", f"{name} {value}", head)
+            if not given:
+                head = f"{head} {name} {value}"
+    return head + (f"    #{comment}" if comment else "")
 
 
 def run(command: Command, repo: Path, timeout: int) -> Result:

@@ -27,7 +27,7 @@ import multitask_classifier  # noqa: E402
 import predict  # noqa: E402
 import pretrain_contrastive  # noqa: E402
 from common import cli  # noqa: E402
-from tests.conftest import last_wins  # noqa: E402
+from common.cli import last_wins  # noqa: E402
 from training.contrastive import ContrastiveConfig  # noqa: E402
 from training.multitask_config import MultitaskConfig  # noqa: E402
 

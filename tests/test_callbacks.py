@@ -76,3 +76,22 @@ def test_the_engine_state_round_trips_and_a_state_saved_before_it_was_one_object
     old = {"optimizer": {}, "step": 7, "best": 0.5, "last_record": {"step": 4}, "best_step": 4, "since_best": 1}
     assert EngineState.from_dict(old) == EngineState(step=7, best=0.5, best_step=4, since_best=1,
                                                      last_record={"step": 4})
+
+
+def test_a_training_state_saved_before_the_loops_state_was_one_object_is_whole(tmp_path):
+    """--resume of a run whose last/ the code before EngineState wrote: its loop fields at the top level."""
+    import torch
+
+    from common.run_folder import RunFolder
+    from training.resume import load_training_state
+
+    folder = RunFolder(tmp_path / "run")
+    folder.last.mkdir(parents=True)
+    old = {"optimizer": {}, "scheduler": {}, "scaler": {}, "rng": [], "losses": {}, "run": {}, "step": 7, "best": 0.5,
+           "last_record": {}, "best_step": 4, "since_best": 1}
+    torch.save(old, folder.state_file)
+    assert load_training_state(folder)["step"] == 7
+    del old["step"]  # neither the engine's entry nor its fields: not a training state
+    torch.save(old, folder.state_file)
+    with pytest.raises(Exception, match="not a whole training state"):
+        load_training_state(folder)

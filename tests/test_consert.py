@@ -12,7 +12,7 @@ from data.contrastive import SentenceBatch
 from models import from_pretrained
 from training.consert import ConsertUnsupervised
 from training.methods import ContrastiveConfig
-from training.resume import find_resumption
+from training.resume import STATE_ENTRIES, find_resumption
 
 
 def test_consert_unsupervised_turns_berts_dropout_off(tiny_model, tokenizer):
@@ -72,7 +72,7 @@ def test_resume_of_a_run_saved_with_consert_schedule_keeps_its_stages(tiny_model
     folder.last.mkdir(parents=True)
     for where in (folder.path, folder.last):
         (where / "run_config.json").write_text(json.dumps(saved))
-    torch.save({}, folder.state_file)
+    torch.save({name: {} for name in STATE_ENTRIES}, folder.state_file)  # a whole state, of no evaluation yet
     command = cli.parse_config(ContrastiveConfig, "", ["--model", str(tiny_model), "--method", "consert", "--data",
                                                        "sts", "--data-dir", str(contrastive_data), "--output-dir",
                                                        str(folder.path), "--resume"])

@@ -19,7 +19,8 @@ from data.contrastive import TripletSet
 from evaluation.sts_benchmark import EVAL_SETS, sts_benchmark
 from models import BertModel, SentenceEncoder, Tokenizer, from_pretrained
 from tasks import CONTRASTIVE_DATA
-from tests.conftest import changed, last_wins, module_state, multitask_argv, rows_of
+from common.cli import last_wins
+from tests.conftest import changed, module_state, multitask_argv, rows_of
 from training import contrastive
 from training.contrastive import Pretraining, backward
 from training.engine import Engine

@@ -11,9 +11,10 @@ FLOORS = [  # (floor, top-level packages and modules)
     (1, ["models", "losses"]),
     (2, ["data", "heads"]),
     (3, ["tasks"]),
-    (4, ["model", "evaluation"]),
+    (4, ["model", "checkpoint", "evaluation"]),
     (5, ["training", "analysis"]),
-    (6, ["multitask_classifier", "pretrain_contrastive", "ensemble", "predict", "analyze", "benchmarks"]),
+    (6, ["multitask_classifier", "pretrain_contrastive", "ensemble", "predict", "analyze", "search", "tuning",
+         "benchmarks"]),
 ]
 
 

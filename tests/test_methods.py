@@ -14,7 +14,7 @@ from heads import MLP
 from training.contrastive import Pretraining
 from training.engine import Engine
 from training.methods import METHODS, OWN_FLAGS, ContrastiveConfig
-from tests.conftest import last_wins
+from common.cli import last_wins
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 ROOT = Path(__file__).resolve().parents[1]

@@ -16,7 +16,8 @@ import pretrain_contrastive
 from common.errors import UsageError
 from common import files
 from common.run_folder import RunFolder
-from tests.conftest import last_wins, write_course_files
+from common.cli import last_wins
+from tests.conftest import write_course_files
 
 ROOT = Path(__file__).resolve().parents[1]
 

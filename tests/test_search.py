@@ -128,7 +128,7 @@ def test_two_workers_share_one_study_each_on_one_thread(recipe, tmp_path):
         run = study / f"trial-{trial.number:04d}"
         assert [r["event"] for r in records(run)].count("finish") == 1
         assert sorted(p.name for p in (run / "predictions").iterdir()) == [
-            "para-dev-output.csv", "sst-dev-output.csv", "sts-dev-output.csv"]  # no test pass in a trial
+            "para-dev-output.csv", "sst-dev-output.csv", "sts-dev-output.csv", "written-by.json"]  # no test pass
     assert "best.yaml" in os.listdir(study) and "trials.md" in os.listdir(study)
 
 

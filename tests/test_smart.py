@@ -8,7 +8,8 @@ import torch
 
 import multitask_classifier
 from tasks import REGISTRY
-from tests.conftest import last_wins, write_course_files
+from common.cli import last_wins
+from tests.conftest import write_course_files
 from training.smart import MovingAverage, adversarial_perturbation, smoothness_regularizer
 
 pytestmark = pytest.mark.usefixtures("one_thread")

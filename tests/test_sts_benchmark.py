@@ -10,7 +10,8 @@ from sentence_transformers import SentenceTransformer
 
 from evaluation import sts_benchmark
 from models.shareable import write_shareable_files
-from tests.conftest import last_wins, sentence
+from common.cli import last_wins
+from tests.conftest import sentence
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -20,7 +20,11 @@ from common import cli
 from training import multitask
 import multitask_classifier
 scores = iter([0.5, 0.4, 0.9, 0.95])
-multitask.MultitaskRun.evaluate = lambda self: {{"sst": next(scores)}}
+evaluate = multitask.MultitaskRun.evaluate
+def scripted(self):
+    evaluate(self)  # the real dev pass: its soft outputs go into best/, from which the run's leaderboard files come
+    return {{"sst": next(scores)}}
+multitask.MultitaskRun.evaluate = scripted
 finish = multitask.MultitaskRun.finish
 def ended(self):
     with open(os.path.join({out!r}, "ended-" + os.environ["RANK"]), "w") as file:

@@ -94,10 +94,13 @@ def load_training_state(folder: RunFolder) -> dict:
     state = load_or_fail(folder.state_file, lambda file: torch.load(file, map_location="cpu", weights_only=True),
                          "the training state")
     missing = [name for name in STATE_ENTRIES if name not in state] if isinstance(state, dict) else ["every"]
+    if missing == ["engine"] and "step" in state:  # saved before the loop's state was one object: at the top level
+        missing = []
     if missing:
         raise CheckpointError(f"{folder.state_file}: not a whole training state (no {', '.join(missing)} entry); put "
                               f"back the run's own last/, or start the run again with --overwrite")
-    evaluation = state["engine"].get("last_record") if isinstance(state["engine"], dict) else None
+    engine = state.get("engine", state)
+    evaluation = engine.get("last_record") if isinstance(engine, dict) else None
     if evaluation and folder.metrics_log.exists() and not any(  # a multi-stage run's lines name their stage too
             all(record.get(key) == value for key, value in evaluation.items()) for _, record in folder.records()):
         raise CheckpointError(f"{folder.state_file}: another run's training state (its last evaluation, at step "

@@ -12,6 +12,8 @@ new trial (user attribute retry_of): by the next worker that starts on the same 
 and with an RDB storage also by any worker anywhere once the dead worker's heartbeat is older than HEARTBEAT_GRACE.
 A trial stopped by Ctrl-C or SIGTERM (a batch job's time limit) is failed and queued again the same way.
 """
+import contextlib
+import fcntl
 import json
 import os
 import socket
@@ -29,6 +31,15 @@ SQLITE, JOURNAL = "study.db", "study.journal"
 
 def worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
+
+
+@contextlib.contextmanager
+def one_at_a_time(study_dir: Path):
+    """Held by one worker of the study folder at a time: two workers that open a new SQLite storage together both
+    create its tables, and the second fails ("table alembic_version already exists")."""
+    with open(study_dir / ".opening.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or when a killed worker's process ends
+        yield
 
 
 def open_storage(storage: str, study_dir: Path) -> tuple[optuna.storages.BaseStorage, str]:
