@@ -40,7 +40,8 @@ given=${MACHINE_PYTHON:-$PYTHON}
 MACHINE_PYTHON=$("$given" -c 'import sys; print(sys.executable)' 2>/dev/null) ||
   { echo "rehearse_gpu_plan.sh: MACHINE_PYTHON=$given does not run a Python" >&2; exit 2; }
 if [ "$MACHINE_PYTHON" != "$("$PYTHON" -c 'import sys; print(sys.executable)')" ] && [ -z "${TORCH_VERSION:-}" ]; then
-  echo "rehearse_gpu_plan.sh: MACHINE_PYTHON=$MACHINE_PYTHON needs TORCH_VERSION (torch and the packages the GPU machine has are installed for it)" >&2
+  echo "rehearse_gpu_plan.sh: MACHINE_PYTHON=$MACHINE_PYTHON needs TORCH_VERSION" \
+       "(torch and the packages the GPU machine has are installed for it)" >&2
   exit 2
 fi
 SHARED=$(cd "${SHARED:-$ROOT/../shared}" && pwd)
@@ -95,7 +96,8 @@ if [ -n "${TORCH_VERSION:-}" ]; then
   # there in 2026-11); not optuna nor mlflow, which it lacks.
   packages="torch==$TORCH_VERSION transformers==5.17.0 tokenizers==0.23.2 safetensors==0.8.0 huggingface-hub==1.33.0"
   packages+=" numpy==2.5.2 sentence-transformers==6.0.1 pyyaml pandas scipy scikit-learn tqdm matplotlib tensorboard"
-  torch_site=$HOME/.cache/minbert-torch/$TORCH_VERSION-py$("$MACHINE_PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+  version=$("$MACHINE_PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+  torch_site=$HOME/.cache/minbert-torch/$TORCH_VERSION-py$version
   if [ "$(cat "$torch_site/.complete" 2>/dev/null)" != "$packages" ]; then
     say "installing torch $TORCH_VERSION and the GPU machine's packages into $torch_site (once)"
     rm -rf "$torch_site"
@@ -127,7 +129,8 @@ call() {
   say "$name returned $rc after $(( $(date +%s) - begun )) s"
   [ $rc -eq 0 ] || exit 1
 }
-say "the machine's python3: $("${machine_env[@]}" python3 -c 'import sys, torch; print("Python", sys.version.split()[0], "torch", torch.__version__)')"
+say "the machine's python3: $("${machine_env[@]}" python3 -c \
+  'import platform, torch; print("Python", platform.python_version(), "torch", torch.__version__)')"
 call call1
 kill -0 "$(cat "$sandbox/results/campaign.pid")" 2>/dev/null || [ -f "$sandbox/results/campaign.rc" ] ||
   { say "the campaign did not outlive call1" >&2; exit 1; }
