@@ -51,7 +51,8 @@ def gradients(device: torch.device, wrap: bool, compress: str = "none") -> list[
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                        help="where the one process trains: cuda (DDP on NCCL) or cpu (DDP on gloo, the CPU rehearsal)")
     device = torch.device(parser.parse_args().device)
     if device.type == "cuda":
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
