@@ -2,6 +2,7 @@
 two calls run as the GPU machine will run them, and their bundle is complete; --help and bad input start nothing."""
 import json
 import os
+import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -46,6 +47,21 @@ def test_the_plan_rehearsed_on_the_cpu_returns_a_complete_bundle(tmp_path):
 def test_the_plan_rehearsed_with_the_gpu_machines_torch(tmp_path):
     output = rehearse(tmp_path, TORCH_VERSION=os.environ["REHEARSE_TORCH"])
     assert "bundle checked:" in output
+    assert f"the machine's python3: Python {platform.python_version()} torch {os.environ['REHEARSE_TORCH']}" in output
+
+
+@pytest.mark.skipif(not os.environ.get("REHEARSE_PYTHON"),
+                    reason="REHEARSE_PYTHON=/path/to/python3.12: the rehearsal with the GPU machine's Python and torch "
+                           "(REHEARSE_TORCH, else 2.11.0: a 4.5 GB install)")
+def test_the_plan_rehearsed_with_the_gpu_machines_python_and_torch(tmp_path):
+    """The bare machine's python3 is that interpreter, not this one: the staged wheels as they are, and only the
+    packages the GPU machine has."""
+    python, torch_version = os.environ["REHEARSE_PYTHON"], os.environ.get("REHEARSE_TORCH", "2.11.0")
+    version = subprocess.run([python, "-c", "import platform; print(platform.python_version())"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    output = rehearse(tmp_path, MACHINE_PYTHON=python, TORCH_VERSION=torch_version)
+    assert "bundle checked:" in output
+    assert f"the machine's python3: Python {version} torch {torch_version}" in output
 
 
 @pytest.mark.parametrize("script, usage", [(PLAN, "usage: bash benchmarks/gpu_suite.sh call1|call2|compiled|list"),
@@ -71,6 +87,24 @@ def test_the_rehearsal_takes_no_arguments(tmp_path):
     result = bash(REHEARSAL, tmp_path, "call1")
     assert result.returncode == 2 and "rehearse_gpu_plan.sh: takes no arguments (got call1" in result.stderr
     assert not any(tmp_path.iterdir())
+
+
+def test_the_rehearsal_refuses_a_machine_python_it_cannot_use(tmp_path):
+    """An interpreter that does not run, or another Python without TORCH_VERSION (it would have no torch): one line,
+    exit code 2, and no sandbox made."""
+    missing = tmp_path / "no-python"
+    result = bash(REHEARSAL, tmp_path, env={"MACHINE_PYTHON": str(missing), "TMPDIR": str(tmp_path)})
+    assert result.returncode == 2
+    assert result.stderr == f"rehearse_gpu_plan.sh: MACHINE_PYTHON={missing} does not run a Python\n"
+    other = tmp_path / "bin" / "python3"  # another interpreter, as sys.executable names it
+    other.parent.mkdir()
+    other.symlink_to(sys.executable)
+    result = bash(REHEARSAL, tmp_path, env={"PYTHON": sys.executable, "MACHINE_PYTHON": str(other),
+                                            "TORCH_VERSION": "", "TMPDIR": str(tmp_path)})
+    assert result.returncode == 2 and result.stderr == (
+        f"rehearse_gpu_plan.sh: MACHINE_PYTHON={other} needs TORCH_VERSION (torch and the packages the GPU machine "
+        "has are installed for it)\n")
+    assert not any(tmp_path.glob("gpu-rehearsal.*"))
 
 
 def test_list_names_the_campaign_the_session_fits(tmp_path):
