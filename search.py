@@ -4,6 +4,7 @@
         --study-dir runs/search/quick-start --trials 24 --eval-every 96
     python search.py ... --resume          # continue a stopped study, or join it as one more worker
     python search.py ... --report          # rewrite its table, pictures and best.yaml, and run no trial
+    python search.py ... --confirm 3 --seeds 1,2,3    # the recipe and the 3 best trials again, over 3 seeds
 
 Each trial is a run of multitask_classifier.py: the recipe (--config, and its flags given here), the trial's values
 of the flags the space file varies (docs/search.md), its own --seed and --metric-for-best (--objective), in its own
@@ -15,7 +16,9 @@ the same step stops there, as early stopping stops a run. The study is kept in a
 STUDY_DIR by default): search.py started several times with the same --study-dir or --storage, on one machine or
 several, runs one study's trials in parallel, each process on --threads threads. The best trial is printed at the
 end and written to STUDY_DIR/best.yaml, a recipe that `multitask_classifier.py --config` takes as it is, with
-trials.md (a table of the trials) and pictures beside it.
+trials.md (a table of the trials) and pictures beside it. With --confirm K, search.py trains the recipe and the K
+best trials again with each of --seeds and writes STUDY_DIR/confirm.md: which, if any, beats the recipe by more than
+the seed spread (tuning/confirm.py).
 """
 import logging
 import signal
@@ -38,7 +41,7 @@ from common.files import atomic_file, in_repository
 from common.progress import duration
 from training.callbacks import Callback
 from training.multitask_config import BEST_METRICS, MultitaskConfig, best_metric
-from tuning import report
+from tuning import confirm, report
 from tuning.space import OWNED, Param, as_dict, read_space
 from tuning.study import (fail_dead_workers, one_at_a_time, open_storage, open_study, queue_again, trials_needed,
                           worker_id)
@@ -82,6 +85,9 @@ class SearchConfig:
     resume: bool = flag(False, "continue the study in --study-dir (or --storage) that has trials already: a "
                                "stopped study, or one other workers are running")
     report: bool = flag(False, "only write the study's trials.md, best.yaml and pictures, and run no trial")
+    confirm: int = flag(0, "run no trial: train the recipe and the study's N best complete trials again with each "
+                           "of --seeds (at least 2), and write STUDY_DIR/confirm.md, the means over the seeds and "
+                           "which beats the recipe by more than the seed spread", range=AT_LEAST_0)
 
     def __post_init__(self):
         cli.check_ranges(self)
@@ -94,6 +100,8 @@ class SearchConfig:
         bad = [seed for seed in self.seed_list if not SEED.contains(seed)]
         if bad or len(set(self.seed_list)) != len(self.seed_list):
             raise ValueError(f"--seeds {self.seeds!r}: each seed once, each {SEED}")
+        if self.confirm and len(self.seed_list) < 2:
+            raise ValueError("--confirm needs --seeds with at least 2 seeds: it compares means over seeds")
 
 
 def parse_flags(argv: list[str]) -> tuple[SearchConfig, list[str], MultitaskConfig]:
@@ -172,6 +180,23 @@ def output_to(path: Path):
             root.handlers = handlers
 
 
+def train(trial_argv: list[str], values: dict, run: Path, seed: int, objective: str,
+          callbacks: list[Callback] = (), overwrite: bool = False) -> dict:
+    """One run of multitask_classifier.py in folder `run` (its output in run.log beside it): the recipe and the
+    command line's flags, then `values` (a trial's), then search.py's own; returns its best dev metrics. overwrite:
+    start over a run that was stopped before its end."""
+    words = [word for name, value in values.items() for word in cli.flag_words(name, value)]
+    # The trial's values win over the recipe's and the command line's, which win over --no-predict-test.
+    argv = cli.last_wins(["--no-predict-test", *trial_argv, *words, "--output-dir", str(run),
+                          "--predictions-dir", str(run / "predictions"), "--seed", str(seed),
+                          "--metric-for-best", objective, *(["--overwrite"] if overwrite else [])])
+    try:
+        with output_to(run.with_name(run.name + ".log")):
+            return multitask_classifier.main(argv, callbacks=callbacks)
+    except (UserError, SystemExit) as error:  # SystemExit: flags the run refused (its log says why)
+        raise TrialFailed(str(error) if isinstance(error, UserError) else "its flags were refused") from None
+
+
 class Worker:
     """One search.py process: it runs trials of the study one after another until the study has --trials."""
 
@@ -193,24 +218,17 @@ class Worker:
         trial.set_user_attr("threads", torch.get_num_threads())
         trial.set_user_attr("seeds", self.seeds)
         values = {param.name: param.suggest(trial) for param in self.space}
-        words = [word for name, value in values.items() for word in cli.flag_words(name, value)]
         folder = self.folder / f"trial-{trial.number:04d}"
         scores = []
         for i, seed in enumerate(self.seeds):
             run = folder if len(self.seeds) == 1 else folder / f"seed-{seed}"
             pruning = ReportToTrial(trial, self.config.objective, prune=i == 0 and self.config.pruner != "none")
-            # The trial's values win over the recipe's and the command line's, which win over --no-predict-test.
-            argv = cli.last_wins(["--no-predict-test", *self.trial_argv, *words, "--output-dir", str(run),
-                                  "--predictions-dir", str(run / "predictions"), "--seed", str(seed),
-                                  "--metric-for-best", self.config.objective])
             trial.set_user_attr("folder", str(folder))
             try:
-                with output_to(run.with_name(run.name + ".log")):
-                    metrics = multitask_classifier.main(argv, callbacks=[pruning])
-            except (UserError, SystemExit) as error:  # SystemExit: flags the run refused (its log says why)
-                reason = str(error) if isinstance(error, UserError) else "its flags were refused"
-                trial.set_user_attr("error", reason)
-                raise TrialFailed(reason) from None
+                metrics = train(self.trial_argv, values, run, seed, self.config.objective, [pruning])
+            except TrialFailed as error:
+                trial.set_user_attr("error", str(error))
+                raise
             if pruning.pruned_at is not None:
                 trial.set_user_attr("pruned_at", pruning.pruned_at)
                 raise optuna.TrialPruned()
@@ -268,12 +286,56 @@ def main(argv: list[str] | None = None) -> optuna.Study:
     name = config.study_name or folder.resolve().name
     with one_at_a_time(folder):  # workers started together: one creates the storage's tables and the study
         storage, where = open_storage(config.storage, folder)
-        study = open_study(storage, name, recipe_values(base), as_dict(space), config.resume or config.report,
-                           build_sampler(config.sampler), build_pruner(config), baseline(space, base))
+        study = open_study(storage, name, recipe_values(base), as_dict(space),
+                           config.resume or config.report or bool(config.confirm), build_sampler(config.sampler),
+                           build_pruner(config), baseline(space, base))
+    if config.confirm:
+        confirm_best(config, study, space, trial_argv, base)
+        return study
     if not config.report:
         run_trials(config, study, space, trial_argv, base, where)
     write_reports(study, config, base, space)
     return study
+
+
+def confirm_best(config: SearchConfig, study: optuna.Study, space: list[Param], trial_argv: list[str],
+                 base: MultitaskConfig) -> None:
+    """--confirm K: the recipe and the K best trials trained with each of --seeds, and confirm.md written."""
+    fixed = {param.name: param.value for param in space if param.kind == "fixed"}
+    configs = confirm.configurations(study, config.confirm, fixed, baseline(space, base))
+    folder = Path(config.study_dir) / "confirm"
+    for candidate in configs[1:]:
+        report.write_recipe(folder / f"{candidate.name}.yaml", study, candidate.trial, recipe_values(base), fixed,
+                            config.objective, f"Trial {candidate.trial.number}, one of the best")
+    torch.set_num_threads(config.threads)
+    print(f"confirming {', '.join(c.name for c in configs)} with seeds {config.seeds}: {len(configs) * len(config.seed_list)} "
+          f"runs of {config.threads} thread(s) in {folder}", flush=True)
+
+    def run_one(values: dict, run: Path, seed: int) -> dict:
+        started = time.time()
+        try:
+            metrics = train(trial_argv, values, run, seed, config.objective, overwrite=run.exists())
+        except TrialFailed as error:
+            raise UserError(f"{run}: {error} (its output: {run}.log)") from None
+        print(f"{run.parent.name} seed {seed}: {config.objective} {best_metric(metrics, config.objective):.4f}, "
+              f"{duration(time.time() - started)}", flush=True)
+        return metrics
+
+    left = confirm.run_all(folder, configs, config.seed_list, run_one)
+    table, winner = confirm.summary(folder, configs, config.seed_list, config.objective)
+    rule = (f"A configuration beats the recipe when its mean {config.objective} is above the recipe's by more than "
+            f"the seed spread (the larger standard deviation) and no task's mean is below the recipe's by more than "
+            f"{confirm.MAX_TASK_LOSS}.")
+    if left:
+        outcome = f"Runs still under way in other processes: {', '.join(left)}."
+    elif winner:
+        outcome = f"{winner} beats the recipe: its recipe is {folder / winner}.yaml."
+    else:
+        outcome = "No configuration beats the recipe: keep it."
+    with atomic_file(folder.parent / "confirm.md") as temp:
+        temp.write_text(f"Seeds {config.seeds}; mean ± standard deviation over the seeds of each run's best dev "
+                        f"metrics.\n\n{table}\n\n{rule} {outcome}\n", encoding="utf-8")
+    print(f"{table}\n{outcome} ({folder.parent / 'confirm.md'})")
 
 
 def baseline(space: list[Param], base: MultitaskConfig) -> dict | None:

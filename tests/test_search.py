@@ -19,6 +19,7 @@ sys.path.insert(0, str(ROOT))
 
 import multitask_classifier  # noqa: E402
 import search  # noqa: E402
+from tuning import confirm  # noqa: E402
 from common import cli  # noqa: E402
 from common.errors import UsageError  # noqa: E402
 from tests.conftest import multitask_argv  # noqa: E402
@@ -213,3 +214,84 @@ def test_seeds_score_their_mean_and_best_yaml_is_a_recipe(recipe, tmp_path, one_
     config = cli.parse_config(MultitaskConfig, "", ["--config", str(study / "best.yaml")])
     assert (config.head_dropout, config.pooling) == (best.params["head_dropout"], best.params["pooling"])
     assert (config.epochs, config.head_lr, config.lr, config.batch_size) == (1, 2e-3, 1e-3, 8)
+
+
+
+def scores(objective: list[float], **tasks: list[float]) -> confirm.Scores:
+    return confirm.Scores(objective, tasks)
+
+
+RECIPE_SCORES = scores([0.680, 0.690, 0.700], sst=[0.44, 0.45, 0.46], sts=[0.85, 0.85, 0.85])  # sd 0.01
+
+
+@pytest.mark.parametrize("other,expected", [
+    (scores([0.700, 0.710, 0.720], sst=[0.45, 0.46, 0.47], sts=[0.85, 0.85, 0.85]),
+     (True, "+0.0200, beyond the seed spread 0.0100; no task below by more than 0.005")),
+    (scores([0.690, 0.700, 0.710], sst=[0.45, 0.46, 0.47], sts=[0.85, 0.85, 0.85]),
+     (False, "+0.0100, within the seed spread 0.0100")),  # equal to the spread is not beyond it
+    (scores([0.680, 0.710, 0.740], sst=[0.45, 0.46, 0.47], sts=[0.85, 0.85, 0.85]),
+     (False, "+0.0200, within the seed spread 0.0300")),  # the candidate's own spread counts too
+    (scores([0.700, 0.710, 0.720], sst=[0.45, 0.46, 0.47], sts=[0.84, 0.84, 0.85]),
+     (False, "+0.0200 (spread 0.0100), but sts -0.0067")),  # a task's mean 0.0067 below: more than 0.005
+], ids=["beats", "gain equal to the spread", "the candidate's spread", "a task loses more than 0.005"])
+def test_confirm_verdict_takes_the_seed_spread_and_each_task(other, expected):
+    assert confirm.verdict(RECIPE_SCORES, other) == expected
+
+
+def test_confirm_reruns_the_recipe_and_the_best_trials_over_seeds_and_continues_where_it_stopped(
+        recipe, tmp_path, capsys, one_thread):
+    """--confirm 1 --seeds 1,2 after a 3-trial study: the recipe (trial 0's values) and the best other trial, each
+    trained with seeds 1 and 2; every seed-S.json holds its run's best dev metrics; confirm.md's means are theirs.
+    Run again after one result was lost (its run stopped), it trains that run alone; a run another process holds
+    is left to it."""
+    space = tmp_path / "space.yaml"
+    space.write_text("head-dropout: {low: 0.0, high: 0.3}\nepochs: 1\n")
+    study = tmp_path / "study"
+    flags = ["--config", str(recipe), "--space", str(space), "--study-dir", str(study), "--pruner", "none",
+             "--sampler", "random"]
+    search.main([*flags, "--trials", "3"])
+    trials = trials_of(study)
+    baseline = MultitaskConfig().head_dropout
+    assert trials[0].params == {"head_dropout": baseline}
+    best = max(trials[1:], key=lambda trial: trial.value)
+    search.main([*flags, "--confirm", "1", "--seeds", "1,2"])
+    folder = study / "confirm"
+    chosen = f"trial-{best.number:04d}"
+    assert sorted(p.name for p in folder.iterdir() if p.is_dir()) == sorted(["recipe", chosen])
+    for name, dropout in (("recipe", baseline), (chosen, best.params["head_dropout"])):
+        for seed in (1, 2):
+            run = folder / name / f"seed-{seed}"
+            flags_used = json.loads((run / "run_config.json").read_text())
+            assert (flags_used["seed"], flags_used["head_dropout"], flags_used["epochs"]) == (seed, dropout, 1)
+            dev = json.loads((run / "best" / "metrics.json").read_text())["dev"]
+            assert json.loads(run.with_name(run.name + ".json").read_text()) == dev
+    overall = [json.loads((folder / chosen / f"seed-{s}.json").read_text())["overall"] for s in (1, 2)]
+    line = next(line for line in (study / "confirm.md").read_text().splitlines() if line.startswith(f"| {chosen}"))
+    assert f"| {(overall[0] + overall[1]) / 2:.4f} ± {abs(overall[0] - overall[1]) / 2 ** 0.5:.4f} |" in line
+    assert cli.parse_config(MultitaskConfig, "", ["--config", str(folder / f"{chosen}.yaml")]).head_dropout == \
+        best.params["head_dropout"]
+
+    (folder / chosen / "seed-2.json").unlink()  # as if its run was killed: its folder is there, its result not
+    kept = (folder / "recipe" / "seed-1" / "metrics.jsonl").read_bytes()
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'a+'); "
+                               "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(600)",
+                               str(folder / "recipe" / "seed-2.lock")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        (folder / "recipe" / "seed-2.json").unlink()
+        capsys.readouterr()
+        search.main([*flags, "--confirm", "1", "--seeds", "1,2"])
+    finally:
+        holder.kill()
+        holder.wait()
+    out = capsys.readouterr().out
+    assert [line.split(":")[0] for line in out.splitlines() if " seed " in line and ":" in line
+            and not line.startswith("|")] == [f"{chosen} seed 2"]
+    assert (folder / chosen / "seed-2.json").exists() and not (folder / "recipe" / "seed-2.json").exists()
+    assert (folder / "recipe" / "seed-1" / "metrics.jsonl").read_bytes() == kept
+    assert "Runs still under way in other processes: recipe/seed-2." in (study / "confirm.md").read_text()
+
+
+def test_confirm_needs_two_seeds(recipe, tmp_path):
+    with pytest.raises(SystemExit):
+        search.parse_flags(["--config", str(recipe), "--space", "x.yaml", "--confirm", "2", "--seeds", "1"])

@@ -67,29 +67,25 @@ def shown(value) -> str:
     return f"{value:.3g}" if isinstance(value, float) else str(value)
 
 
-def best_recipe(study: optuna.Study, recipe: dict, fixed: dict) -> tuple[dict, optuna.trial.FrozenTrial] | None:
-    """The best trial's flags as a recipe (the study's recipe, the space's fixed values, the trial's values), or
-    None while no trial is complete."""
-    best = finished_trials(study)
-    if not best:
-        return None
-    return {flag_name(name): value for name, value in {**recipe, **fixed, **best[0].params}.items()}, best[0]
-
-
-def write_best(path: Path, study: optuna.Study, recipe: dict, fixed: dict, objective: str) -> str | None:
-    """best.yaml, and the command line that trains its recipe (None while no trial is complete)."""
-    found = best_recipe(study, recipe, fixed)
-    if found is None:
-        return None
-    flags, trial = found
+def write_recipe(path: Path, study: optuna.Study, trial: optuna.trial.FrozenTrial, recipe: dict, fixed: dict,
+                 objective: str, what: str) -> str:
+    """A trial's flags as a recipe file (the study's recipe, the space's fixed values, the trial's values) that
+    multitask_classifier.py --config takes; returns the command line that trains it. what: which trial it is."""
+    flags = {flag_name(name): value for name, value in {**recipe, **fixed, **trial.params}.items()}
     seeds = trial.user_attrs.get("seeds")
     over = f", the mean over seeds {seeds}" if seeds and len(seeds) > 1 else ""
-    header = (f"# The best trial of search.py's study {study.study_name!r}: trial {trial.number}, {objective} "
+    header = (f"# {what} of search.py's study {study.study_name!r}: trial {trial.number}, {objective} "
               f"{trial.value:.4f} on dev{over}.\n# Train it: python multitask_classifier.py --config {path}\n")
     with atomic_file(path) as temp:
         temp.write_text(header + yaml.safe_dump(flags, sort_keys=False, allow_unicode=True))
     words = [word for name, value in flags.items() for word in flag_words(name, value)]
     return " ".join(["python", "multitask_classifier.py", *words])
+
+
+def write_best(path: Path, study: optuna.Study, recipe: dict, fixed: dict, objective: str) -> str | None:
+    """best.yaml, and the command line that trains its recipe (None while no trial is complete)."""
+    best = finished_trials(study)
+    return write_recipe(path, study, best[0], recipe, fixed, objective, "The best trial") if best else None
 
 
 def write_pictures(study: optuna.Study, folder: Path, objective: str) -> list[Path]:

@@ -1,0 +1,133 @@
+"""Confirming a study's best (search.py --confirm K --seeds 1,2,3): one seed cannot rank close recipes (the seed
+alone moves SST by about ±0.008), so the recipe and the study's K best complete trials are each trained again with
+every seed, as the trials were trained, and compared on their means over the seeds.
+
+    STUDY_DIR/confirm/recipe/seed-S/        the recipe's run with seed S; its output in seed-S.log beside it, and
+    STUDY_DIR/confirm/trial-NNNN/seed-S/    its best dev metrics in seed-S.json once it has finished
+    STUDY_DIR/confirm/trial-NNNN.yaml       that trial's recipe, for multitask_classifier.py --config
+    STUDY_DIR/confirm.md                    mean ± standard deviation over the seeds of each configuration, and the verdict
+
+A configuration beats the recipe when its mean objective is above the recipe's by more than the seed spread (the
+larger of the two standard deviations over the seeds) and no task's mean is below the recipe's by more than
+MAX_TASK_LOSS. A finished run is not trained again, so a stopped confirmation continues where it stopped, and
+several search.py --confirm processes share the runs: a run that another process holds is left to it.
+"""
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import optuna
+
+from common import locks
+from common.errors import UsageError
+from common.files import read_json, write_json
+from tasks import TASK_NAMES
+from training.multitask_config import best_metric
+from tuning import report
+
+MAX_TASK_LOSS = 0.005  # a new recipe may cost a task at most this much of its dev metric (its mean over seeds)
+
+
+@dataclass
+class Configuration:
+    name: str                  # "recipe", or "trial-NNNN" (the study's trial)
+    values: dict               # the flags it sets over the recipe: the space's fixed values and the trial's own
+    trial: optuna.trial.FrozenTrial | None = None
+
+
+def configurations(study: optuna.Study, best: int, fixed: dict, baseline: dict | None) -> list[Configuration]:
+    """The recipe, then the study's `best` best complete trials (a trial of the recipe's own values is the recipe)."""
+    trials = [trial for trial in report.finished_trials(study) if trial.params != baseline][:best]
+    if not trials:
+        raise UsageError(f"the study {study.study_name!r} has no complete trial besides the recipe's own to confirm")
+    return [Configuration("recipe", dict(fixed))] + [
+        Configuration(f"trial-{trial.number:04d}", {**fixed, **trial.params}, trial) for trial in trials]
+
+
+RunOne = Callable[[dict, Path, int], dict]  # (flags over the recipe, run folder, seed) -> the run's best dev metrics
+
+
+def run_all(folder: Path, configs: list[Configuration], seeds: list[int], run_one: RunOne) -> list[str]:
+    """Train every configuration with every seed that has no result yet; returns the runs left to other processes."""
+    left = []
+    for config in configs:
+        for seed in seeds:
+            run = folder / config.name / f"seed-{seed}"
+            result = run.with_name(run.name + ".json")
+            if result.exists():
+                continue
+            claim = run.with_name(run.name + ".lock")
+            claim.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                locks.lock(claim, "")
+            except UsageError:  # another search.py --confirm trains it
+                left.append(f"{config.name}/seed-{seed}")
+                continue
+            try:
+                if not result.exists():  # finished by another process between our look and our lock
+                    write_json(result, run_one(config.values, run, seed))
+            finally:
+                locks.unlock(claim)
+    return left
+
+
+@dataclass
+class Scores:
+    """A configuration's results over its seeds: the objective's and each task's values."""
+    objective: list[float]
+    tasks: dict[str, list[float]]
+
+    @staticmethod
+    def of(results: list[dict], objective: str) -> "Scores":
+        tasks = [name for name in TASK_NAMES if all(name in result for result in results)]
+        return Scores([best_metric(result, objective) for result in results],
+                      {name: [result[name] for result in results] for name in tasks})
+
+
+def mean_sd(values: list[float]) -> str:
+    spread = f" ± {statistics.stdev(values):.4f}" if len(values) > 1 else ""
+    return f"{statistics.fmean(values):.4f}{spread}"
+
+
+def verdict(recipe: Scores, other: Scores) -> tuple[bool, str]:
+    """Whether `other` beats the recipe (the rule above), and why in a few words."""
+    gain = statistics.fmean(other.objective) - statistics.fmean(recipe.objective)
+    spread = max(statistics.stdev(recipe.objective), statistics.stdev(other.objective))
+    losses = {name: statistics.fmean(recipe.tasks[name]) - statistics.fmean(values)
+              for name, values in other.tasks.items() if name in recipe.tasks}
+    worst = max(losses, key=losses.get)
+    if gain <= spread:
+        return False, f"{gain:+.4f}, within the seed spread {spread:.4f}"
+    if losses[worst] > MAX_TASK_LOSS:
+        return False, f"{gain:+.4f} (spread {spread:.4f}), but {worst} {-losses[worst]:+.4f}"
+    return True, f"{gain:+.4f}, beyond the seed spread {spread:.4f}; no task below by more than {MAX_TASK_LOSS}"
+
+
+def summary(folder: Path, configs: list[Configuration], seeds: list[int], objective: str) -> tuple[str, str | None]:
+    """confirm.md's table (a line per configuration: its scores over the seeds finished so far) and the name of
+    the best configuration that beats the recipe with every seed finished (None if none does)."""
+    scores = {}
+    for config in configs:
+        results = [read_json(path) for seed in seeds if (path := folder / config.name / f"seed-{seed}.json").exists()]
+        if results:
+            scores[config.name] = Scores.of(results, objective), len(results)
+    tasks = [name for name in TASK_NAMES if any(name in s.tasks for s, _ in scores.values())]
+    lines = [f"| configuration | study's {objective} (one seed) | seeds | {objective} | "
+             + " | ".join(tasks) + " | against the recipe |", "|---" * (len(tasks) + 5) + "|"]
+    winner, winner_mean = None, float("-inf")
+    recipe = scores.get("recipe")
+    for config in configs:
+        if config.name not in scores:
+            continue
+        score, done = scores[config.name]
+        against = "-"
+        if config.trial is not None and recipe and recipe[1] == len(seeds) and done == len(seeds):
+            beats, against = verdict(recipe[0], score)
+            if beats and statistics.fmean(score.objective) > winner_mean:
+                winner, winner_mean = config.name, statistics.fmean(score.objective)
+        study_value = f"{config.trial.value:.4f}" if config.trial is not None else "-"
+        cells = [study_value, f"{done}/{len(seeds)}", mean_sd(score.objective),
+                 *(mean_sd(score.tasks[name]) if name in score.tasks else "-" for name in tasks), against]
+        lines.append(f"| {config.name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines), winner
