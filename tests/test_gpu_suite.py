@@ -39,6 +39,8 @@ def test_the_plan_rehearsed_on_the_cpu_returns_a_complete_bundle(tmp_path):
     assert "call2: waiting for the campaign" in output
     # call1's DDP smoke step ran (on gloo here; a failed step would have failed the bundle's check).
     assert "call1: ddp (at most" in output
+    # The full recipe's study: its two workers' trials and a table of them in the search call's bundle (checked).
+    assert "rehearsal: search returned 0" in output and output.count("bundle checked:") == 2
     assert not any(tmp_path.glob("gpu-rehearsal.*"))  # the sandbox removed, the campaign ended
 
 
@@ -64,7 +66,7 @@ def test_the_plan_rehearsed_with_the_gpu_machines_python_and_torch(tmp_path):
     assert f"the machine's python3: Python {version} torch {torch_version}" in output
 
 
-@pytest.mark.parametrize("script, usage", [(PLAN, "usage: bash benchmarks/gpu_suite.sh call1|call2|compiled|list"),
+@pytest.mark.parametrize("script, usage", [(PLAN, "usage: bash benchmarks/gpu_suite.sh call1|call2|search|compiled|list"),
                                            (REHEARSAL, "usage: bash benchmarks/rehearse_gpu_plan.sh")])
 def test_help_prints_usage_and_starts_nothing(tmp_path, script, usage):
     result = bash(script, tmp_path, "--help")
@@ -74,7 +76,7 @@ def test_help_prints_usage_and_starts_nothing(tmp_path, script, usage):
 
 
 @pytest.mark.parametrize("args, env, message", [
-    (["call3"], {}, "gpu_suite.sh: give call1, call2, compiled or list (got 'call3'; see --help)"),
+    (["call3"], {}, "gpu_suite.sh: give call1, call2, search, compiled or list (got 'call3'; see --help)"),
     (["call1"], {"MODEL": "", "DATA": "/data"}, "gpu_suite.sh: MODEL is not set: begin with  source .device/setup.sh &&"),
 ])
 def test_bad_calls_are_usage_errors(tmp_path, args, env, message):
@@ -125,3 +127,11 @@ def test_a_failed_step_is_recorded_and_the_call_exits_1_after_it(tmp_path):
     assert "compiled: exit code 1 (124: its 240 s limit); see" in result.stdout
     step = json.loads((tmp_path / "results" / "steps.jsonl").read_text())
     assert (step["call"], step["step"], step["limit"], step["rc"]) == ("compiled", "compiled", 240, 1)
+
+
+def test_the_wheels_staged_for_the_plan_are_the_versions_installed_here():
+    """benchmarks/device-wheels.txt (what the GPU machine lacks for the search call): the versions setup.sh
+    installs, so that the study there runs the Optuna tested here."""
+    from importlib.metadata import version
+    pins = dict(line.split("==") for line in (ROOT / "benchmarks" / "device-wheels.txt").read_text().split())
+    assert pins == {name: version(name) for name in pins} and "optuna" in pins
