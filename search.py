@@ -57,8 +57,8 @@ class SearchConfig:
     space: str = flag("", "the search space: a YAML file of multitask_classifier.py's flags, each with a range "
                           "({low: L, high: H}, with log: true or step: S), a list of values, or a fixed value "
                           "(docs/search.md; e.g. recipes/search/quick-start.yaml)")
-    study_dir: str = flag(in_repository("runs/search"), "the study's folder: its storage (by default), trial-NNNN/ run folders, "
-                                         "trials.md, best.yaml, pictures")
+    study_dir: str = flag(in_repository("runs/search"), "the study's folder: its storage (by default), trial-NNNN/ "
+                                                          "run folders, trials.md, best.yaml, pictures")
     study_name: str = flag("", "the study's name in its storage (default: the name of --study-dir)")
     storage: str = flag("", "where the study is kept: empty, an SQLite file STUDY_DIR/study.db; journal, a journal "
                             "file STUDY_DIR/study.journal (plain text, fit for git); an RDB URL (postgresql://..., "
@@ -125,7 +125,8 @@ def parse_flags(argv: list[str]) -> tuple[SearchConfig, list[str], MultitaskConf
         if word.startswith("--") and name in OWNED:
             parser.error(f"{word.split('=')[0]}: search.py sets it in every trial ({OWNED[name]})")
     trial_argv = (["--config", recipe] if recipe else []) + trial_argv
-    base = cli.parse_config(MultitaskConfig, multitask_classifier.__doc__, trial_argv, program="multitask_classifier.py")
+    base = cli.parse_config(MultitaskConfig, multitask_classifier.__doc__, trial_argv,
+                            program="multitask_classifier.py")
     return config, trial_argv, base
 
 
@@ -166,7 +167,8 @@ class TrialFailed(Exception):
 
 @contextmanager
 def output_to(path: Path):
-    """A trial's prints, log lines and progress go to its log file (trial-NNNN.log), not between the study's progress lines."""
+    """A trial's prints, log lines and progress go to its log file (trial-NNNN.log), not between the study's
+    progress lines."""
     root = logging.getLogger()
     handlers = root.handlers[:]
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -308,8 +310,9 @@ def confirm_best(config: SearchConfig, study: optuna.Study, space: list[Param], 
         report.write_recipe(folder / f"{candidate.name}.yaml", study, candidate.trial, recipe_values(base), fixed,
                             config.objective, f"Trial {candidate.trial.number}, one of the best")
     torch.set_num_threads(config.threads)
-    print(f"confirming {', '.join(c.name for c in configs)} with seeds {config.seeds}: {len(configs) * len(config.seed_list)} "
-          f"runs of {config.threads} thread(s) in {folder}", flush=True)
+    runs = len(configs) * len(config.seed_list)
+    print(f"confirming {', '.join(c.name for c in configs)} with seeds {config.seeds}: {runs} runs of "
+          f"{config.threads} thread(s) in {folder}", flush=True)
 
     def run_one(values: dict, run: Path, seed: int) -> dict:
         started = time.time()

@@ -5,7 +5,7 @@ every seed, as the trials were trained, and compared on their means over the see
     STUDY_DIR/confirm/recipe/seed-S/        the recipe's run with seed S; its output in seed-S.log beside it, and
     STUDY_DIR/confirm/trial-NNNN/seed-S/    its best dev metrics in seed-S.json once it has finished
     STUDY_DIR/confirm/trial-NNNN.yaml       that trial's recipe, for multitask_classifier.py --config
-    STUDY_DIR/confirm.md                    mean ± standard deviation over the seeds of each configuration, and the verdict
+    STUDY_DIR/confirm.md                    each configuration's mean ± standard deviation over the seeds; the verdict
 
 A configuration beats the recipe when its mean objective is above the recipe's by more than the seed spread (the
 larger of the two standard deviations over the seeds) and no task's mean is below the recipe's by more than

@@ -21,7 +21,8 @@ import yaml
 from common.errors import UsageError
 
 # What search.py sets in every trial: a space may not vary them.
-OWNED = {"output_dir": "each trial's folder is made by search.py", "predictions_dir": "it is inside each trial's folder",
+OWNED = {"output_dir": "each trial's folder is made by search.py",
+         "predictions_dir": "it is inside each trial's folder",
          "seed": "use --seeds", "metric_for_best": "use --objective", "resume": "use search.py --resume",
          "overwrite": "trials never replace a run", "config": "use search.py --config", "help": "not a flag value"}
 RANGE_KEYS = {"low", "high", "log", "step"}
