@@ -324,13 +324,14 @@ def confirm_best(config: SearchConfig, study: optuna.Study, space: list[Param], 
               f"{duration(time.time() - started)}", flush=True)
         return metrics
 
-    left = confirm.run_all(folder, configs, config.seed_list, run_one)
+    confirm.run_all(folder, configs, config.seed_list, run_one)
+    left = confirm.pending(folder, configs, config.seed_list)  # runs that other processes still train
     table, winner = confirm.summary(folder, configs, config.seed_list, config.objective)
     rule = (f"A configuration beats the recipe when its mean {config.objective} is above the recipe's by more than "
             f"the seed spread (the larger standard deviation) and no task's mean is below the recipe's by more than "
             f"{confirm.MAX_TASK_LOSS}.")
     if left:
-        outcome = f"Runs still under way in other processes: {', '.join(left)}."
+        outcome = f"Runs without a result yet (under way in another process, or stopped): {', '.join(left)}."
     elif winner:
         outcome = f"{winner} beats the recipe: its recipe is {folder / winner}.yaml."
     else:

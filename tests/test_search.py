@@ -233,7 +233,9 @@ RECIPE_SCORES = scores([0.680, 0.690, 0.700], sst=[0.44, 0.45, 0.46], sts=[0.85,
      (False, "+0.0200, within the seed spread 0.0300")),  # the candidate's own spread counts too
     (scores([0.700, 0.710, 0.720], sst=[0.45, 0.46, 0.47], sts=[0.84, 0.84, 0.85]),
      (False, "+0.0200 (spread 0.0100), but sts -0.0067")),  # a task's mean 0.0067 below: more than 0.005
-], ids=["beats", "gain equal to the spread", "the candidate's spread", "a task loses more than 0.005"])
+    (scores([0.660, 0.670, 0.680], sst=[0.45, 0.46, 0.47], sts=[0.85, 0.85, 0.85]),
+     (False, "-0.0200, below the recipe by more than the seed spread 0.0100")),
+], ids=["beats", "gain equal to the spread", "the candidate's spread", "a task loses more than 0.005", "below"])
 def test_confirm_verdict_takes_the_seed_spread_and_each_task(other, expected):
     assert confirm.verdict(RECIPE_SCORES, other) == expected
 
@@ -266,7 +268,9 @@ def test_confirm_reruns_the_recipe_and_the_best_trials_over_seeds_and_continues_
             dev = json.loads((run / "best" / "metrics.json").read_text())["dev"]
             assert json.loads(run.with_name(run.name + ".json").read_text()) == dev
     overall = [json.loads((folder / chosen / f"seed-{s}.json").read_text())["overall"] for s in (1, 2)]
-    line = next(line for line in (study / "confirm.md").read_text().splitlines() if line.startswith(f"| {chosen}"))
+    table = (study / "confirm.md").read_text().splitlines()
+    assert next(line for line in table if line.startswith("| recipe |")).startswith(f"| recipe | {trials[0].value:.4f} |")
+    line = next(line for line in table if line.startswith(f"| {chosen}"))
     assert f"| {(overall[0] + overall[1]) / 2:.4f} ± {abs(overall[0] - overall[1]) / 2 ** 0.5:.4f} |" in line
     assert cli.parse_config(MultitaskConfig, "", ["--config", str(folder / f"{chosen}.yaml")]).head_dropout == \
         best.params["head_dropout"]
@@ -289,7 +293,18 @@ def test_confirm_reruns_the_recipe_and_the_best_trials_over_seeds_and_continues_
             and not line.startswith("|")] == [f"{chosen} seed 2"]
     assert (folder / chosen / "seed-2.json").exists() and not (folder / "recipe" / "seed-2.json").exists()
     assert (folder / "recipe" / "seed-1" / "metrics.jsonl").read_bytes() == kept
-    assert "Runs still under way in other processes: recipe/seed-2." in (study / "confirm.md").read_text()
+    assert "Runs without a result yet (under way in another process, or stopped): recipe/seed-2." in \
+        (study / "confirm.md").read_text()
+
+
+def test_confirm_waits_for_no_run_that_has_its_result(tmp_path):
+    """The runs listed as pending are those without a result when the table is written: one that another process
+    held when this one passed it, and finished since, is not."""
+    configs = [confirm.Configuration("recipe", {}), confirm.Configuration("trial-0003", {"lr": 1e-4})]
+    for name, seed in (("recipe", 1), ("recipe", 2), ("trial-0003", 2)):
+        (tmp_path / name).mkdir(exist_ok=True)
+        (tmp_path / name / f"seed-{seed}.json").write_text("{}")
+    assert confirm.pending(tmp_path, configs, [1, 2]) == ["trial-0003/seed-1"]
 
 
 def test_confirm_needs_two_seeds(recipe, tmp_path):

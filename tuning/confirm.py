@@ -37,24 +37,29 @@ class Configuration:
 
 
 def configurations(study: optuna.Study, best: int, fixed: dict, baseline: dict | None) -> list[Configuration]:
-    """The recipe, then the study's `best` best complete trials (a trial of the recipe's own values is the recipe)."""
-    trials = [trial for trial in report.finished_trials(study) if trial.params != baseline][:best]
+    """The recipe (with its own trial, if the study has one), then the study's `best` best complete trials."""
+    finished = report.finished_trials(study)
+    trials = [trial for trial in finished if trial.params != baseline][:best]
     if not trials:
         raise UsageError(f"the study {study.study_name!r} has no complete trial besides the recipe's own to confirm")
-    return [Configuration("recipe", dict(fixed))] + [
+    recipe = next((trial for trial in finished if trial.params == baseline), None)
+    return [Configuration("recipe", dict(fixed), recipe)] + [
         Configuration(f"trial-{trial.number:04d}", {**fixed, **trial.params}, trial) for trial in trials]
 
 
 RunOne = Callable[[dict, Path, int], dict]  # (flags over the recipe, run folder, seed) -> the run's best dev metrics
 
 
-def run_all(folder: Path, configs: list[Configuration], seeds: list[int], run_one: RunOne) -> list[str]:
-    """Train every configuration with every seed that has no result yet; returns the runs left to other processes."""
-    left = []
+def result_file(folder: Path, config: Configuration, seed: int) -> Path:
+    return folder / config.name / f"seed-{seed}.json"
+
+
+def run_all(folder: Path, configs: list[Configuration], seeds: list[int], run_one: RunOne) -> None:
+    """Train every configuration with every seed that has no result yet, but those another process trains."""
     for config in configs:
         for seed in seeds:
-            run = folder / config.name / f"seed-{seed}"
-            result = run.with_name(run.name + ".json")
+            result = result_file(folder, config, seed)
+            run = result.with_suffix("")
             if result.exists():
                 continue
             claim = run.with_name(run.name + ".lock")
@@ -62,14 +67,18 @@ def run_all(folder: Path, configs: list[Configuration], seeds: list[int], run_on
             try:
                 locks.lock(claim, "")
             except UsageError:  # another search.py --confirm trains it
-                left.append(f"{config.name}/seed-{seed}")
                 continue
             try:
                 if not result.exists():  # finished by another process between our look and our lock
                     write_json(result, run_one(config.values, run, seed))
             finally:
                 locks.unlock(claim)
-    return left
+
+
+def pending(folder: Path, configs: list[Configuration], seeds: list[int]) -> list[str]:
+    """The runs without a result: under way in another process, or stopped."""
+    return [f"{config.name}/seed-{seed}" for config in configs for seed in seeds
+            if not result_file(folder, config, seed).exists()]
 
 
 @dataclass
@@ -97,6 +106,8 @@ def verdict(recipe: Scores, other: Scores) -> tuple[bool, str]:
     losses = {name: statistics.fmean(recipe.tasks[name]) - statistics.fmean(values)
               for name, values in other.tasks.items() if name in recipe.tasks}
     worst = max(losses, key=losses.get)
+    if gain < -spread:
+        return False, f"{gain:+.4f}, below the recipe by more than the seed spread {spread:.4f}"
     if gain <= spread:
         return False, f"{gain:+.4f}, within the seed spread {spread:.4f}"
     if losses[worst] > MAX_TASK_LOSS:
@@ -109,11 +120,11 @@ def summary(folder: Path, configs: list[Configuration], seeds: list[int], object
     the best configuration that beats the recipe with every seed finished (None if none does)."""
     scores = {}
     for config in configs:
-        results = [read_json(path) for seed in seeds if (path := folder / config.name / f"seed-{seed}.json").exists()]
+        results = [read_json(path) for seed in seeds if (path := result_file(folder, config, seed)).exists()]
         if results:
             scores[config.name] = Scores.of(results, objective), len(results)
     tasks = [name for name in TASK_NAMES if any(name in s.tasks for s, _ in scores.values())]
-    lines = [f"| configuration | study's {objective} (one seed) | seeds | {objective} | "
+    lines = [f"| configuration | its trial's {objective} (one seed) | seeds | {objective} | "
              + " | ".join(tasks) + " | against the recipe |", "|---" * (len(tasks) + 5) + "|"]
     winner, winner_mean = None, float("-inf")
     recipe = scores.get("recipe")
@@ -122,7 +133,7 @@ def summary(folder: Path, configs: list[Configuration], seeds: list[int], object
             continue
         score, done = scores[config.name]
         against = "-"
-        if config.trial is not None and recipe and recipe[1] == len(seeds) and done == len(seeds):
+        if config.name != "recipe" and recipe and recipe[1] == len(seeds) and done == len(seeds):
             beats, against = verdict(recipe[0], score)
             if beats and statistics.fmean(score.objective) > winner_mean:
                 winner, winner_mean = config.name, statistics.fmean(score.objective)
