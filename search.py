@@ -135,6 +135,11 @@ def recipe_values(base: MultitaskConfig) -> dict:
     return {name: getattr(base, name) for name in sorted(base.command.given) if name not in OWNED}
 
 
+def fixed_values(space: list[Param]) -> dict:
+    """The values the space fixes for every trial (part of every trial's recipe, not parameters of the study)."""
+    return {param.name: param.value for param in space if param.kind == "fixed"}
+
+
 def read_checked_space(path: str, base: MultitaskConfig) -> list[Param]:
     """The space file, each value checked with the recipe's other flags as multitask_classifier.py checks them."""
     values = {field.name: getattr(base, field.name) for field in fields(MultitaskConfig)}
@@ -269,7 +274,7 @@ def write_reports(study: optuna.Study, config: SearchConfig, base: MultitaskConf
     folder = Path(config.study_dir)
     with atomic_file(folder / "trials.md") as temp:  # atomic: every worker writes it as it ends
         temp.write_text(report.trials_table(study, config.objective) + "\n", encoding="utf-8")
-    fixed = {param.name: param.value for param in space if param.kind == "fixed"}
+    fixed = fixed_values(space)
     command = report.write_best(folder / "best.yaml", study, recipe_values(base), fixed, config.objective)
     pictures = report.write_pictures(study, folder, config.objective)
     print(f"{report.best_line(study, config.objective)}; trials in {folder / 'trials.md'}, "
@@ -303,7 +308,7 @@ def main(argv: list[str] | None = None) -> optuna.Study:
 def confirm_best(config: SearchConfig, study: optuna.Study, space: list[Param], trial_argv: list[str],
                  base: MultitaskConfig) -> None:
     """--confirm K: the recipe and the K best trials trained with each of --seeds, and confirm.md written."""
-    fixed = {param.name: param.value for param in space if param.kind == "fixed"}
+    fixed = fixed_values(space)
     configs = confirm.configurations(study, config.confirm, fixed, baseline(space, base))
     folder = Path(config.study_dir) / "confirm"
     for candidate in configs[1:]:
@@ -325,21 +330,7 @@ def confirm_best(config: SearchConfig, study: optuna.Study, space: list[Param], 
         return metrics
 
     confirm.run_all(folder, configs, config.seed_list, run_one)
-    left = confirm.pending(folder, configs, config.seed_list)  # runs that other processes still train
-    table, winner = confirm.summary(folder, configs, config.seed_list, config.objective)
-    rule = (f"A configuration beats the recipe when its mean {config.objective} is above the recipe's by more than "
-            f"the seed spread (the larger standard deviation) and no task's mean is below the recipe's by more than "
-            f"{confirm.MAX_TASK_LOSS}.")
-    if left:
-        outcome = f"Runs without a result yet (under way in another process, or stopped): {', '.join(left)}."
-    elif winner:
-        outcome = f"{winner} beats the recipe: its recipe is {folder / winner}.yaml."
-    else:
-        outcome = "No configuration beats the recipe: keep it."
-    with atomic_file(folder.parent / "confirm.md") as temp:
-        temp.write_text(f"Seeds {config.seeds}; mean ± standard deviation over the seeds of each run's best dev "
-                        f"metrics.\n\n{table}\n\n{rule} {outcome}\n", encoding="utf-8")
-    print(f"{table}\n{outcome} ({folder.parent / 'confirm.md'})")
+    print(confirm.write_report(folder, configs, config.seed_list, config.objective))
 
 
 def baseline(space: list[Param], base: MultitaskConfig) -> dict | None:

@@ -165,11 +165,12 @@ def tables(results: Path) -> tuple[str, dict]:
     else:
         report["campaign"]["error"] = missing(steps, "tables" if "campaign" in steps else "campaign")
         text += [f"No tables: {report['campaign']['error']}.", ""]
-    trials = results / SEARCH / "trials.md"
     if "search" in steps:
-        report["search"] = {"trials": trials.read_text(encoding="utf-8") if trials.exists() else None}
+        trials = results / SEARCH / "trials.md"
+        table = trials.read_text(encoding="utf-8") if trials.exists() else None
+        report["search"] = {"trials": table}
         text += [f"## Hyperparameter study of the full recipe (search.py): {where}", "",
-                 trials.read_text(encoding="utf-8").strip() if trials.exists() else
+                 table.strip() if table is not None else
                  f"No table: {missing(steps, 'search-report' if 'search-report' in steps else 'search')}.", ""]
     return "\n".join(text), report
 

@@ -21,7 +21,7 @@ import optuna
 
 from common import locks
 from common.errors import UsageError
-from common.files import read_json, write_json
+from common.files import atomic_file, read_json, write_json
 from tasks import TASK_NAMES
 from training.multitask_config import best_metric
 from tuning import report
@@ -59,10 +59,9 @@ def run_all(folder: Path, configs: list[Configuration], seeds: list[int], run_on
     for config in configs:
         for seed in seeds:
             result = result_file(folder, config, seed)
-            run = result.with_suffix("")
             if result.exists():
                 continue
-            claim = run.with_name(run.name + ".lock")
+            claim = result.with_suffix(".lock")
             claim.parent.mkdir(parents=True, exist_ok=True)
             try:
                 locks.lock(claim, "")
@@ -70,7 +69,7 @@ def run_all(folder: Path, configs: list[Configuration], seeds: list[int], run_on
                 continue
             try:
                 if not result.exists():  # finished by another process between our look and our lock
-                    write_json(result, run_one(config.values, run, seed))
+                    write_json(result, run_one(config.values, result.with_suffix(""), seed))
             finally:
                 locks.unlock(claim)
 
@@ -122,8 +121,8 @@ def summary(folder: Path, configs: list[Configuration], seeds: list[int], object
     for config in configs:
         results = [read_json(path) for seed in seeds if (path := result_file(folder, config, seed)).exists()]
         if results:
-            scores[config.name] = Scores.of(results, objective), len(results)
-    tasks = [name for name in TASK_NAMES if any(name in s.tasks for s, _ in scores.values())]
+            scores[config.name] = Scores.of(results, objective)
+    tasks = [name for name in TASK_NAMES if any(name in score.tasks for score in scores.values())]
     lines = [f"| configuration | its trial's {objective} (one seed) | seeds | {objective} | "
              + " | ".join(tasks) + " | against the recipe |", "|---" * (len(tasks) + 5) + "|"]
     winner, winner_mean = None, float("-inf")
@@ -131,14 +130,35 @@ def summary(folder: Path, configs: list[Configuration], seeds: list[int], object
     for config in configs:
         if config.name not in scores:
             continue
-        score, done = scores[config.name]
+        score, done = scores[config.name], len(scores[config.name].objective)
         against = "-"
-        if config.name != "recipe" and recipe and recipe[1] == len(seeds) and done == len(seeds):
-            beats, against = verdict(recipe[0], score)
-            if beats and statistics.fmean(score.objective) > winner_mean:
-                winner, winner_mean = config.name, statistics.fmean(score.objective)
+        if config.name != "recipe" and recipe and len(recipe.objective) == len(seeds) and done == len(seeds):
+            beats, against = verdict(recipe, score)
+            mean = statistics.fmean(score.objective)
+            if beats and mean > winner_mean:
+                winner, winner_mean = config.name, mean
         study_value = f"{config.trial.value:.4f}" if config.trial is not None else "-"
         cells = [study_value, f"{done}/{len(seeds)}", mean_sd(score.objective),
                  *(mean_sd(score.tasks[name]) if name in score.tasks else "-" for name in tasks), against]
         lines.append(f"| {config.name} | " + " | ".join(cells) + " |")
     return "\n".join(lines), winner
+
+
+def write_report(folder: Path, configs: list[Configuration], seeds: list[int], objective: str) -> str:
+    """STUDY_DIR/confirm.md (folder: STUDY_DIR/confirm): the table, the rule and the outcome; returns what to print."""
+    left = pending(folder, configs, seeds)  # runs that other processes still train
+    table, winner = summary(folder, configs, seeds, objective)
+    rule = (f"A configuration beats the recipe when its mean {objective} is above the recipe's by more than the seed "
+            f"spread (the larger standard deviation) and no task's mean is below the recipe's by more than "
+            f"{MAX_TASK_LOSS}.")
+    if left:
+        outcome = f"Runs without a result yet (under way in another process, or stopped): {', '.join(left)}."
+    elif winner:
+        outcome = f"{winner} beats the recipe: its recipe is {folder / winner}.yaml."
+    else:
+        outcome = "No configuration beats the recipe: keep it."
+    seeds_text = ",".join(map(str, seeds))
+    with atomic_file(folder.parent / "confirm.md") as temp:
+        temp.write_text(f"Seeds {seeds_text}; mean ± standard deviation over the seeds of each run's best dev "
+                        f"metrics.\n\n{table}\n\n{rule} {outcome}\n", encoding="utf-8")
+    return f"{table}\n{outcome} ({folder.parent / 'confirm.md'})"
