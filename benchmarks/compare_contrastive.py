@@ -15,11 +15,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import pretrain_contrastive  # noqa: E402
-from common.cli import HelpFormatter  # noqa: E402
-from common.files import DEFAULT_DATA, in_repository  # noqa: E402
-from common.tables import markdown_table  # noqa: E402
-from evaluation.sts_benchmark import EVAL_SETS, sts_benchmark  # noqa: E402
-from models import SentenceEncoder  # noqa: E402
+from minbert.common.cli import HelpFormatter  # noqa: E402
+from minbert.common.files import DEFAULT_DATA, in_repository  # noqa: E402
+from minbert.common.tables import markdown_table  # noqa: E402
+from minbert.evaluation.sts_benchmark import EVAL_SETS, sts_benchmark  # noqa: E402
+from minbert.models import SentenceEncoder  # noqa: E402
 
 # row name -> (method, data): seven runs; mnrl takes NLI's (anchor, entailment, contradiction) triplets.
 RUNS = {

@@ -16,12 +16,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import multitask_classifier  # noqa: E402
-from common.cli import HelpFormatter  # noqa: E402
-from common.files import in_repository  # noqa: E402
-from common.run_folder import RunFolder  # noqa: E402
-from common.tables import markdown_table  # noqa: E402
-from tasks import COURSE_TASKS  # noqa: E402
-from training.schedules import SCHEDULES  # noqa: E402
+from minbert.common.cli import HelpFormatter  # noqa: E402
+from minbert.common.files import in_repository  # noqa: E402
+from minbert.common.run_folder import RunFolder  # noqa: E402
+from minbert.common.tables import markdown_table  # noqa: E402
+from minbert.tasks import COURSE_TASKS  # noqa: E402
+from minbert.training.schedules import SCHEDULES  # noqa: E402
 
 # What each compared name trains with: a schedule, or pcgrad (avg's steps, their task gradients combined by PCGrad).
 VARIANTS = {**{name: ["--schedule", name] for name in SCHEDULES},

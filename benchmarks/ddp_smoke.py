@@ -1,4 +1,4 @@
-"""A world of one process through DistributedDataParallel, as the trainers wrap their models (training/ddp.py): the
+"""A world of one process through DistributedDataParallel, as the trainers wrap their models (engine/ddp.py): the
 GPU plan's first check of NCCL's start-up and of the wrapper on a GPU (gloo on a CPU, as the rehearsal runs it).
 
     torchrun --standalone --nproc-per-node 1 benchmarks/ddp_smoke.py [--device cuda]
@@ -17,8 +17,8 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from models import BertConfig, BertModel, pool  # noqa: E402
-from training.ddp import DataParallel  # noqa: E402
+from minbert.models import BertConfig, BertModel, pool  # noqa: E402
+from minbert.engine.ddp import DataParallel  # noqa: E402
 
 
 class Loss(torch.nn.Module):

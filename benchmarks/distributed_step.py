@@ -8,7 +8,7 @@ in the same run on processes of this machine (gloo), as a ratio.
 A step here is the part that differs: forward, backward and the averaged gradients (the optimizer step is the same
 either way). The ways alternate step by step, so a load that comes and goes slows them alike; each process times
 its steps and the slowest process's time counts (the others wait for it at the next collective). DDP runs as the
-trainers run it (training/ddp.py: find_unused_parameters, which walks each step's graph to find the heads a step
+trainers run it (engine/ddp.py: find_unused_parameters, which walks each step's graph to find the heads a step
 leaves unused) and with static_graph (which assumes every step uses the same parameters, as here, and learns the
 order of their gradients in the first step); each way has its own copy of the model.
 """
@@ -24,9 +24,9 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common.tables import markdown_table  # noqa: E402
-from models import BertConfig, BertModel, pool  # noqa: E402
-from training.ddp import average_gradients  # noqa: E402
+from minbert.common.tables import markdown_table  # noqa: E402
+from minbert.models import BertConfig, BertModel, pool  # noqa: E402
+from minbert.engine.ddp import average_gradients  # noqa: E402
 
 WAYS = ("flat all_reduce after the backward pass", "DDP, find_unused_parameters (the trainers')",
         "DDP, static_graph")

@@ -15,10 +15,10 @@ import torch
 import transformers
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common.cli import HelpFormatter  # noqa: E402
-from models import ATTENTION, from_pretrained  # noqa: E402
-from models.bert import resolve_attention  # noqa: E402
-from models.loading import resolve_checkpoint  # noqa: E402
+from minbert.common.cli import HelpFormatter  # noqa: E402
+from minbert.models import ATTENTION, from_pretrained  # noqa: E402
+from minbert.models.bert import resolve_attention  # noqa: E402
+from minbert.models.loading import resolve_checkpoint  # noqa: E402
 
 
 def step_seconds(model, batch, train: bool) -> float:

@@ -20,12 +20,12 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common.errors import CheckpointError  # noqa: E402
-from common.files import DEFAULT_DATA, write_json  # noqa: E402
-from common.tables import markdown_table  # noqa: E402
-from ensemble import aligned, combine, dev_score, fit_weights  # noqa: E402
-from evaluation.outputs import dev_labels, load_member  # noqa: E402
-from tasks import COURSE_TASKS, REGISTRY, summary  # noqa: E402
+from minbert.common.errors import CheckpointError  # noqa: E402
+from minbert.common.files import DEFAULT_DATA, write_json  # noqa: E402
+from minbert.common.tables import markdown_table  # noqa: E402
+from minbert.commands.ensemble import aligned, combine, dev_score, fit_weights  # noqa: E402
+from minbert.evaluation.outputs import dev_labels, load_member  # noqa: E402
+from minbert.tasks import COURSE_TASKS, REGISTRY, summary  # noqa: E402
 
 METHODS = {"best member": "best", "mean": "mean", "weighted": "weighted"}
 

@@ -21,9 +21,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.gpu_throughput import markdown as throughput_markdown  # noqa: E402
-from common.files import write_json  # noqa: E402
-from common.run_folder import BEST, METRICS, RUN_CONFIG  # noqa: E402
-from common.tables import markdown_table  # noqa: E402
+from minbert.common.files import write_json  # noqa: E402
+from minbert.common.run_folder import BEST, METRICS, RUN_CONFIG  # noqa: E402
+from minbert.common.tables import markdown_table  # noqa: E402
 
 # What the device tool brings back from $OUT: at most 8 files of at most 16 MiB, 64 MiB in all, no deeper than two
 # folders, every part of a name in letters, digits, '.', '_' and '-'.

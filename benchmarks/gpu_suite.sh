@@ -16,7 +16,7 @@
 #             CALL1_SECONDS (510) after it began, or once the campaign is done
 #   call2     waits for the campaign (until its deadline at most), builds its tables (seeds, ensembles) and
 #             every other one
-#   search    the full recipe's hyperparameter study (search.py over recipes/search/mtdnn-minilm.yaml, its first
+#   search    the full recipe's hyperparameter study (search.py over minbert/recipes/search/mtdnn-minilm.yaml, its first
 #             trial the recipe itself): SEARCH_WORKERS (8) workers share the GPU, each starts one trial in its
 #             first minute and none later, all stopped at 7.5 minutes; its table, pictures and journal bundled
 #             (optional, right after call2; it needs optuna staged: see benchmarks/README.md)
@@ -132,7 +132,7 @@ case $call in
     begun=$(date +%s)
     timed setup 30 "$PYTHON" benchmarks/gpu_report.py machine "$PLAN_DIR"
     cat "$PLAN_DIR/machine.json" 2>/dev/null || true
-    # A world of one process through DistributedDataParallel, as the trainers wrap it (training/ddp.py): NCCL's
+    # A world of one process through DistributedDataParallel, as the trainers wrap it (engine/ddp.py): NCCL's
     # start-up and the wrapper checked on the GPU (gloo in the rehearsal), before any figure depends on them.
     timed ddp 60 "$PYTHON" -m torch.distributed.run --standalone --nproc-per-node 1 benchmarks/ddp_smoke.py
     timed throughput 110 "$PYTHON" benchmarks/gpu_throughput.py $THROUGHPUT_FLAGS --model "$MODEL" --data "$DATA" \
@@ -196,8 +196,8 @@ PY
     # Every worker the same command: they share the study in its journal file. At full size each starts one trial
     # in its first minute (--timeout) and no other, so the trials end together (8 x 3,411 steps at the GPU's 85 a
     # second: 5.5 minutes); the step's limit stops them all (a trial stopped is failed and queued again).
-    study=(--config recipes/mtdnn-minilm.yaml --model "$MODEL" --data-dir "$DATA" --device "$DEVICE"
-           --precision "$PRECISION" --space recipes/search/mtdnn-minilm.yaml --study-dir "$RUNS/search"
+    study=(--config mtdnn-minilm --model "$MODEL" --data-dir "$DATA" --device "$DEVICE"
+           --precision "$PRECISION" --space mtdnn-minilm --study-dir "$RUNS/search"
            --storage journal ${EXTRA:-})
     timed search 450 bash -c 'for i in $(seq "$1"); do "${@:2}" --resume & sleep 1; done; wait' \
       workers "$SEARCH_WORKERS" "$PYTHON" search.py "${study[@]}" --timeout "$SEARCH_START"

@@ -31,14 +31,14 @@ import torch
 import transformers
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common.cli import resolve_device  # noqa: E402
-from common.files import write_json  # noqa: E402
-from common.tables import cell  # noqa: E402
-from models import AdamW, Tokenizer, compile_encoder, from_pretrained  # noqa: E402
-from models.loading import resolve_checkpoint  # noqa: E402
-from models.sentence_embedding import masked_mean  # noqa: E402
-from models.tokenizer import collate  # noqa: E402
-from tasks import COURSE_TASKS, REGISTRY  # noqa: E402
+from minbert.common.cli import resolve_device  # noqa: E402
+from minbert.common.files import write_json  # noqa: E402
+from minbert.common.tables import cell  # noqa: E402
+from minbert.models import AdamW, Tokenizer, compile_encoder, from_pretrained  # noqa: E402
+from minbert.models.loading import resolve_checkpoint  # noqa: E402
+from minbert.models.sentence_embedding import masked_mean  # noqa: E402
+from minbert.models.tokenizer import collate  # noqa: E402
+from minbert.tasks import COURSE_TASKS, REGISTRY  # noqa: E402
 
 # Dense bf16 peaks in TFLOP/s from the vendors' data sheets (their "with sparsity" figures halved), matched in this
 # order against torch.cuda.get_device_name(): the first name contained in it wins.

@@ -20,12 +20,12 @@ import transformers
 from transformers import get_linear_schedule_with_warmup
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common.cli import HelpFormatter, resolve_device  # noqa: E402
-from common.files import DEFAULT_DATA, write_json  # noqa: E402
-from models import Tokenizer  # noqa: E402
-from models.loading import resolve_checkpoint  # noqa: E402
-from models.tokenizer import collate  # noqa: E402
-from tasks import REGISTRY  # noqa: E402
+from minbert.common.cli import HelpFormatter, resolve_device  # noqa: E402
+from minbert.common.files import DEFAULT_DATA, write_json  # noqa: E402
+from minbert.models import Tokenizer  # noqa: E402
+from minbert.models.loading import resolve_checkpoint  # noqa: E402
+from minbert.models.tokenizer import collate  # noqa: E402
+from minbert.tasks import REGISTRY  # noqa: E402
 
 
 def encode(tokenizer, records, max_length):

@@ -14,8 +14,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common.cli import HelpFormatter  # noqa: E402
-from models import AdamW  # noqa: E402
+from minbert.common.cli import HelpFormatter  # noqa: E402
+from minbert.models import AdamW  # noqa: E402
 
 # bert-base: embeddings, 12 layers (attention, its output, the feed-forward pair, two LayerNorms), the pooler.
 LAYER = [(768, 768), (768,)] * 4 + [(768,), (768,)] + [(3072, 768), (3072,), (768, 3072), (768,), (768,), (768,)]

@@ -22,7 +22,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from common.files import DEFAULT_DATA  # noqa: E402
+from minbert.common.files import DEFAULT_DATA  # noqa: E402
 
 MULTITASK = ["multitask_classifier.py", "--max-train-examples", "96", "--max-eval-examples", "96"]
 RUNS = {
@@ -59,9 +59,11 @@ def run_hash(folder: Path) -> str:
 
 def consert_stages_flag(code: Path) -> str:
     """ConSERT's stage order as the revision in `code` spells it: --schedule until the method registry
-    (training/methods.py) named it --consert-schedule, now --consert-stages (its old names still work, with a note)."""
-    methods = code / "training" / "methods.py"
-    if not methods.exists():
+    (training/methods.py, now minbert/training/methods.py) named it --consert-schedule, now --consert-stages (its old
+    names still work, with a note)."""
+    methods = next((path for path in (code / "minbert" / "training" / "methods.py", code / "training" / "methods.py")
+                    if path.exists()), None)
+    if methods is None:
         return "--schedule"
     return "--consert-stages" if "consert_stages" in methods.read_text(encoding="utf-8") else "--consert-schedule"
 

@@ -18,10 +18,10 @@ from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common.cli import HelpFormatter, parse_task_weights  # noqa: E402
-from common.files import write_json  # noqa: E402
-from common.tables import markdown_table  # noqa: E402
-from tasks import COURSE_TASKS  # noqa: E402
+from minbert.common.cli import HelpFormatter, parse_task_weights  # noqa: E402
+from minbert.common.files import write_json  # noqa: E402
+from minbert.common.tables import markdown_table  # noqa: E402
+from minbert.tasks import COURSE_TASKS  # noqa: E402
 
 METRICS = (*COURSE_TASKS, "overall")
 TIME_LIMIT = 124  # timeout's exit code: seed_sweep.sh's LIMIT stopped the run

@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import multitask_classifier  # noqa: E402
-from common.files import DEFAULT_DATA  # noqa: E402
+from minbert.common.files import DEFAULT_DATA  # noqa: E402
 
 
 class Once(logging.Filter):

@@ -9,12 +9,12 @@ import torch
 import transformers
 from safetensors.torch import load_file
 
-import checkpoint
-from common.cli import last_wins
-from evaluation.sts_benchmark import EVAL_SETS
-from models import BertConfig, BertModel, Tokenizer
-from models.checkpoint import save_checkpoint
-from tasks import REGISTRY
+from minbert import checkpoint
+from minbert.common.cli import last_wins
+from minbert.evaluation.sts_benchmark import EVAL_SETS
+from minbert.models import BertConfig, BertModel, Tokenizer
+from minbert.models.checkpoint import save_checkpoint
+from minbert.tasks import REGISTRY
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 

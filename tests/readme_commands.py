@@ -4,7 +4,8 @@
     .venv/bin/python tests/readme_commands.py docs/page.md    # another page (after the README's runs: --after)
 
 The copy: the files git tracks plus the untracked ones it does not ignore (so no runs/, predictions/ or .venv),
-in a temporary folder; its .venv is a link to the environment running this script.
+in a temporary folder; its .venv is a link to the environment running this script, where the copy's package is the
+one imported (PYTHONPATH), by .venv/bin/minbert as by the scripts.
 Tiny sizes: beside the copy lies a tiny shared/data, every file of ../shared/data sampled down to ROWS lines
 (headers kept), where the commands' default --data-dir (../shared/data) finds it. The commands run as written:
 a 3-epoch run stays 3 epochs, of ROWS examples a task. The exceptions, SMALLER, get flags appended to their command
@@ -15,7 +16,8 @@ study 2 of its trials (each a tiny run as any other, 24 of them some 15 minutes)
 What runs: each line of a ```bash block (with its `\\` continuations) as one command, through bash with
 `set -euo pipefail`; lines that only set variables (`models=a,b`) are kept for the block's later commands.
 A command that ends in `&` runs in the foreground, so that its exit code is seen (`wait` is then skipped).
-Each ```python block runs with the copy's .venv/bin/python from the copy's root.
+Each ```python block runs with the copy's .venv/bin/python from a folder outside the copy (the package imports from
+anywhere), where runs/ is a link to the copy's runs/ (the folders the README's commands wrote).
 What does not run, and says why:
 - a command whose trailing comment holds [gpu], on a machine without CUDA (with CUDA it runs, at tiny sizes);
 - a command or block tagged [network]: the hub and PyPI are out of reach (HF_HUB_OFFLINE is set);
@@ -41,7 +43,7 @@ DATA = ROOT.parent / "shared" / "data"
 ROWS = 40  # lines kept of each data file: every SST class (in train and dev), both Quora labels and a spread of
 # STS scores from 0 to 5 turn up, and it is quick (at 32, SST train has no class 0)
 # Flags appended to the commands of these scripts: sizes that are the benchmark's own, not the data's.
-SMALLER = {"benchmarks/encoder_speed.py": "--batch-size 4 --tokens 16", "search.py": "--trials 2"}
+SMALLER = {"benchmarks/encoder_speed.py": "--batch-size 4 --tokens 16", "search": "--trials 2"}
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
 ASSIGNMENTS = re.compile(r"^(export\s+)?[A-Za-z_]\w*=\S*(\s+[A-Za-z_]\w*=\S*)*$")
 
@@ -172,15 +174,20 @@ def smaller(text: str) -> str:
 
 
 def run(command: Command, repo: Path, timeout: int) -> Result:
+    folder = repo
     if command.kind == "python":
         argv = [str(repo / ".venv" / "bin" / "python"), "-c", command.text]
+        folder = repo.parent / "elsewhere"
+        if not folder.exists():
+            folder.mkdir()
+            (folder / "runs").symlink_to(repo / "runs", target_is_directory=True)
     else:
         text = smaller(re.sub(r"\s*&\s*(#.*)?$", "", command.text))  # in the foreground: its exit code is seen
         argv = ["bash", "-c", f"set -euo pipefail\n{command.setup}\n{text}"]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": str(repo)}
     started = time.time()
     try:
-        done = subprocess.run(argv, cwd=repo, env=env, capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(argv, cwd=folder, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return Result(command, "FAILED", f"still running after {timeout} s", time.time() - started)
     seconds = time.time() - started

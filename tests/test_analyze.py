@@ -16,15 +16,15 @@ import torch
 import transformers
 from matplotlib.container import BarContainer, ErrorbarContainer
 
-import analyze
-from analysis import curves, embeddings, errors, layers, spread
-from analysis.curves import read_metrics, run_curves
-from analysis.figures import model_style
-from analysis.report import short_names
-from analysis.spread import bucket_statistics
-from data.readers import PairExample, SentenceExample
-from heads.similarity import lowest_bucket_mean_cosine
-from tasks import REGISTRY
+from minbert.commands import analyze
+from minbert.analysis import curves, embeddings, errors, layers, spread
+from minbert.analysis.curves import read_metrics, run_curves
+from minbert.analysis.figures import model_style
+from minbert.analysis.report import short_names
+from minbert.analysis.spread import bucket_statistics
+from minbert.data.readers import PairExample, SentenceExample
+from minbert.heads.similarity import lowest_bucket_mean_cosine
+from minbert.tasks import REGISTRY
 from tests.conftest import sentence
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from losses.augmentations import embedding_dropout, feature_cutoff, token_cutoff, token_shuffle
+from minbert.losses.augmentations import embedding_dropout, feature_cutoff, token_cutoff, token_shuffle
 
 # Right padding (4 and 2 real tokens) and a left-padded row (3 real tokens), 6 positions each.
 MASK = torch.tensor([[1, 1, 1, 1, 0, 0],

@@ -20,16 +20,16 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import analyze  # noqa: E402
-import checkpoint  # noqa: E402
-import ensemble  # noqa: E402
+from minbert.commands import analyze  # noqa: E402
+from minbert import checkpoint  # noqa: E402
+from minbert.commands import ensemble  # noqa: E402
 import multitask_classifier  # noqa: E402
-import predict  # noqa: E402
+from minbert.commands import predict  # noqa: E402
 import pretrain_contrastive  # noqa: E402
-from common import cli  # noqa: E402
-from common.cli import last_wins  # noqa: E402
-from training.contrastive import ContrastiveConfig  # noqa: E402
-from training.multitask_config import MultitaskConfig  # noqa: E402
+from minbert.common import cli  # noqa: E402
+from minbert.common.cli import last_wins  # noqa: E402
+from minbert.training.contrastive import ContrastiveConfig  # noqa: E402
+from minbert.training.multitask_config import MultitaskConfig  # noqa: E402
 
 COMMANDS = {"multitask": multitask_classifier, "pretrain": pretrain_contrastive, "ensemble": ensemble,
             "predict": predict, "analyze": analyze}
@@ -303,7 +303,7 @@ def disk_full(monkeypatch, out):
     def no_space(*args, **kwargs):
         raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
 
-    monkeypatch.setattr("models.checkpoint.save_file", no_space)
+    monkeypatch.setattr("minbert.models.checkpoint.save_file", no_space)
 
 
 def no_compiler(monkeypatch, out):
@@ -313,12 +313,12 @@ def no_compiler(monkeypatch, out):
             raise RuntimeError("g++: not found")
         return compiled
 
-    monkeypatch.setattr("models.compile.torch.compile", compile_)
+    monkeypatch.setattr("minbert.models.compile.torch.compile", compile_)
 
 
 def no_unpadded_attention(monkeypatch, out):
     """A device without nested jagged attention: this test's CPU, as torch would be on such a device."""
-    monkeypatch.setattr("models.bert.UNPADDED_DEVICES", ("cuda",))
+    monkeypatch.setattr("minbert.models.bert.UNPADDED_DEVICES", ("cuda",))
 
 
 def folder_in_use(monkeypatch, out):

@@ -5,8 +5,8 @@ import random
 import pytest
 import torch
 
-from common.errors import FlagError
-from data.batching import (Share, _fill, check_token_budget, length_grouped_batches, sorted_batches,
+from minbert.common.errors import FlagError
+from minbert.data.batching import (Share, _fill, check_token_budget, length_grouped_batches, sorted_batches,
                            sorted_token_budget_batches, token_budget_batches)
 
 BUDGET = 256

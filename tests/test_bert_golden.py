@@ -3,8 +3,8 @@ import pytest
 import torch
 import transformers
 
-from data.readers import read_sts
-from models import Tokenizer, from_pretrained
+from minbert.data.readers import read_sts
+from minbert.models import Tokenizer, from_pretrained
 
 TOLERANCE = 1e-5
 

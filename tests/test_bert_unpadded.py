@@ -5,10 +5,10 @@ import pytest
 import torch
 from torch import nn
 
-from common.errors import FlagError, UsageError
-from models import BertConfig, BertModel
-from models.bert import Packed, Padded, Unpadded, resolve_attention
-from models.sentence_embedding import masked_mean
+from minbert.common.errors import FlagError, UsageError
+from minbert.models import BertConfig, BertModel
+from minbert.models.bert import Packed, Padded, Unpadded, resolve_attention
+from minbert.models.sentence_embedding import masked_mean
 
 TOLERANCE = 1e-5
 CLS, SEP = 1, 2

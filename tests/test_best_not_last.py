@@ -18,14 +18,14 @@ from pathlib import Path
 import pytest
 import torch
 
-import ensemble
+from minbert.commands import ensemble
 import multitask_classifier
-import predict
-from common.files import read_json
-from tasks import REGISTRY
+from minbert.commands import predict
+from minbert.common.files import read_json
+from minbert.tasks import REGISTRY
 from tests.conftest import (assert_same_weights, checkpoint_weights, multitask_argv, rows_of, sentence,
                             write_course_files)
-from training import multitask
+from minbert.training import multitask
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 TASKS = ("sst", "para", "sts")

@@ -1,13 +1,13 @@
-"""A user's callbacks (training/callbacks.py): every event of the loop in order, and a run stopped through the
+"""A user's callbacks (engine/callbacks.py): every event of the loop in order, and a run stopped through the
 control object as --patience stops it."""
 import json
 
 import pytest
 
 import multitask_classifier
-from common.files import read_json
+from minbert.common.files import read_json
 from tests.conftest import multitask_argv
-from training.callbacks import Callback, EngineState
+from minbert.engine.callbacks import Callback, EngineState
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -82,8 +82,8 @@ def test_a_training_state_saved_before_the_loops_state_was_one_object_is_whole(t
     """--resume of a run whose last/ the code before EngineState wrote: its loop fields at the top level."""
     import torch
 
-    from common.run_folder import RunFolder
-    from training.resume import load_training_state
+    from minbert.common.run_folder import RunFolder
+    from minbert.engine.resume import load_training_state
 
     folder = RunFolder(tmp_path / "run")
     folder.last.mkdir(parents=True)

@@ -8,12 +8,12 @@ import pytest
 import torch
 
 import multitask_classifier
-from checkpoint import check_head_flags
-from common import cli
-from common.errors import CheckpointError
-from model import ModelConfig
+from minbert.checkpoint import check_head_flags
+from minbert.common import cli
+from minbert.common.errors import CheckpointError
+from minbert.model import ModelConfig
 from tests.conftest import multitask_argv
-from training.multitask import MultitaskRun
+from minbert.training.multitask import MultitaskRun
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -55,8 +55,8 @@ def test_best_is_reloaded_with_the_runs_attention_and_compilation(tiny_model, co
     is recorded)."""
     compiled = []
     monkeypatch.setattr(torch.nn.Module, "compile", lambda module, **options: compiled.append(module))
-    monkeypatch.setattr("models.compile.check_can_compile", lambda device: None)
-    monkeypatch.setattr("training.command.check_can_compile", lambda device: None)
+    monkeypatch.setattr("minbert.models.compile.check_can_compile", lambda device: None)
+    monkeypatch.setattr("minbert.engine.command.check_can_compile", lambda device: None)
     predicted = []
     soft_outputs = MultitaskRun._soft_outputs
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from common.files import recover_directory
+from minbert.common.files import recover_directory
 from tests.conftest import assert_same_weights, checkpoint_weights, multitask_argv, write_course_files
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from common.cli import (CommandLine, build_parser, command_field, flag, parse_config, parse_task_order, parse_task_weights,
+from minbert.common.cli import (CommandLine, build_parser, command_field, flag, parse_config, parse_task_order, parse_task_weights,
                         task_weights_text)
 
 
@@ -119,8 +119,8 @@ def test_a_usage_error_is_one_line_and_help_still_has_the_whole_usage(capsys, sc
                                            ("mps", "--device mps: not a device; use auto, cpu, cuda or cuda:N"),
                                            ("cuda:99", "--device cuda:99: ")])
 def test_a_device_this_machine_does_not_have_is_a_usage_error(name, message):
-    from common.cli import resolve_device
-    from common.errors import UsageError
+    from minbert.common.cli import resolve_device
+    from minbert.common.errors import UsageError
 
     with pytest.raises(UsageError, match=message.replace("(", r"\(")):
         resolve_device(name)

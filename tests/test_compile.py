@@ -6,11 +6,11 @@ import pytest
 import torch
 from torch import nn
 
-from common.errors import FlagError
-from models import AdamW, BertConfig, BertModel
-from models import compile as compiling
-from models.compile import compile_encoder
-from models.sentence_embedding import masked_mean
+from minbert.common.errors import FlagError
+from minbert.models import AdamW, BertConfig, BertModel
+from minbert.models import compile as compiling
+from minbert.models.compile import compile_encoder
+from minbert.models.sentence_embedding import masked_mean
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -6,13 +6,13 @@ import pytest
 import torch
 
 import pretrain_contrastive
-from common import cli
-from common.run_folder import RunFolder
-from data.contrastive import SentenceBatch
-from models import from_pretrained
-from training.consert import ConsertUnsupervised
-from training.methods import ContrastiveConfig
-from training.resume import STATE_ENTRIES, find_resumption
+from minbert.common import cli
+from minbert.common.run_folder import RunFolder
+from minbert.data.contrastive import SentenceBatch
+from minbert.models import from_pretrained
+from minbert.training.consert import ConsertUnsupervised
+from minbert.training.methods import ContrastiveConfig
+from minbert.engine.resume import STATE_ENTRIES, find_resumption
 
 
 def test_consert_unsupervised_turns_berts_dropout_off(tiny_model, tokenizer):

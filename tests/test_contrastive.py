@@ -11,24 +11,24 @@ import torch
 import transformers
 from safetensors.torch import load_file
 
-import checkpoint
+from minbert import checkpoint
 import multitask_classifier
 import pretrain_contrastive
-from common import cli
-from data.contrastive import TripletSet
-from evaluation.sts_benchmark import EVAL_SETS, sts_benchmark
-from models import BertModel, SentenceEncoder, Tokenizer, from_pretrained
-from tasks import CONTRASTIVE_DATA
-from common.cli import last_wins
+from minbert.common import cli
+from minbert.data.contrastive import TripletSet
+from minbert.evaluation.sts_benchmark import EVAL_SETS, sts_benchmark
+from minbert.models import BertModel, SentenceEncoder, Tokenizer, from_pretrained
+from minbert.tasks import CONTRASTIVE_DATA
+from minbert.common.cli import last_wins
 from tests.conftest import changed, module_state, multitask_argv, rows_of
-from training import contrastive
-from training.contrastive import Pretraining, backward
-from training.engine import Engine
-from training.methods import ContrastiveConfig
-from training.multitask import MultitaskRun
-from training.multitask_config import MultitaskConfig
-from training.objectives import ContrastiveTension, SimCSE, max_pooled_layers
-from training.precision import Precision
+from minbert.training import contrastive
+from minbert.training.contrastive import Pretraining, backward
+from minbert.engine.engine import Engine
+from minbert.training.methods import ContrastiveConfig
+from minbert.training.multitask import MultitaskRun
+from minbert.training.multitask_config import MultitaskConfig
+from minbert.training.objectives import ContrastiveTension, SimCSE, max_pooled_layers
+from minbert.engine.precision import Precision
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -5,10 +5,10 @@ import math
 import pytest
 import torch
 
-from common.errors import DataError
-from data.contrastive import (PairBatch, SentenceBatch, TripletBatch, TripletSet, as_sentences, plan_epoch,
+from minbert.common.errors import DataError
+from minbert.data.contrastive import (PairBatch, SentenceBatch, TripletBatch, TripletSet, as_sentences, plan_epoch,
                               plan_tension_epoch)
-from tasks import CONTRASTIVE_DATA
+from minbert.tasks import CONTRASTIVE_DATA
 from tests.conftest import rows_of
 
 

@@ -5,17 +5,17 @@ from pathlib import Path
 
 import pytest
 
-import analyze  # noqa: F401 (the analysis subcommands' configs)
-from analysis.curves import CurvesConfig
-from analysis.embeddings import EmbeddingsConfig
-from analysis.errors import ErrorsConfig
-from analysis.layers import LayersConfig
-from analysis.spread import SpreadConfig
-from common import cli
-from ensemble import EnsembleConfig
-from search import SearchConfig
-from training.methods import ContrastiveConfig
-from training.multitask_config import MultitaskConfig
+from minbert.commands import analyze  # noqa: F401 (the analysis subcommands' configs)
+from minbert.analysis.curves import CurvesConfig
+from minbert.analysis.embeddings import EmbeddingsConfig
+from minbert.analysis.errors import ErrorsConfig
+from minbert.analysis.layers import LayersConfig
+from minbert.analysis.spread import SpreadConfig
+from minbert.common import cli
+from minbert.commands.ensemble import EnsembleConfig
+from minbert.commands.search import SearchConfig
+from minbert.training.methods import ContrastiveConfig
+from minbert.training.multitask_config import MultitaskConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 ARGV = {MultitaskConfig: ["--device", "cpu"], ContrastiveConfig: ["--device", "cpu"],

@@ -16,17 +16,17 @@ import pytest
 import torch
 from safetensors import SafetensorError
 
-import checkpoint
-import models.checkpoint
-import models.shareable
-from common import cli
-from common.run_folder import LOCK
+from minbert import checkpoint
+import minbert.models.checkpoint
+import minbert.models.shareable
+from minbert.common import cli
+from minbert.common.run_folder import LOCK
 from tests.conftest import write_course_files
-from training.contrastive import Pretraining
-from training.engine import Engine
-from training.methods import ContrastiveConfig
-from training.multitask import MultitaskRun
-from training.multitask_config import MultitaskConfig
+from minbert.training.contrastive import Pretraining
+from minbert.engine.engine import Engine
+from minbert.training.methods import ContrastiveConfig
+from minbert.training.multitask import MultitaskRun
+from minbert.training.multitask_config import MultitaskConfig
 
 
 class FullDisk:
@@ -41,9 +41,9 @@ class FullDisk:
         write_text = pathlib.Path.write_text
         monkeypatch.setattr(pathlib.Path, "write_text", lambda path, text, *a, **k: self.write(
             "json", path, lambda: write_text(path, text, *a, **k), OSError(errno.ENOSPC, "No space left on device")))
-        save_file = models.checkpoint.save_file
+        save_file = minbert.models.checkpoint.save_file
         safetensors_full = SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
-        for module in (checkpoint, models.checkpoint, models.shareable):
+        for module in (checkpoint, minbert.models.checkpoint, minbert.models.shareable):
             monkeypatch.setattr(module, "save_file", lambda tensors, file, *a, **k: self.write(
                 "safetensors", file, lambda: save_file(tensors, file, *a, **k), safetensors_full))
         save_pretrained = tokenizer_class.save_pretrained
@@ -170,7 +170,7 @@ def test_a_full_disk_at_each_write_of_a_pretrained_checkpoint_leaves_the_folder_
 
 
 def test_the_free_space_said_after_a_failed_write_is_what_the_failed_write_took_back(tmp_path, monkeypatch):
-    from common import files
+    from minbert.common import files
 
     capacity, held, real_usage = 10_000, [], shutil.disk_usage
 

@@ -19,13 +19,13 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from safetensors.torch import load_file
 
-import checkpoint
-from common import distributed
-from data.contrastive import PairBatch
-from models import AdamW, BertConfig, BertModel, pool
+from minbert import checkpoint
+from minbert.common import distributed
+from minbert.data.contrastive import PairBatch
+from minbert.models import AdamW, BertConfig, BertModel, pool
 from tests.conftest import multitask_argv, sentence, write_course_files
-from training.ddp import DataParallel, start_replicas
-from training.objectives import SimCSE
+from minbert.engine.ddp import DataParallel, start_replicas
+from minbert.training.objectives import SimCSE
 
 ROOT = Path(__file__).resolve().parents[1]
 PAIRS, WORLD = 16, 2
@@ -153,7 +153,7 @@ def step_batch(step: int) -> torch.Tensor:
 
 def train_steps(model, rank: int, passes_apart: bool = False, **ddp) -> dict:
     """STEPS AdamW steps on this process's rows in two accumulation parts, each loss weighed by its share of the
-    step's rows, as the engine runs them (training.ddp.DataParallel). Returns the first step's averaged
+    step's rows, as the engine runs them (engine.ddp.DataParallel). Returns the first step's averaged
     gradients, and the final weights."""
     data_parallel = DataParallel(model, list(model.parameters()), passes_apart, **ddp)
     optimizer = AdamW(model.parameters(), lr=1e-2)
@@ -467,9 +467,10 @@ import json, os, sys
 sys.path.insert(0, {root!r})
 import torch
 import torch.distributed as dist
-import checkpoint
-from common import distributed
-from training import contrastive, engine, multitask, multitask_config
+from minbert import checkpoint
+from minbert.common import distributed
+from minbert.engine import engine
+from minbert.training import contrastive, multitask, multitask_config
 
 def other_weights_on_rank_1(build):
     # A process that built other weights (another seed, another copy of the checkpoint): rank 0's must win.
@@ -591,8 +592,8 @@ def test_two_machines_that_share_no_disk_train_and_rank_0_alone_writes(tiny_mode
 KILLED_AFTER_STEP_4 = """
 import os, sys
 sys.path.insert(0, {root!r})
-from common import cli
-from training import multitask
+from minbert.common import cli
+from minbert.training import multitask
 import multitask_classifier
 step = multitask.MultitaskRun.step
 def dies(self, item, share):
@@ -664,8 +665,8 @@ def test_torchrun_max_restarts_resumes_a_killed_worker_by_itself_to_the_same_wei
 STOPS_AT_STEP_2 = """
 import os, signal, sys, time
 sys.path.insert(0, {root!r})
-from common import cli
-from training import multitask
+from minbert.common import cli
+from minbert.training import multitask
 import multitask_classifier
 step = multitask.MultitaskRun.step
 def stops(self, item, share):
@@ -717,8 +718,8 @@ def test_a_process_that_stops_ends_the_other_with_one_line_naming_its_rank(tiny_
 NAN_DEV_METRIC = """
 import math, sys
 sys.path.insert(0, {root!r})
-from common import cli
-from training import multitask
+from minbert.common import cli
+from minbert.training import multitask
 import multitask_classifier
 multitask.MultitaskRun.evaluate = lambda self: {{"sst_accuracy": math.nan}}  # rank 0 alone evaluates
 cli.run(lambda: multitask_classifier.main(sys.argv[1:]))

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 import multitask_classifier
-from common.errors import UsageError
+from minbert.common.errors import UsageError
 from tests.conftest import assert_same_weights, checkpoint_weights, multitask_argv
-from training.lr_schedule import linear_warmup_decay
+from minbert.engine.lr_schedule import linear_warmup_decay
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -141,7 +141,7 @@ def test_report_to_mlflow_writes_what_mlflows_own_client_reads_back(tiny_model, 
 
 
 def test_report_to_names_its_loggers(tiny_model, course_data, tmp_path, capsys):
-    from common import cli
+    from minbert.common import cli
 
     with pytest.raises(SystemExit) as exit_:
         cli.run(lambda: multitask_classifier.main(multitask_args(tiny_model, course_data, tmp_path,
@@ -154,7 +154,7 @@ def test_report_to_names_its_loggers(tiny_model, course_data, tmp_path, capsys):
 KILLED_AT_STEP_3 = """
 import os, signal, sys
 sys.path.insert(0, {root!r})
-from training import contrastive
+from minbert.training import contrastive
 import pretrain_contrastive
 step = contrastive.StageRun.step
 def dies(self, item, share):
@@ -207,7 +207,7 @@ def test_contrastive_grad_accum_is_refused_with_the_reason(tiny_model, tmp_path)
 
 def test_a_diverging_run_stops_at_once_naming_the_step_the_task_and_the_last_good_checkpoint(tiny_model, course_data,
                                                                                             tmp_path, capsys):
-    from common import cli
+    from minbert.common import cli
 
     args = multitask_args(tiny_model, course_data, tmp_path, "--batch-size", "8", "--epochs", "3", "--lr", "1e8",
                           "--head-lr", "1e8", "--max-grad-norm", "0", "--log-every", "1", "--save-every", "1")
@@ -224,7 +224,7 @@ def test_a_diverging_run_stops_at_once_naming_the_step_the_task_and_the_last_goo
 
 def test_a_run_that_diverges_before_its_first_evaluation_saves_nothing_of_it(tiny_model, course_data, tmp_path,
                                                                             capsys):
-    from common import cli
+    from minbert.common import cli
 
     # An update of 1e30 makes the second step's loss nan; the epoch's evaluation follows it.
     args = multitask_args(tiny_model, course_data, tmp_path, "--tasks", "sst", "--lr", "1e30", "--batch-size", "20")
@@ -240,8 +240,8 @@ def test_a_run_that_diverges_before_its_first_evaluation_saves_nothing_of_it(tin
 
 def test_weights_that_turn_nan_at_an_evaluation_keep_the_last_finite_checkpoint(tiny_model, course_data, tmp_path,
                                                                                monkeypatch, capsys):
-    from common import cli
-    from training.multitask import MultitaskRun
+    from minbert.common import cli
+    from minbert.training.multitask import MultitaskRun
 
     def poisoned_after_step_3(self):
         if self.engine.state.step == 3:  # the loss of step 3 was finite; its update is not
@@ -291,7 +291,7 @@ def test_leaderboard_files_another_command_wrote_are_refused_and_replaced_with_o
 KILLED_IN_STAGE_2 = """
 import os, signal, sys
 sys.path.insert(0, {root!r})
-from training import contrastive
+from minbert.training import contrastive
 import pretrain_contrastive
 step = contrastive.StageRun.step
 def dies(self, item, share):

@@ -12,8 +12,8 @@ import torch
 from scipy.stats import pearsonr
 from sklearn.metrics import accuracy_score
 
-import ensemble
-from common.errors import CheckpointError
+from minbert.commands import ensemble
+from minbert.common.errors import CheckpointError
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = ("sst", "para", "sts")

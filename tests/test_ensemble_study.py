@@ -9,7 +9,7 @@ from sklearn.metrics import accuracy_score
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import ensemble_study  # noqa: E402
-from tasks import REGISTRY  # noqa: E402
+from minbert.tasks import REGISTRY  # noqa: E402
 
 
 def test_halves_split_every_row_once_and_depend_on_the_seed():

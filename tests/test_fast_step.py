@@ -7,11 +7,11 @@ import pytest
 import torch
 
 import multitask_classifier
-from common.run_folder import RunFolder
-from data.splits import TaskStream
-from evaluation.inference import soft_outputs
+from minbert.common.run_folder import RunFolder
+from minbert.data.splits import TaskStream
+from minbert.evaluation.inference import soft_outputs
 from tests.conftest import assert_same_weights, checkpoint_weights, multitask_argv
-from training import engine as engine_module
+from minbert.engine import engine as engine_module
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -37,10 +37,10 @@ def test_max_tokens_batches_stay_within_budget_and_predictions_keep_their_ids(ti
     assert seen and all(tokens <= budget == 96 for tokens, budget, _ in seen)
     assert len({rows for *_, rows in seen}) > 1, "batches hold as many sentences as fit, not a fixed number"
     # Token-budget evaluation gives every example the output that row-count batches give it.
-    from models import Tokenizer
-    from model import build_model
-    from training.multitask_config import MultitaskConfig
-    from tasks import REGISTRY
+    from minbert.models import Tokenizer
+    from minbert.model import build_model
+    from minbert.training.multitask_config import MultitaskConfig
+    from minbert.tasks import REGISTRY
     config = MultitaskConfig(model=str(tiny_model), max_length=32)
     model = build_model(config, str(tiny_model)).eval()
     tokenizer = Tokenizer.from_pretrained(tiny_model)
@@ -114,7 +114,7 @@ def test_the_training_step_never_reads_from_the_device(tiny_model, course_data, 
 
 
 def test_a_sync_added_to_the_step_is_caught(tiny_model, course_data, tmp_path, monkeypatch):
-    from training.multitask import MultitaskRun
+    from minbert.training.multitask import MultitaskRun
     step = MultitaskRun.step
 
     def step_that_reads_its_loss(self, item, share):
@@ -131,8 +131,8 @@ def test_a_sync_added_to_the_step_is_caught(tiny_model, course_data, tmp_path, m
 def test_batches_of_both_trainers_reach_a_gpu_from_pinned_memory_without_waiting(monkeypatch):
     """Without a GPU: torch.Tensor's copy calls recorded, as the CUDA copies of a multitask batch (to_device) and
     of a contrastive one (its .to) would make them."""
-    from data.batching import to_device
-    from data.contrastive import PairBatch
+    from minbert.data.batching import to_device
+    from minbert.data.contrastive import PairBatch
 
     calls = []
     monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self: calls.append("pin") or self)

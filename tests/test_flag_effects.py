@@ -9,15 +9,15 @@ from sentence_transformers import SentenceTransformer
 
 import multitask_classifier
 import pretrain_contrastive
-from common.cli import parse_config
-from common.files import read_json
-from data.splits import encode_views
-from model import MultitaskModel
-from models import Tokenizer, embed_sentences, from_pretrained
-from models.shareable import write_shareable_files
-from tasks import summary
-from training import multitask
-from training.methods import ContrastiveConfig
+from minbert.common.cli import parse_config
+from minbert.common.files import read_json
+from minbert.data.splits import encode_views
+from minbert.model import MultitaskModel
+from minbert.models import Tokenizer, embed_sentences, from_pretrained
+from minbert.models.shareable import write_shareable_files
+from minbert.tasks import summary
+from minbert.training import multitask
+from minbert.training.methods import ContrastiveConfig
 from tests.conftest import assert_same_weights, checkpoint_weights, multitask_argv
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -12,7 +12,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from benchmarks import gpu_throughput
 from benchmarks.gpu_throughput import dense_bf16_peak, training_flops
-from models import BertConfig, BertModel
+from minbert.models import BertConfig, BertModel
 
 ROOT = Path(__file__).resolve().parents[1]
 

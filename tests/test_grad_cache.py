@@ -4,9 +4,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from losses.consert import nt_xent_loss
-from losses.contrastive_tension import contrastive_tension_loss
-from training.grad_cache import grad_cache_backward
+from minbert.losses.consert import nt_xent_loss
+from minbert.losses.contrastive_tension import contrastive_tension_loss
+from minbert.training.grad_cache import grad_cache_backward
 
 
 def tiny_encoder(dropout=0.5):

@@ -5,7 +5,7 @@ import torch
 from torch import nn
 from torchjd.aggregation import PCGrad
 
-from training.gradient_surgery import surgery_backward
+from minbert.training.gradient_surgery import surgery_backward
 
 # UPGrad solves a quadratic program with torchjd's optional extra: torchjd[quadprog-projector].
 needs_quadprog = pytest.mark.skipif(find_spec("quadprog") is None or find_spec("qpsolvers") is None,

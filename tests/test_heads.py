@@ -4,10 +4,10 @@ import pytest
 import torch
 from torch import nn
 
-from heads import MLP, CommonLayer, pair_mlps
-from heads.paraphrase import CrossEncodedPairHead, ParaphraseHead
-from heads.sentiment import SentimentHead
-from heads.similarity import CrossEncodedSimilarityHead, SimilarityHead, lowest_bucket_mean_cosine
+from minbert.heads import MLP, CommonLayer, pair_mlps
+from minbert.heads.paraphrase import CrossEncodedPairHead, ParaphraseHead
+from minbert.heads.sentiment import SentimentHead
+from minbert.heads.similarity import CrossEncodedSimilarityHead, SimilarityHead, lowest_bucket_mean_cosine
 
 H = 8
 
@@ -101,7 +101,7 @@ def test_sts_loss_has_a_gradient_below_the_cosine_floor():
     """Cosine 0.3 under M = 0.6 with gold 4 (the issue's example): the clamped score had loss 16 and gradient 0.
     The loss on the unclamped score is (5 / (1 - M))^2 times the squared error of the cosine against
     gold_to_cosine(gold), the Contrastive Tension paper's regression target."""
-    from training.multitask import task_loss
+    from minbert.training.multitask import task_loss
 
     class OneCosine(torch.nn.Module):  # stands in for MultitaskModel: the STS output is the head's score
         def __init__(self):
@@ -240,7 +240,7 @@ def test_cross_encoded_similarity_is_in_zero_to_five():
 
 
 def test_sts_predictions_are_clamped_to_the_gold_scale():
-    from tasks import REGISTRY
+    from minbert.tasks import REGISTRY
 
     raw = torch.tensor([-0.7, 0.0, 2.5, 5.0, 6.2])  # the unclamped scores a head trains on
     sts = REGISTRY["sts"]

@@ -11,7 +11,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMANDS = ["multitask_classifier.py", "pretrain_contrastive.py", "ensemble.py", "predict.py",
-            "-m evaluation.sts_benchmark", "analyze.py", "search.py",
+            "-m minbert benchmark", "analyze.py", "search.py",
             *sorted(f"benchmarks/{path.name}" for path in (ROOT / "benchmarks").glob("*.py"))]
 
 
@@ -78,8 +78,8 @@ def test_every_flag_is_explained(command):
 def test_the_readme_recipe_is_what_the_defaults_run():
     """The README's "The defaults are the recipe: `...`" names flags whose values the trainer runs without them,
     and --help states each of those defaults (or the "auto" that resolves to it)."""
-    from common.cli import parse_config
-    from training.multitask_config import MultitaskConfig
+    from minbert.common.cli import parse_config
+    from minbert.training.multitask_config import MultitaskConfig
 
     recipe = re.search(r"The defaults are the recipe: `([^`]+)`", (ROOT / "README.md").read_text()).group(1)
     flags = dict(zip(recipe.split()[::2], recipe.split()[1::2]))
@@ -97,29 +97,31 @@ def test_the_readme_recipe_is_what_the_defaults_run():
 
 
 def docstring_examples(module) -> list[list[str]]:
-    """The argv of each `python PROGRAM ...` line of a command's docstring (continuations joined, comments off)."""
+    """The argv of each `minbert SUBCOMMAND ...` line of a command's docstring (continuations joined, comments off)."""
     text = re.sub(r"\\\n\s*", " ", module.__doc__)
-    lines = [line.split("#")[0].split() for line in text.splitlines() if line.strip().startswith("python ")]
-    return [words[3:] if words[1] == "-m" else words[2:] for words in lines]
+    lines = [line.split("#")[0].split() for line in text.splitlines() if line.strip().startswith("minbert ")]
+    return [words[2:] for words in lines]
 
 
 @pytest.mark.parametrize("command, program, config", [
-    ("multitask_classifier.py", "multitask_classifier", "training.multitask_config.MultitaskConfig"),
-    ("pretrain_contrastive.py", "pretrain_contrastive", "training.methods.ContrastiveConfig"),
-    ("ensemble.py", "ensemble", "ensemble.EnsembleConfig"),
-    ("-m evaluation.sts_benchmark", "evaluation.sts_benchmark", "evaluation.sts_benchmark.StsBenchmarkConfig")])
+    ("multitask_classifier.py", "minbert.commands.train", "minbert.training.multitask_config.MultitaskConfig"),
+    ("pretrain_contrastive.py", "minbert.commands.pretrain", "minbert.training.methods.ContrastiveConfig"),
+    ("ensemble.py", "minbert.commands.ensemble", "minbert.commands.ensemble.EnsembleConfig"),
+    ("-m minbert benchmark", "minbert.commands.benchmark", "minbert.commands.benchmark.StsBenchmarkConfig")])
 def test_every_example_in_a_commands_help_is_accepted(command, program, config, monkeypatch):
-    """Each example line of --help parses (its recipe file too); --config's help names a recipe of the command's."""
+    """Each example line of --help parses (its recipe too); --config's help names a packaged recipe that they use."""
     import importlib
 
-    from common.cli import parse_config
+    from minbert.common.cli import parse_config
+    from minbert.common.files import RECIPES
 
-    monkeypatch.chdir(ROOT)  # the examples name recipes/ from the repository root
+    monkeypatch.chdir(ROOT)
     module_name, class_name = config.rsplit(".", 1)
     config_class = getattr(importlib.import_module(module_name), class_name)
     examples = docstring_examples(importlib.import_module(program))
     assert examples, f"{program}: no example in its docstring"
     for argv in examples:
         parse_config(config_class, "", argv)
-    recipes = re.findall(r"recipes/[\w.-]+", help_entries(command)["--config"][1])
-    assert all((ROOT / recipe).is_file() and recipe in " ".join(map(" ".join, examples)) for recipe in recipes)
+    recipes = re.findall(r"\(e\.g\. ([\w-]+)", help_entries(command)["--config"][1])
+    assert all((RECIPES / f"{recipe}.yaml").is_file() and f"--config {recipe}" in " ".join(map(" ".join, examples))
+               for recipe in recipes)

@@ -6,11 +6,11 @@ import pytest
 import torch
 import transformers
 
-from data.splits import encode_views
-from models import BertConfig, BertModel, CheckpointError, Tokenizer, from_pretrained
-from common import cli
-from models import loading
-from models.loading import load_weights, resolve_checkpoint
+from minbert.data.splits import encode_views
+from minbert.models import BertConfig, BertModel, CheckpointError, Tokenizer, from_pretrained
+from minbert.common import cli
+from minbert.models import loading
+from minbert.models.loading import load_weights, resolve_checkpoint
 
 TINY = dict(vocab_size=99, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32,
             max_position_embeddings=64)

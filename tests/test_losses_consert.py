@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from losses.consert import nt_xent_loss
+from minbert.losses.consert import nt_xent_loss
 from tests.conftest import cos
 
 

@@ -4,8 +4,8 @@ import math
 import pytest
 import torch
 
-from data.contrastive import contrastive_tension_batch
-from losses.contrastive_tension import contrastive_tension_loss
+from minbert.data.contrastive import contrastive_tension_batch
+from minbert.losses.contrastive_tension import contrastive_tension_loss
 
 
 def sigmoid(z):

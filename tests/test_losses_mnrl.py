@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from losses.mnrl import multiple_negatives_ranking_loss
+from minbert.losses.mnrl import multiple_negatives_ranking_loss
 from tests.conftest import cos
 
 

@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from losses.simcse import quora_simcse_loss, simcse_loss
+from minbert.losses.simcse import quora_simcse_loss, simcse_loss
 from tests.conftest import cos
 
 

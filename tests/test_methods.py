@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 from torch import nn
 
-from common import cli
-from data.contrastive import PairSet, SentenceSet, TripletSet
-from heads import MLP
-from training.contrastive import Pretraining
-from training.engine import Engine
-from training.methods import METHODS, OWN_FLAGS, ContrastiveConfig
-from common.cli import last_wins
+from minbert.common import cli
+from minbert.data.contrastive import PairSet, SentenceSet, TripletSet
+from minbert.heads import MLP
+from minbert.training.contrastive import Pretraining
+from minbert.engine.engine import Engine
+from minbert.training.methods import METHODS, OWN_FLAGS, ContrastiveConfig
+from minbert.common.cli import last_wins
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 ROOT = Path(__file__).resolve().parents[1]

@@ -5,7 +5,8 @@ import torch
 import sklearn.metrics
 from sklearn.metrics import accuracy_score
 
-from common.metrics import accuracy, confusion_matrix, mean_score, overall_score, pearson, row_normalised, spearman
+from minbert.common.metrics import (
+    accuracy, confusion_matrix, mean_score, overall_score, pearson, row_normalised, spearman)
 
 rng = np.random.default_rng(0)
 PREDICTED = rng.normal(size=50)

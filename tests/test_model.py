@@ -4,11 +4,11 @@ import pytest
 import torch
 from torch import nn
 
-from common import cli
-from data.splits import TaskSplit, encode_views
-from heads.paraphrase import CrossEncodedPairHead, ParaphraseHead
-from heads.similarity import MAX_COSINE_FLOOR, CrossEncodedSimilarityHead, SimilarityHead
-from model import ModelConfig, build_model, encoder_depth
+from minbert.common import cli
+from minbert.data.splits import TaskSplit, encode_views
+from minbert.heads.paraphrase import CrossEncodedPairHead, ParaphraseHead
+from minbert.heads.similarity import MAX_COSINE_FLOOR, CrossEncodedSimilarityHead, SimilarityHead
+from minbert.model import ModelConfig, build_model, encoder_depth
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

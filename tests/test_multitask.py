@@ -11,19 +11,19 @@ import torch
 import transformers
 from safetensors.torch import load_file
 
-import checkpoint
+from minbert import checkpoint
 import multitask_classifier
-from common import cli
-from common.errors import CheckpointError
-from data.readers import read_quora, read_sentiment, read_sts
-from data.splits import TaskSplit
-from tasks import REGISTRY
+from minbert.common import cli
+from minbert.common.errors import CheckpointError
+from minbert.data.readers import read_quora, read_sentiment, read_sts
+from minbert.data.splits import TaskSplit
+from minbert.tasks import REGISTRY
 from tests.conftest import assert_same_weights, checkpoint_weights, multitask_argv
-from training import multitask
-from training.config import TrainingConfig
-from training.engine import Engine
-from training.multitask_config import MultitaskConfig
-from training.schedules import SCHEDULES
+from minbert.training import multitask
+from minbert.engine.config import TrainingConfig
+from minbert.engine.engine import Engine
+from minbert.training.multitask_config import MultitaskConfig
+from minbert.training.schedules import SCHEDULES
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -3,11 +3,11 @@
 import pytest
 import torch
 
-from data.contrastive import PairBatch, SentenceBatch, TripletBatch
-from losses import multiple_negatives_ranking_loss, quora_simcse_loss, simcse_loss
-from models import BertConfig, BertModel, from_pretrained
-from training.lr_schedule import CT_LR_STEPS
-from training.objectives import ContrastiveTension, MultipleNegatives, SimCSE
+from minbert.data.contrastive import PairBatch, SentenceBatch, TripletBatch
+from minbert.losses import multiple_negatives_ranking_loss, quora_simcse_loss, simcse_loss
+from minbert.models import BertConfig, BertModel, from_pretrained
+from minbert.engine.lr_schedule import CT_LR_STEPS
+from minbert.training.objectives import ContrastiveTension, MultipleNegatives, SimCSE
 
 
 def test_simcse_and_mnrl_losses_per_batch_kind():

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from models import AdamW
+from minbert.models import AdamW
 
 # 2,000 steps of tiny tensors: with OMP_NUM_THREADS above the cores, each op waits on busy threads (112 s a case
 # under load, with 3 threads on 2 cores); one thread does them at once.

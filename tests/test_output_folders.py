@@ -13,10 +13,10 @@ import pytest
 
 import multitask_classifier
 import pretrain_contrastive
-from common.errors import UsageError
-from common import files
-from common.run_folder import RunFolder
-from common.cli import last_wins
+from minbert.common.errors import UsageError
+from minbert.common import files
+from minbert.common.run_folder import RunFolder
+from minbert.common.cli import last_wins
 from tests.conftest import write_course_files
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,7 +41,7 @@ def contents(folder: Path) -> dict[str, bytes]:
 WAITS = """
 import pathlib, sys, time
 sys.path.insert(0, {root!r})
-from training import engine
+from minbert.engine import engine
 fit = engine.Engine.fit
 def waits(self, run):
     pathlib.Path({ready!r}).touch()
@@ -151,7 +151,7 @@ def test_resume_refuses_a_changed_data_file_unless_allowed_and_then_says_so(tiny
     multitask_classifier.main(argv)
     with open(copy / "sts-train.csv", "a") as f:
         f.write("99\tlater\ta b\tc d\t2.5\n")
-    from common.errors import CheckpointError
+    from minbert.common.errors import CheckpointError
 
     with pytest.raises(CheckpointError, match=f"--resume: {copy / 'sts-train.csv'} changed since the run started"):
         multitask_classifier.main(argv + ["--resume"])

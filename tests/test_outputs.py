@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-import ensemble
-import predict
-from common import cli
+from minbert.commands import ensemble
+from minbert.commands import predict
+from minbert.common import cli
 from tests.test_ensemble import dev_dir, make_member, random_outputs  # noqa: F401 (dev_dir: a fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -115,7 +115,7 @@ def test_a_leaderboard_folder_records_its_ensemble_and_another_is_refused_unless
 HELD = """
 import os, pathlib, signal, sys, time
 sys.path.insert(0, {root!r})
-import predict
+from minbert.commands import predict
 class Model:
     tasks = ["sst"]
     def predictions(self, task, examples):
@@ -143,7 +143,7 @@ def killing(rename):
         return rename(*args, **kwargs)
     return renamed
 os.replace, os.rename = killing(os.replace), killing(os.rename)
-import ensemble
+from minbert.commands import ensemble
 ensemble.main(sys.argv[1:])
 """
 
@@ -215,7 +215,7 @@ def test_an_ensemble_killed_at_any_rename_leaves_one_whole_set_and_the_next_writ
     old = leaderboard_state(predictions)
     assert set(old) == set(new) and all(old[name] != new[name] for name in old if name != "written-by.json"), \
         "every file of the two sets differs (but the record's)"
-    from common.outputs import LeaderboardFolder  # here: the other tests run on code without it
+    from minbert.common.outputs import LeaderboardFolder  # here: the other tests run on code without it
 
     renames = 0
     for k in range(1, 100):

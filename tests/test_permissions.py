@@ -8,7 +8,7 @@ from contextlib import contextmanager
 import pytest
 
 import multitask_classifier
-from common.files import atomic_directory, atomic_file, atomic_files
+from minbert.common.files import atomic_directory, atomic_file, atomic_files
 from tests.conftest import multitask_argv
 
 pytestmark = pytest.mark.usefixtures("one_thread")

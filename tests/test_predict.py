@@ -16,9 +16,9 @@ import torch
 from sentence_transformers import SentenceTransformer
 
 import multitask_classifier
-import predict
-from models import Tokenizer, embed_sentences, from_pretrained
-from tasks import REGISTRY
+from minbert.commands import predict
+from minbert.models import Tokenizer, embed_sentences, from_pretrained
+from minbert.tasks import REGISTRY
 from tests.conftest import write_course_files
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -182,7 +182,7 @@ def test_a_runs_log_in_a_file_has_only_whole_lines_and_ends_with_a_summary(tiny_
 
 def test_a_full_disk_while_predicting_a_file_is_one_line_and_leaves_only_whole_rows(run, tmp_path, monkeypatch,
                                                                                      capsys):
-    from common import cli
+    from minbert.common import cli
 
     source, out = tmp_path / "input.txt", tmp_path / "predictions.tsv"
     source.write_text("".join(f"sentence number {i} is a red car\n" for i in range(12)))

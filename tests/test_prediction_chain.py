@@ -18,14 +18,14 @@ from scipy.stats import pearsonr
 from sklearn.metrics import accuracy_score
 
 import multitask_classifier
-from evaluation.inference import soft_outputs
-from model import MultitaskModel
-from models import Tokenizer, from_pretrained
+from minbert.evaluation.inference import soft_outputs
+from minbert.model import MultitaskModel
+from minbert.models import Tokenizer, from_pretrained
 from tests.test_ensemble import LABELS as ENSEMBLE_DEV_LABELS
 from tests.test_ensemble import TEST_IDS, dev_dir, hard, make_member, random_outputs, read_predictions  # noqa: F401
 from tests.test_ensemble import run as run_ensemble
 from tests.conftest import multitask_argv
-from tasks import REGISTRY
+from minbert.tasks import REGISTRY
 
 TASKS = ("sst", "para", "sts")
 

@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 import torch
 
-from common.outputs import LeaderboardFolder
-from evaluation.predictions import leaderboard_file, prediction_path
+from minbert.common.outputs import LeaderboardFolder
+from minbert.evaluation.predictions import leaderboard_file, prediction_path
 
 IDS = ["0a1b", "ffe3", "91cd", "77aa"]
 

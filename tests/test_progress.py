@@ -12,7 +12,7 @@ import pytest
 from tqdm import tqdm
 
 import multitask_classifier
-from common import progress
+from minbert.common import progress
 from tests.conftest import multitask_argv
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -3,8 +3,9 @@ import logging
 
 import pytest
 
-from common.errors import DataError
-from data.readers import read_lines, read_nli, read_quora, read_sentiment, read_sts, read_sts_eval, sample_records
+from minbert.common.errors import DataError
+from minbert.data.readers import (
+    read_lines, read_nli, read_quora, read_sentiment, read_sts, read_sts_eval, sample_records)
 
 SST = lambda path, **kw: read_sentiment(path, num_classes=5, **kw)  # noqa: E731
 CFIMDB = lambda path, **kw: read_sentiment(path, num_classes=2, **kw)  # noqa: E731
@@ -245,13 +246,13 @@ def test_a_byte_order_mark_before_the_header_is_not_part_of_it(tmp_path):
 
 
 def test_contrastive_data_with_a_byte_order_mark_is_recognised(tmp_path):
-    from tasks import CONTRASTIVE_DATA
+    from minbert.tasks import CONTRASTIVE_DATA
 
     assert CONTRASTIVE_DATA.detect_format(write(tmp_path, b"\xef\xbb\xbfsent0,sent1,hard_neg\na,b,c\n")) == "nli"
 
 
 def test_an_id_repeated_in_a_labeled_file_is_skipped_and_counted_so_every_reader_keeps_the_first(tmp_path, caplog):
-    from evaluation.outputs import dev_labels, dev_records
+    from minbert.evaluation.outputs import dev_labels, dev_records
 
     write(tmp_path, HEADER + "0\ta\tx\t1\n1\tb\ty\t2\n2\ta\tz\t4\n", name="ids-sst-dev.csv")
     with caplog.at_level(logging.WARNING):

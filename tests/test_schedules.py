@@ -3,7 +3,7 @@ from collections import Counter
 import pytest
 import torch
 
-from training.schedules import SCHEDULES, count_batches, plan_epoch
+from minbert.training.schedules import SCHEDULES, count_batches, plan_epoch
 
 TASKS = ("sst", "para", "sts")
 

@@ -18,12 +18,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import multitask_classifier  # noqa: E402
-import search  # noqa: E402
-from tuning import confirm  # noqa: E402
-from common import cli  # noqa: E402
-from common.errors import UsageError  # noqa: E402
+from minbert.commands import search  # noqa: E402
+from minbert.tuning import confirm  # noqa: E402
+from minbert.common import cli  # noqa: E402
+from minbert.common.errors import UsageError  # noqa: E402
 from tests.conftest import multitask_argv  # noqa: E402
-from training.multitask_config import MultitaskConfig  # noqa: E402
+from minbert.training.multitask_config import MultitaskConfig  # noqa: E402
 
 # (what is wrong, the space file, the line search.py prints after "SPACE:")
 SPACE_CASES = [

@@ -8,9 +8,9 @@ import torch
 from safetensors.torch import load_file, save_file
 from sentence_transformers import SentenceTransformer
 
-from common.errors import CheckpointError
-from models import POOLINGS, SentenceEncoder
-from models.shareable import Convention, sentence_convention, write_shareable_files
+from minbert.common.errors import CheckpointError
+from minbert.models import POOLINGS, SentenceEncoder
+from minbert.models.shareable import Convention, sentence_convention, write_shareable_files
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -8,10 +8,10 @@ import torch
 import transformers
 from sentence_transformers import SentenceTransformer
 
-import checkpoint
-from models import POOLINGS, Tokenizer, embed_sentences, from_pretrained
-from models.checkpoint import save_checkpoint
-from models.shareable import (
+from minbert import checkpoint
+from minbert.models import POOLINGS, Tokenizer, embed_sentences, from_pretrained
+from minbert.models.checkpoint import save_checkpoint
+from minbert.models.shareable import (
     FOLDER_PLACEHOLDER,
     KNOWN_CONVENTIONS,
     Convention,
@@ -20,7 +20,7 @@ from models.shareable import (
     front_matter,
     write_shareable_files,
 )
-from tasks import metric_names
+from minbert.tasks import metric_names
 
 MAX_LENGTH = 16  # the training crop; the folders' max_seq_length is the encoder's (128 positions here)
 POSITIONS = 128
@@ -110,7 +110,7 @@ def test_the_sentence_convention_comes_from_its_folder_its_hub_id_and_carries_do
     first = share(save_tiny_checkpoint({}), "cls", "all-MiniLM-L6-v2")
     assert sentence_convention(str(first)) == Convention(normalize=True, max_seq_length=POSITIONS, pooling="cls")
     # Without the package, the hub id's known convention: the published folder's, as the package ships it.
-    monkeypatch.setattr("models.shareable.packaged_folder", lambda name: None)
+    monkeypatch.setattr("minbert.models.shareable.packaged_folder", lambda name: None)
     assert sentence_convention("sentence-transformers/all-MiniLM-L6-v2") == sentence_convention("all-MiniLM-L6-v2") \
         == KNOWN_CONVENTIONS["sentence-transformers/all-minilm-l6-v2"] == Convention(True, 256)
 

@@ -1,4 +1,4 @@
-"""recipes/slurm.sbatch, without a cluster: run as sbatch would run it on a job of two machines of one "GPU" each,
+"""minbert/recipes/slurm.sbatch, without a cluster: run as sbatch would run it on a job of two machines of one "GPU" each,
 with stand-ins for srun (which runs the job's tasks at once, one a machine, each with its SLURM_NODEID, and ends
 them all when one fails, as --kill-on-bad-exit=1 asks) and scontrol. The real torchrun runs twice, and the two
 "machines" meet at a real rendezvous on 127.0.0.1 and train the recipe on gloo; a requeued job continues its own
@@ -16,7 +16,7 @@ import pytest
 from tests.conftest import write_course_files
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "recipes" / "slurm.sbatch"
+SCRIPT = ROOT / "minbert" / "recipes" / "slurm.sbatch"
 JOB = {"SLURM_JOB_ID": "4242", "SLURM_NNODES": "2", "SLURM_JOB_NODELIST": "gpu-[07-08]",
        "SLURM_GPUS_PER_NODE": "1", "SLURM_CPUS_PER_TASK": "1"}
 HOSTS = ["127.0.0.1", "gpu-08"]  # what scontrol expands the node list to: the first machine is this one
@@ -100,7 +100,7 @@ def test_two_machines_meet_and_train_the_recipe_with_its_global_batch(trained):
     run, _, _, srun = trained
     assert "--kill-on-bad-exit=1" in srun and "--cpus-per-task=1" in srun  # one core a task, as SLURM gave
     config = json.loads((run / "run_config.json").read_text())
-    # The recipe (recipes/mtdnn-minilm.yaml) on 2 machines x 1 GPU: 32 / 2 examples a process.
+    # The recipe (mtdnn-minilm) on 2 machines x 1 GPU: 32 / 2 examples a process.
     assert (config["schedule"], config["batch_size"]) == ("mtdnn", 16)
     assert config["provenance"]["torchrun_job"]  # torchrun started it
     assert (run / "last" / "training_state.pt").exists() and config.get("finished")

@@ -7,10 +7,10 @@ import pytest
 import torch
 
 import multitask_classifier
-from tasks import REGISTRY
-from common.cli import last_wins
+from minbert.tasks import REGISTRY
+from minbert.common.cli import last_wins
 from tests.conftest import write_course_files
-from training.smart import MovingAverage, adversarial_perturbation, smoothness_regularizer
+from minbert.training.smart import MovingAverage, adversarial_perturbation, smoothness_regularizer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -1,4 +1,4 @@
-"""python -m evaluation.sts_benchmark scores a folder's embeddings as sentence-transformers computes them (unless told
+"""minbert benchmark scores a folder's embeddings as sentence-transformers computes them (unless told
 otherwise), and adds the results to the folder's model card when --out writes into it."""
 import json
 import random
@@ -8,9 +8,10 @@ import scipy.stats
 import torch
 from sentence_transformers import SentenceTransformer
 
-from evaluation import sts_benchmark
-from models.shareable import write_shareable_files
-from common.cli import last_wins
+from minbert.commands import benchmark
+from minbert.evaluation.sts_benchmark import EVAL_SETS
+from minbert.models.shareable import write_shareable_files
+from minbert.common.cli import last_wins
 from tests.conftest import sentence
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -25,7 +26,7 @@ def sts_data(tmp_path_factory):
         return "\t".join(sentence(rng) for _ in range(2))
 
     (folder / "sts-eval").mkdir()
-    for name in sts_benchmark.EVAL_SETS:
+    for name in EVAL_SETS:
         rows = [f"{name}-part\t{pair()}\t{i / 2:.1f}" for i in range(11)]
         (folder / "sts-eval" / f"{name}.tsv").write_text("subset\tsentence1\tsentence2\tscore\n" + "\n".join(rows))
     rows = [f"{i}\tdev-{i}\t{pair()}\t{i / 2:.1f}" for i in range(11)]
@@ -36,7 +37,7 @@ def sts_data(tmp_path_factory):
 def run(model, sts_data, tmp_path, *flags) -> tuple[str, dict]:
     """The pooling the command used (from its --out file) and its results."""
     out = tmp_path / "out.json"
-    results = sts_benchmark.main(last_wins(["--model", str(model), "--data-dir", str(sts_data), "--device", "cpu",
+    results = benchmark.main(last_wins(["--model", str(model), "--data-dir", str(sts_data), "--device", "cpu",
                                             "--out", str(out), *flags]))
     return json.loads(out.read_text())["pooling"], results
 
@@ -79,7 +80,7 @@ def test_out_in_the_folder_adds_the_results_to_its_model_card_once(save_tiny_che
     run(folder, sts_data, tmp_path)  # --out elsewhere: the card stays as it was
     assert card.read_text() == before
     for _ in range(2):  # a second run replaces the section
-        results = sts_benchmark.main(["--model", str(folder), "--data-dir", str(sts_data), "--device", "cpu",
+        results = benchmark.main(["--model", str(folder), "--data-dir", str(sts_data), "--device", "cpu",
                                       "--out", str(folder / "benchmark.json")])
     assert json.loads((folder / "benchmark.json").read_text())["model"] == folder.name  # no path of this machine
     text = card.read_text()

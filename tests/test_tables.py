@@ -1,7 +1,7 @@
 """The one Markdown table writer behind every printed results table."""
 import pytest
 
-from common.tables import markdown_table
+from minbert.common.tables import markdown_table
 
 
 def test_rows_columns_rounding_and_missing_cells():

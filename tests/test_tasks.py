@@ -5,8 +5,8 @@ import random
 import pytest
 import torch
 
-from data.contrastive import PairSet, SentenceSet
-from tasks import COURSE_TASKS, CONTRASTIVE_DATA, REGISTRY, selection_score, summary
+from minbert.data.contrastive import PairSet, SentenceSet
+from minbert.tasks import COURSE_TASKS, CONTRASTIVE_DATA, REGISTRY, selection_score, summary
 from tests.conftest import rows_of, write_course_files
 
 TASKS = ("sst", "para", "sts")

@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 KILLED = """
 import os, signal, sys, types
 sys.path.insert(0, {root!r})
-from training import callbacks, multitask
+from minbert.engine import callbacks
+from minbert.training import multitask
 import multitask_classifier
 step, minutes = multitask.MultitaskRun.step, [0]
 def counted(self, item, share):
@@ -34,7 +35,7 @@ multitask_classifier.main(sys.argv[1:])
 
 def quick_start(model: Path, data: Path, out: Path) -> list[str]:
     """The README's quick start, on a tiny model and the tiny course files (40 rows a task: 30 steps of 4)."""
-    return ["--config", "recipes/quick-start.yaml", "--model", str(model), "--data-dir", str(data),
+    return ["--config", "quick-start", "--model", str(model), "--data-dir", str(data),
             "--max-train-examples", "40", "--batch-size", "4", "--output-dir", str(out / "run"),
             "--predictions-dir", str(out / "predictions"), "--device", "cpu"]
 

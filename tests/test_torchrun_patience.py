@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from common.files import read_json
+from minbert.common.files import read_json
 from tests.conftest import multitask_argv, write_course_files
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -16,8 +16,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPTED = """
 import os, sys
 sys.path.insert(0, {root!r})
-from common import cli
-from training import multitask
+from minbert.common import cli
+from minbert.training import multitask
 import multitask_classifier
 scores = iter([0.5, 0.4, 0.9, 0.95])
 evaluate = multitask.MultitaskRun.evaluate

@@ -10,14 +10,14 @@ import torch
 
 import multitask_classifier
 import pretrain_contrastive
-from common import distributed
-from common.errors import UsageError
-from common.files import read_json
+from minbert.common import distributed
+from minbert.common.errors import UsageError
+from minbert.common.files import read_json
 from tests.conftest import assert_same_weights, checkpoint_weights, multitask_argv
-from training import multitask
-from training.config import TrainingConfig
-from training.engine import Engine
-from training.run import Run
+from minbert.training import multitask
+from minbert.engine.config import TrainingConfig
+from minbert.engine.engine import Engine
+from minbert.engine.run import Run
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -242,10 +242,10 @@ def test_a_run_resumed_from_a_yaml_config_equals_the_same_flags(tiny_model, cour
 
 
 def test_command_line_flags_win_over_the_config_file_and_the_recipe_parses(tmp_path):
-    from common.cli import parse_config
-    from training.multitask_config import MultitaskConfig
+    from minbert.common.cli import parse_config
+    from minbert.training.multitask_config import MultitaskConfig
 
-    recipe = Path(__file__).resolve().parents[1] / "recipes/mtdnn-minilm.yaml"
+    recipe = Path(__file__).resolve().parents[1] / "minbert/recipes/mtdnn-minilm.yaml"
     config = parse_config(MultitaskConfig, "", ["--config", str(recipe), "--seed", "7", "--epochs=1"])
     assert (config.model, config.schedule, config.option, config.pair_encoding, config.sts_target,
             config.task_weights, config.lr) == ("all-MiniLM-L6-v2", "mtdnn", "finetune", "para=cross,sts=bi",
@@ -260,8 +260,8 @@ def test_command_line_flags_win_over_the_config_file_and_the_recipe_parses(tmp_p
 @pytest.mark.parametrize("text, message", [("lrr: 1\n", "unknown flag 'lrr'"), ("epochs: many\n", "epochs"),
                                            ("schedule: nope\n", "schedule"), ("- a\n", "not a mapping")])
 def test_a_bad_config_file_is_one_line_naming_the_file_and_the_key(tmp_path, capsys, text, message):
-    from common.cli import parse_config
-    from training.multitask_config import MultitaskConfig
+    from minbert.common.cli import parse_config
+    from minbert.training.multitask_config import MultitaskConfig
 
     bad = tmp_path / "bad.yaml"
     bad.write_text(text)

@@ -19,13 +19,13 @@ import torch.nn.functional as F
 import transformers
 from safetensors.torch import load_file
 
-import checkpoint
+from minbert import checkpoint
 import multitask_classifier
 import pretrain_contrastive
-from common.errors import UsageError
-from models.optimizer import AdamW
+from minbert.common.errors import UsageError
+from minbert.models.optimizer import AdamW
 from tests.conftest import multitask_argv
-from training.precision import Precision
+from minbert.engine.precision import Precision
 
 
 def record_steps(monkeypatch) -> list[dict]:

@@ -1,9 +1,0 @@
-"""Contrastive pretraining losses and ConSERT augmentations: pure functions on embedding tensors."""
-from losses.augmentations import embedding_dropout, feature_cutoff, token_cutoff, token_shuffle
-from losses.consert import nt_xent_loss
-from losses.contrastive_tension import contrastive_tension_loss
-from losses.mnrl import multiple_negatives_ranking_loss
-from losses.self_guided import (ProjectionHead, l2_regulariser, sample_layer_views, self_guided_base_loss,
-                                self_guided_opt1_loss, self_guided_opt2_loss, self_guided_opt3_loss)
-from losses.simcse import quora_simcse_loss, simcse_loss
-from losses.similarity import cosine_similarity_matrix

@@ -1,0 +1,4 @@
+"""`python -m minbert`: the same as the `minbert` command."""
+from minbert.commands.main import main
+
+main()

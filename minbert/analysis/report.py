@@ -1,0 +1,126 @@
+"""What the pictures' subcommands share: flag lists, the encoders they embed with, labels, Spearman x 100, and
+what they make (a Report: pictures, Markdown, numbers) and write."""
+import dataclasses
+import math
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from matplotlib.figure import Figure
+from scipy.stats import ConstantInputWarning
+
+from minbert.analysis.figures import POOLING_NAMES, save
+from minbert.common import cli
+from minbert.common.cli import flag
+from minbert.common.files import DEFAULT_DATA, atomic_files, write_json
+from minbert.common.metrics import spearman
+from minbert.common.run_folder import BEST, LAST
+from minbert.models import POOLINGS, Tokenizer, from_pretrained
+
+
+def items(text: str) -> list[str]:
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def distinct(flag_name: str, listed: list[str], allowed: tuple[str, ...] | None = None) -> list[str]:
+    if not listed:
+        raise ValueError(f"{flag_name}: name at least one")
+    twice = [item for number, item in enumerate(listed) if item in listed[:number]]
+    if twice:
+        raise ValueError(f"{flag_name}: {twice[0]!r} is listed twice")
+    unknown = [item for item in listed if allowed and item not in allowed]
+    if unknown:
+        raise ValueError(f"{flag_name}: {unknown[0]!r} is not one of {', '.join(allowed)}")
+    return listed
+
+
+@dataclass
+class EncoderFlags:
+    """Flags of the subcommands that embed sentences with one or more encoders."""
+    models: str = flag("all-MiniLM-L6-v2", "encoders, comma-separated: all-MiniLM-L6-v2, a hub id, or a "
+                                           "checkpoint folder such as runs/multitask/best")
+    data_dir: str = flag(str(DEFAULT_DATA), "folder with sts-train.csv, sts-dev.csv and sts-eval/")
+    max_pairs: int = flag(0, "use at most this many pairs of each set, drawn at random (the same for every "
+                             "encoder); 0: all of them")
+    max_length: int = flag(128, "tokens per sentence")
+    batch_size: int = flag(64, "sentences per batch")
+    device: str = flag("auto", "cpu, cuda, ... (auto: cuda when present)")
+    POOLING_CHOICES = (*POOLINGS, "max")
+    poolings: str = flag("mean", f"sentence embeddings, comma-separated: any of {', '.join(POOLING_CHOICES)}")
+
+    def __post_init__(self):
+        self.model_list = distinct("--models", items(self.models))
+        self.pooling_list = distinct("--poolings", items(self.poolings), self.POOLING_CHOICES)
+        if self.max_pairs < 0:
+            raise ValueError("--max-pairs must be 0 (all pairs) or more")
+
+
+def encoders(config: EncoderFlags):
+    """(label, encoder, tokenizer), one encoder in memory at a time."""
+    device = cli.resolve_device(config.device)
+    for name, spec in zip(short_names(config.model_list), config.model_list):
+        yield name, from_pretrained(spec).to(device), Tokenizer.from_pretrained(spec)
+
+
+def short_names(specs: Sequence[str]) -> list[str]:
+    """Labels for encoders and runs: a packaged name or hub id as given; for a folder, as many of its last path
+    parts as make the labels distinct, and never a bare best/ or last/, which says nothing on its own."""
+    parts = [Path(spec).expanduser().resolve().parts if Path(spec).expanduser().exists() else (spec,)
+             for spec in specs]
+    for depth in range(1, max(len(p) for p in parts) + 1):
+        labels = ["/".join(p[-(depth + (p[-1] in (BEST, LAST) and len(p) > 1)):]) for p in parts]
+        if len(set(labels)) == len(labels):
+            return labels
+    return list(specs)
+
+
+def label(encoder: str, pooling: str, poolings: list[str]) -> str:
+    """An encoder's label, with its pooling where the picture has several."""
+    return encoder if len(poolings) == 1 else f"{encoder}, {POOLING_NAMES[pooling]}"
+
+
+def title_note(poolings: list[str]) -> str:
+    """What a title adds of the pooling: its name where the picture has one pooling, nothing where it has several
+    (their panels or labels name them)."""
+    return "" if len(poolings) > 1 else f", {POOLING_NAMES[poolings[0]]}"
+
+
+def spearman_x100(cosines: torch.Tensor, gold: Sequence[float]) -> float:
+    """Spearman x 100; nan, quietly, where the cosines are all equal (layer 0's [CLS] vector is the same
+    for every sentence: the [CLS] token at position 0)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConstantInputWarning)
+        return 100 * spearman(cosines, gold)
+
+
+def json_safe(value):
+    """nan (e.g. the Spearman of constant cosines) as null: JSON has no nan."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: json_safe(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(item) for item in value]
+    return value
+
+
+@dataclass
+class Report:
+    """What a subcommand makes, before anything is written: its pictures (file name -> Figure, for a test to look
+    at), its Markdown and its numbers (the JSON)."""
+    figures: dict[str, Figure]
+    markdown: str
+    numbers: dict
+
+
+def write(out: str, stem: str, report: Report, config) -> list[Path]:
+    """OUT/the pictures, OUT/STEM.md and OUT/STEM.json (the numbers, and the flags that made them)."""
+    folder = Path(out)
+    with atomic_files(folder) as temp:  # one set: a command that dies half-way leaves the folder as it was
+        for name, figure in report.figures.items():
+            save(figure, temp / name)
+        write_json(temp / f"{stem}.json", json_safe({"config": dataclasses.asdict(config), **report.numbers}))
+        (temp / f"{stem}.md").write_text(report.markdown.rstrip() + "\n", encoding="utf-8")
+    return [*(folder / name for name in report.figures), folder / f"{stem}.md", folder / f"{stem}.json"]

@@ -1,0 +1,46 @@
+"""Pictures and tables for a report. Each subcommand writes a PNG, a Markdown table (.md) and its numbers
+as JSON into --out (default runs/analysis/SUBCOMMAND).
+
+    minbert analyze layers --models all-MiniLM-L6-v2,runs/multitask/best --max-pairs 500
+    minbert analyze spread --models all-MiniLM-L6-v2,runs/multitask/best
+    minbert analyze embeddings --models all-MiniLM-L6-v2,runs/multitask/best --poolings cls,mean
+    minbert analyze errors --run runs/multitask
+    minbert analyze curves --runs runs/multitask,runs/mtdnn-minilm
+
+layers      how well every layer's embeddings (0 = the embedding layer) score on STS, with mean, [CLS] and max
+            pooling: Contrastive Tension (Carlsson et al., 2021), Figures 1, 2 and 5; the layer x pooling
+            survey of SG-BERT (Kim, Yoo and Lee, 2021).
+spread      the cosine similarity of the STS training pairs in each gold-score bucket: Contrastive Tension,
+            Figure 3. Its lowest bucket's mean is the M of multitask_classifier.py --sts-target cosine-range.
+embeddings  alignment against uniformity on STS dev (Wang and Isola, 2020), as SimCSE (Gao, Yao and Chen,
+            2021) plots them.
+errors      a finished multi-task run's dev errors: the SST confusion matrix, Quora's false positives and
+            negatives, STS predicted against gold, and whether errors fall on the sentences the tasks share.
+curves      training loss per task and dev metrics over optimizer steps, for one or several runs.
+
+`minbert analyze SUBCOMMAND --help` lists a subcommand's flags. A missing file or folder ends with one line
+naming it and exit code 2.
+"""
+from pathlib import Path
+
+from minbert.analysis import curves, embeddings, errors, layers, spread
+from minbert.analysis.report import write
+from minbert.common import cli
+from minbert.common.outputs import output_folder
+
+# subcommand -> (its flags, what makes its pictures, table and numbers); each picture's module computes and draws
+# it, and SUBCOMMAND.md and SUBCOMMAND.json are written beside its pictures
+SUBCOMMANDS = {"layers": (layers.LayersConfig, layers.build), "spread": (spread.SpreadConfig, spread.build),
+               "embeddings": (embeddings.EmbeddingsConfig, embeddings.build),
+               "errors": (errors.ErrorsConfig, errors.build), "curves": (curves.CurvesConfig, curves.build)}
+
+
+def main(argv: list[str] | None = None) -> list[Path]:
+    config = cli.parse_subcommand({name: flags for name, (flags, _) in SUBCOMMANDS.items()}, __doc__, argv,
+                                   program=cli.program("analyze.py", "analyze"))
+    name, build = next((name, build) for name, (flags, build) in SUBCOMMANDS.items() if isinstance(config, flags))
+    with output_folder(config.out, "--out"):  # checked and held before the work
+        written = write(config.out, name, build(config), config)
+    print("\n".join(f"wrote {path}" for path in written))
+    return written
+

@@ -1,0 +1,63 @@
+"""The STS benchmark of an encoder's sentence embeddings (SimCSE's protocol, "all" setting): Spearman correlation
+between the cosine similarity of each pair's embeddings and the gold score on STS12-16, SICK-R and the course's STS
+dev split, their mean, and on STS dev the alignment and uniformity of Wang & Isola (2020). The embeddings are those
+sentence-transformers computes from the folder: its pooling, Normalize and max_seq_length, unless --pooling or
+--max-length say otherwise.
+
+    minbert benchmark --model all-MiniLM-L6-v2 --pooling cls
+    minbert benchmark --model runs/simcse-nli --out runs/simcse-nli/benchmark.json
+        # --out inside the folder: its model card gets the results too
+"""
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from minbert.common import cli
+from minbert.common.cli import AT_LEAST_0, AT_LEAST_1, flag
+from minbert.common.files import DEFAULT_DATA, check_writable_file, without_local_paths, write_json
+from minbert.common.tables import markdown_table
+from minbert.evaluation.sts_benchmark import TABLE_COLUMNS, sts_benchmark
+from minbert.models import POOLINGS, SentenceEncoder
+from minbert.models.shareable import update_card
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class StsBenchmarkConfig:
+    model: str = flag("all-MiniLM-L6-v2", "encoder to evaluate: hub id, checkpoint folder, or all-MiniLM-L6-v2")
+    pooling: str | None = flag(None, "sentence embedding: cls = the final [CLS] vector; mean = the mean of the "
+                                     "final token vectors; pooler = BERT's pooler output, tanh(dense([CLS])) "
+                                     "(default: the folder's own, from its sentence-transformers files, as "
+                                     "sentence-transformers computes it; mean for a folder without them)",
+                               choices=POOLINGS)
+    data_dir: str = flag(str(DEFAULT_DATA), "folder with sts-eval/ and sts-dev.csv")
+    max_length: int = flag(0, "tokens per sentence (0: the folder's max_seq_length, as sentence-transformers reads "
+                              "it; else the encoder's positions)", range=AT_LEAST_0)
+    batch_size: int = flag(128, "sentences per batch", range=AT_LEAST_1)
+    device: str = flag("auto", "cpu, cuda, ... (auto: cuda when present)")
+    out: str = flag("", "also write the results as JSON to this file (left out: printed only); a file in the "
+                        "model's own folder also adds them to the folder's model card (README.md)")
+
+
+def main(argv: list[str] | None = None) -> dict[str, float]:
+    config = cli.parse_config(StsBenchmarkConfig, __doc__, argv,
+                              program=cli.program("-m minbert benchmark", "benchmark"))
+    if config.out:
+        check_writable_file(config.out, "--out")
+    model = SentenceEncoder.from_pretrained(config.model, config.pooling, config.max_length,
+                                            cli.resolve_device(config.device))
+    log.info("STS benchmark of %s: %s pooling%s, up to %d tokens a sentence", config.model, model.pooling,
+             ", length 1" if model.normalize else "", model.max_length)
+    results = sts_benchmark(model, config.data_dir, config.batch_size)
+    print(markdown_table({f"{config.model} ({model.pooling})": results}, TABLE_COLUMNS))
+    if config.out:
+        # Without the folders above the model's: the file may lie in the model's own folder, which is shared.
+        write_json(config.out, {"model": without_local_paths(config.model), "pooling": model.pooling,
+                                "max_length": model.max_length, "results": results})
+        folder = Path(config.model).expanduser()
+        if Path(config.out).expanduser().resolve().parent == folder.resolve() and \
+                update_card(folder, "sts-benchmark", results):
+            log.info("added the results to the model card %s", folder / "README.md")
+    return results
+

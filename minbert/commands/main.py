@@ -1,0 +1,44 @@
+"""The `minbert` command: one subcommand a job, each the same as the script of its name at the repository's root,
+with the same flags and --help (`minbert train --help`)."""
+import importlib
+import sys
+
+from minbert import __version__
+from minbert.common import cli
+
+# subcommand -> (its module, whose main(argv) it runs; the script of the same job; what it does, for the list)
+COMMANDS = {
+    "train": ("minbert.commands.train", "multitask_classifier.py",
+              "multi-task fine-tuning of one encoder for SST, Quora and STS (the course's project)"),
+    "pretrain": ("minbert.commands.pretrain", "pretrain_contrastive.py",
+                 "contrastive pretraining of an encoder: SimCSE, MNRL, Contrastive Tension, SG-OPT, ConSERT"),
+    "predict": ("minbert.commands.predict", "predict.py", "a finished run's predictions on new text"),
+    "ensemble": ("minbert.commands.ensemble", "ensemble.py", "per-task ensembles of finished runs"),
+    "search": ("minbert.commands.search", "search.py", "an Optuna hyperparameter search over train's flags"),
+    "analyze": ("minbert.commands.analyze", "analyze.py", "pictures for a report: layers, spread, errors, curves"),
+    "benchmark": ("minbert.commands.benchmark", None,
+                  "the STS benchmark of an encoder's sentence embeddings (STS12-16, SICK-R, STS dev)"),
+}
+
+
+def usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = [f"  {name:<{width}}  {what}" for name, (_, _, what) in COMMANDS.items()]
+    return ("usage: minbert SUBCOMMAND [flags]   (minbert SUBCOMMAND --help: its flags)\n\n" + __doc__ +
+            "\n\nsubcommands:\n" + "\n".join(lines) + "\n\n  --version   the version of the toolkit")
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in ("-h", "--help"):
+        print(usage())
+        return
+    if argv and argv[0] == "--version":
+        print(f"minbert {__version__}")
+        return
+    if not argv or argv[0] not in COMMANDS:
+        given = f"unknown subcommand {argv[0]!r}" if argv else "no subcommand given"
+        print(f"minbert: error: {given}; choose one of {', '.join(COMMANDS)} (see minbert --help)", file=sys.stderr)
+        sys.exit(2)
+    module = importlib.import_module(COMMANDS[argv[0]][0])
+    cli.run(lambda: module.main(argv[1:]))

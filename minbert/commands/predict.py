@@ -1,0 +1,237 @@
+"""Predictions of a finished multitask run on new text: sentiment classes, paraphrase probabilities, similarity scores.
+
+    minbert predict runs/multitask --sst "A gorgeous, witty film." --para "How do I learn Python?" "What is
+        the best way to learn Python?" --sts "A man plays a guitar." "Someone plays guitar."
+    minbert predict runs/multitask --task sst --input my-sentences.txt --output predictions.tsv
+
+RUN is a run folder (its best/ checkpoint is used) or a checkpoint folder of multitask_classifier.py. --input
+reads the course's CSV formats (the columns id, sentence or id, sentence1, sentence2) or plain text: one sentence
+a line, or for pair tasks the two sentences of a pair on one line separated by a tab. The file is checked whole
+before anything is predicted, then predicted a chunk at a time, each chunk's predictions written before the next
+is read: memory stays bounded whatever the file's size, and an interrupted command keeps what it predicted.
+
+In Python:
+    from minbert.commands.predict import MultitaskPredictor
+    model = MultitaskPredictor.from_run("runs/multitask")
+    model.sentiment(["A gorgeous, witty film."])           # [{"class": 4, "name": "positive", "probabilities": [...]}]
+    model.paraphrase([("How do I ...?", "What is ...?")])  # [{"paraphrase": 1, "probability": 0.93}]
+    model.similarity([("A man plays.", "Someone plays.")])  # [{"similarity": 4.1}]
+"""
+import csv
+import ctypes
+import errno
+import io
+import logging
+import os
+import shlex
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import nullcontext
+from itertools import islice
+from pathlib import Path
+
+from tqdm import tqdm
+
+from minbert.common import cli
+from minbert.common.errors import DataError, DiskFullError, UsageError
+from minbert.common.files import atomic_file, free_space
+from minbert.common.outputs import output_file
+from minbert.data.readers import ReadReport, text_lines
+from minbert.predictor import MultitaskPredictor
+from minbert.tasks import REGISTRY, Task
+
+log = logging.getLogger(__name__)
+CHUNK = 4096  # examples of an --input file predicted and written at a time
+M_MMAP_THRESHOLD, GLIBC_DEFAULT_MMAP_THRESHOLD = -3, 128 * 1024  # glibc's mallopt parameter, and its default
+
+
+class InputFile:
+    """The examples of an --input file, read as they are needed: once whole before anything is predicted, so that
+    every problem of the file stops the command first (and the examples are counted), then a chunk at a time.
+    A course CSV file (it has an id column) is read by its task's reader; in a plain text file an example is a
+    line (ids are line numbers)."""
+
+    def __init__(self, path: Path, task: Task):
+        self.path, self.task = path, task
+        header = next(text_lines(path), "").rstrip("\r\n").split("\t")
+        self.course_format = "id" in (name.strip() for name in header)
+        report = ReadReport(path)
+        self.count = sum(1 for _ in self.examples(report))
+        if not self.count:
+            raise DataError(f"{path}: no examples to predict")
+        report.kept = self.count
+        if not self.course_format:  # its reader counts a course file's rows
+            report.rows = self.count
+        report.log()
+
+    def examples(self, report: ReadReport) -> Iterator[tuple[str, str | tuple[str, str]]]:
+        """(id, example) of each example in the file, in its order; what cannot be read is counted in the report."""
+        task = self.task
+        if self.course_format:
+            for record in task.records(self.path, False, report):
+                yield record.id, (record.sentence1, record.sentence2) if task.pair else record.sentence
+            return
+        for number, line in enumerate(text_lines(self.path, report), start=1):
+            line = line.rstrip("\r\n")
+            if not line.strip():
+                continue
+            parts = line.split("\t")
+            if task.pair and len(parts) != 2:
+                raise DataError(f"{self.path}: line {number}: a {task.name} example is two sentences separated by a "
+                                f"tab")
+            yield str(number), tuple(part.strip() for part in parts) if task.pair else line.strip()
+
+    def chunks(self, size: int) -> Iterator[tuple[list[str], list]]:
+        """(ids, examples) of up to `size` examples at a time (the file was checked whole: its report is not kept)."""
+        examples = self.examples(ReadReport(self.path))
+        while chunk := list(islice(examples, size)):
+            ids, texts = zip(*chunk)
+            yield list(ids), list(texts)
+
+
+def parse_args(argv: list[str] | None):
+    parser = cli.Parser(prog=shlex.join(cli.program("predict.py", "predict")), description=__doc__,
+                        formatter_class=cli.HelpFormatter)
+    parser.add_argument("run", help="the run folder (its best/ checkpoint is used) or a checkpoint folder of "
+                                    "multitask_classifier.py")
+    for name, task in REGISTRY.items():  # --sst SENTENCE, --para S1 S2, ...: an example of each task
+        parser.add_argument(f"--{name}", nargs=2 if task.pair else None, metavar=("S1", "S2") if task.pair else None,
+                            help=f"predict {task.description} of {'two sentences' if task.pair else 'a sentence'}")
+    parser.add_argument("--task", choices=REGISTRY, help="the task of --input: " + "; ".join(
+        f"{name}, {task.description}" for name, task in REGISTRY.items()))
+    parser.add_argument("--input", help="a file of examples: the course's CSV format, or one example a line "
+                                        "(a pair's two sentences separated by a tab)")
+    parser.add_argument("--output", help="write the predictions here (tab-separated) instead of printing them; a "
+                                         "file that exists is replaced only if predict.py wrote it")
+    parser.add_argument("--batch-size", type=int, default=128, help="examples per batch")
+    parser.add_argument("--device", default="auto", help="cpu, cuda, ... (auto: cuda when present)")
+    args = parser.parse_args(argv)
+    if args.input and not args.task:
+        parser.error("--input needs --task")
+    if not args.input and not examples_given(args):
+        parser.error(f"nothing to predict: give {', '.join(f'--{name}' for name in REGISTRY)}, or --input with "
+                     f"--task")
+    for task, example in examples_given(args).items():
+        if not all(text.strip() for text in ([example] if isinstance(example, str) else example)):
+            parser.error(f"--{task}: an empty sentence; give the text to predict")
+    if args.batch_size < 1:
+        parser.error("--batch-size must be at least 1")
+    return args
+
+
+def examples_given(args) -> dict:
+    """The examples of the command line: task -> a sentence, or a pair's two."""
+    return {task: getattr(args, task) for task in REGISTRY if getattr(args, task) is not None}
+
+
+def keep_large_blocks_out_of_the_heap() -> None:
+    """glibc raises its mmap threshold each time a large block is freed; past that, a batch's activations come from
+    the heap, which fragments as the batches' shapes vary, and a file's prediction grew by some 100 MB a chunk
+    (1.8 GB for 100,000 lines; 0.7 GB with the threshold held at glibc's default). Another C library: nothing."""
+    try:
+        ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, GLIBC_DEFAULT_MMAP_THRESHOLD)
+    except (OSError, AttributeError):
+        pass
+
+
+def main(argv: list[str] | None = None) -> list[dict] | None:
+    """The predictions of the examples on the command line; an --input file's are written as they are made."""
+    args = parse_args(argv)
+    with output_file(args.output, "--output", {"--input": args.input}) if args.output else nullcontext():
+        if args.output:
+            check_ours(Path(args.output))
+        return predict(args)
+
+
+def predict(args) -> list[dict] | None:
+    # What can fail on the inputs fails before anything is predicted (the tasks once the run says which it has).
+    source = InputFile(Path(args.input), REGISTRY[args.task]) if args.input else None
+    model = MultitaskPredictor.from_run(args.run, args.device, args.batch_size)
+    for task in [args.task] if args.input else examples_given(args):
+        if task not in model.tasks:
+            flag = f"--task {task}" if args.input else f"--{task}"
+            raise UsageError(f"{flag}: {args.run} was trained on {', '.join(model.tasks)}, not {task}")
+    if source:
+        keep_large_blocks_out_of_the_heap()
+        predict_file(model, source, args.output)
+        return None
+    results = [{"task": task, "input": " | ".join(example) if isinstance(example, list) else example,
+                **model.predictions(task, [example])[0]} for task, example in examples_given(args).items()]
+    if args.output:
+        with atomic_file(args.output) as temp, open(temp, "w", newline="", encoding="utf-8") as f:
+            write_rows(f, results, header=True)
+        print(f"{len(results)} predictions in {args.output}", file=sys.stderr)
+    else:
+        print_rows(results)
+    return results
+
+
+def check_ours(output: Path) -> None:
+    """An --output that exists is replaced only if it is a predictions file (its header is predict.py's)."""
+    if not output.is_file() or not output.stat().st_size:
+        return
+    with open(output, "rb") as f:
+        first = f.readline(200)
+    if not first.startswith((b"id\t", b"task\tinput\t")):
+        raise UsageError(f"--output {output}: a file predict.py did not write (its first line is not a header of "
+                         f"predictions); choose another --output, or remove it first")
+
+
+def predict_file(model: MultitaskPredictor, source: InputFile, output: str | None) -> None:
+    """Every example of the file, a chunk at a time, each chunk's predictions written (or printed) before the next
+    chunk is read; progress on a terminal's bar, or a log line a chunk."""
+    started, done = time.time(), 0
+    with (open(output, "wb", buffering=0) if output else nullcontext(sys.stdout)) as out, \
+            tqdm(total=source.count, unit="example", disable=not (output and sys.stderr.isatty())) as bar:
+        for ids, examples in source.chunks(CHUNK):
+            results = [{"id": i, **r} for i, r in zip(ids, model.predictions(source.task.name, examples))]
+            if output:
+                write_chunk(out, results, header=not done, output=output, done=done)
+            else:
+                print_rows(results)
+            done += len(results)
+            bar.update(len(results))
+            if not sys.stderr.isatty():
+                log.info("predicted %s of %s examples (%.0f s)", f"{done:,}", f"{source.count:,}",
+                         time.time() - started)
+    if output:
+        print(f"{done} predictions in {output}", file=sys.stderr)
+
+
+def write_chunk(out, results: list[dict], header: bool, output: str, done: int) -> None:
+    """A chunk's rows, whole or not at all: a disk that fills up cuts the file back to the rows before the chunk
+    (as a kill leaves it, every row whole) and is one line."""
+    text = io.StringIO(newline="")
+    write_rows(text, results, header)
+    data, kept = memoryview(text.getvalue().encode("utf-8")), out.tell()
+    try:
+        while data:
+            data = data[out.write(data):]
+    except OSError as error:
+        if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        os.ftruncate(out.fileno(), kept)
+        raise DiskFullError(f"--output {output}: no space left on the device; it holds the first {done:,} "
+                            f"predictions, every row whole ({free_space(Path(output).parent)} free)") from None
+
+
+def write_rows(file, results: list[dict], header: bool) -> None:
+    writer = csv.DictWriter(file, list(dict.fromkeys(key for result in results for key in result)), delimiter="\t")
+    if header:
+        writer.writeheader()
+    writer.writerows(results)
+
+
+def print_rows(results: list[dict]) -> None:
+    for result in results:
+        print("  ".join(f"{key}: {shown(value)}" for key, value in result.items()))
+
+
+def shown(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    if isinstance(value, list):
+        return "[" + ", ".join(shown(v) for v in value) + "]"
+    return str(value)
+

@@ -1,0 +1,180 @@
+"""The files a command writes outside a run folder (common/run_folder.py owns those): the leaderboard folders of a
+run or an ensemble (--predictions-dir), an ensemble's report (--out), predict.py's --output, analyze.py's --out.
+
+Each of them is
+- held by one command at a time, with the lock a run folder takes (common/locks.py): a second command is refused,
+  naming the first's pid, and a lock left by a command killed with kill -9 is taken over;
+- never one of the command's own inputs, and never inside a run folder or a checkpoint folder (another command's
+  files, which a save or an --overwrite replaces whole);
+- cleaned of the temporary files a killed writer left, by the next writer.
+A leaderboard folder's files (dev and test of every task, and an ensemble's report when it lies there) are written
+as one set (common.files.atomic_files), with written-by.json, moved in last, which names the run or the ensemble
+that wrote them and lists the files: a different writer is refused unless --overwrite is given, and then the old
+set's files go.
+"""
+import hashlib
+import json
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable
+
+from minbert.common import locks
+from minbert.common.errors import UsageError
+from minbert.common.files import (SET_RECORD, atomic_files, check_writable, check_writable_file, make_folders, recover_files,
+                          remove_empty, write_json)
+from minbert.common.run_folder import BEST, LAST, LOCK, METRICS, RUN_CONFIG, RunFolder
+
+LEADERBOARD_FILES = "*-*-output.csv"  # evaluation/predictions.py's names: {task}-{dev,test}-output.csv
+
+
+def _resolved(path: str | Path) -> Path:
+    return Path(path).expanduser().resolve()
+
+
+def check_place(path: str | Path, flag: str, inputs: dict[str, str] | None = None, own_run: Path | None = None) -> None:
+    """Refuse an output that is one of the command's inputs (flag -> path), or lies inside a run folder or a
+    checkpoint folder other than own_run, the command's own run."""
+    target = _resolved(path)
+    for source_flag, source in (inputs or {}).items():
+        if source and target == _resolved(source):
+            raise UsageError(f"{flag} {path}: the file {source_flag} reads; writing it would destroy it before it "
+                             f"is read; choose another {flag}")
+    for folder in (target, *target.parents):
+        if own_run is not None and folder == _resolved(own_run):
+            return
+        kind = _kind(folder)
+        if kind:
+            raise UsageError(f"{flag} {path}: inside {folder}, {kind}, whose files its own commands write and "
+                             f"replace; choose a place outside it")
+
+
+def _kind(folder: Path) -> str:
+    """"a checkpoint folder" (a model's config with its weights or our run config), "a run folder" (our run config
+    with a trainer's files beside it), or "" for any other folder."""
+    if (folder / "config.json").is_file() and any((folder / name).is_file() for name in (
+            RUN_CONFIG, "model.safetensors", "pytorch_model.bin")):
+        return "a checkpoint folder"
+    if (folder / RUN_CONFIG).is_file() and any((folder / name).exists() for name in (
+            METRICS, BEST, LAST, LOCK)) or (folder / RUN_CONFIG).is_file() and RunFolder(folder).encoders() != [folder]:
+        return "a run folder"
+    return ""
+
+
+def _clean_temporaries(folder: Path, names) -> None:
+    """The temporary files a killed writer of these names left (common.files.atomic_file's .NAME.*.tmp)."""
+    for name in names:
+        for temp in folder.glob(f".{name}.*.tmp"):
+            temp.unlink(missing_ok=True)
+
+
+@contextmanager
+def output_file(path: str | Path, flag: str, inputs: dict[str, str] | None = None):
+    """Hold the file `path` for the command's writes: checked (check_place, writable), locked (.NAME.lock beside
+    it), leftover temporaries of a killed writer removed; unlocked when the block ends."""
+    path = Path(path)
+    check_place(path, flag, inputs)
+    check_writable_file(path, flag)
+    made, lock_file = make_folders(path.parent), path.with_name(f".{path.name}.lock")
+    try:
+        locks.lock(lock_file, f"{flag} {path} is being written by another command (pid {{pid}}); wait until it "
+                              f"ends, or choose another {flag}")
+        try:
+            _clean_temporaries(path.parent, [path.name])
+            yield path
+        finally:
+            locks.unlock(lock_file)
+    finally:
+        remove_empty(made)  # a command refused before it wrote takes back the folders it made
+
+
+@contextmanager
+def output_folder(path: str | Path, flag: str):
+    """Hold the folder `path` for the command's files (written as one set: common.files.atomic_files): checked
+    (check_place, writable, not a file), locked (its .lock), what a killed writer left cleaned; unlocked when the
+    block ends."""
+    path = Path(path)
+    if path.is_file():
+        raise UsageError(f"{flag} {path}: a file; give a folder for the files it writes")
+    check_place(path, flag)
+    check_writable(path, flag)
+    made = make_folders(path)
+    try:
+        locks.lock(path / LOCK, f"{flag} {path} is in use by another command (pid {{pid}}); wait until it ends, or "
+                                f"choose another {flag}")
+        try:
+            recover_files(path)
+            yield path
+        finally:
+            locks.unlock(path / LOCK)
+    finally:
+        remove_empty(made)
+
+
+class LeaderboardFolder:
+    """A --predictions-dir: the leaderboard files of one run or one ensemble (`writer`, e.g. "the run in runs/a"),
+    written as one set with a record of who wrote them."""
+
+    def __init__(self, path: str | Path, flag: str, writer: str):
+        self.path, self.flag, self.writer = Path(path), flag, writer
+        self.lock_file = self.path / LOCK
+        self.made = []  # the folders its claim created
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+    def claim(self, overwrite: bool, own_run: Path | None = None) -> "LeaderboardFolder":
+        """Own the folder for the command: checked (check_place, writable), locked, a set a killed writer left
+        half-moved completed and its temporaries removed; refused when it holds another writer's leaderboard files
+        (those of a folder written before records were kept count as another's), unless --overwrite."""
+        check_place(self.path, self.flag, own_run=own_run)
+        check_writable(self.path, self.flag)
+        self.made = make_folders(self.path)  # taken back if the command is refused before it writes anything
+        locks.lock(self.lock_file, f"{self.flag} {self.path} is in use by another command (pid {{pid}}); wait until "
+                                   f"it ends, or choose another {self.flag}")
+        try:
+            recover_files(self.path)
+            _clean_temporaries(self.path, [*self._files(), SET_RECORD])
+            record = self.record()
+            others = record.get("written_by") if record else (
+                f"a command that left no {SET_RECORD}" if self._unrecorded() else None)
+            if others not in (None, self.writer) and not overwrite:
+                raise UsageError(f"{self.flag} {self.path} holds leaderboard files of {others} "
+                                 f"({', '.join(self._files())}); choose another {self.flag}, or replace them with "
+                                 f"--overwrite")
+        except BaseException:
+            self.release()
+            raise
+        return self
+
+    def release(self) -> None:
+        locks.unlock(self.lock_file)
+        remove_empty(self.made)
+
+    def record(self) -> dict | None:
+        """written-by.json: {"written_by": the writer, "files": {name: SHA-256}}; None where there is none."""
+        try:
+            record = json.loads((self.path / SET_RECORD).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return record if isinstance(record, dict) and isinstance(record.get("files"), dict) else None
+
+    def _unrecorded(self) -> list[str]:
+        return sorted(path.name for path in self.path.glob(LEADERBOARD_FILES))
+
+    def _files(self) -> list[str]:
+        """The files of the folder's set: its record's, or (no record) its leaderboard files."""
+        record = self.record()
+        return sorted(record["files"]) if record else self._unrecorded()
+
+    def write(self, files: dict[str, Callable[[Path], None]]) -> list[Path]:
+        """Write the set: name -> a function that writes that file at the path it is given. The old set's files
+        that the new one does not have go; so do other leaderboard files (an --overwrite of another's)."""
+        stale = set(self._files()) | set(self._unrecorded())
+        with atomic_files(self.path) as temp:
+            for name, write in files.items():
+                write(temp / name)
+            write_json(temp / SET_RECORD, {"written_by": self.writer, "files": {
+                name: hashlib.sha256((temp / name).read_bytes()).hexdigest() for name in sorted(files)}})
+        for name in stale - set(files):
+            (self.path / name).unlink(missing_ok=True)
+        return [self.path / name for name in [*files, SET_RECORD]]

@@ -1,0 +1,304 @@
+"""A run's folder (a trainer's --output-dir): the one module that knows its layout, resolves a run to its
+checkpoint, and owns the folder while a command writes there.
+
+    OUTPUT_DIR/
+        best/               the best checkpoint (multitask_classifier.py)
+        last/               the resumable checkpoint: a checkpoint folder plus training_state.pt
+        metrics.jsonl       the metrics log, one JSON object a line
+        run_config.json     every flag, the values chosen for flags left to a default (resolved), what reproduces
+                            the run (provenance: the command, and each --resume's), and, once the command ended,
+                            where the run finished (finished)
+        .lock               while a command runs in it: that command's pid, locked by its process
+
+Every checkpoint folder (best/, last/, pretrain_contrastive.py's output and its model1/, model2/) holds the
+run config it was trained with, in a file of the same name. Where the folder is, is not a flag --resume compares
+(engine/engine.py): a moved or copied run folder resumes where it now is.
+"""
+import json
+import logging
+from contextlib import contextmanager
+from pathlib import Path
+
+from minbert.common import locks
+from minbert.common.errors import CheckpointError, UsageError
+from minbert.common.files import (append_jsonl, atomic_directory, atomic_file, check_writable, make_folders, read_json,
+                          recover_directory, recover_files, remove_empty, remove_entry, without_local_path,
+                          without_local_paths, write_json)
+
+log = logging.getLogger(__name__)
+
+BEST, LAST = "best", "last"
+METRICS = "metrics.jsonl"
+RUN_CONFIG = "run_config.json"
+STATE = "training_state.pt"
+LOCK = ".lock"
+# What a run config holds beside the flags: a run's run config is a --config file too, whose reader skips these.
+RECORD_KEYS = ("resolved", "provenance", "finished")
+
+# ---- a checkpoint folder's run config ----
+
+def config_file(checkpoint: str | Path) -> Path:
+    return Path(checkpoint) / RUN_CONFIG
+
+
+def has_config(checkpoint: str | Path) -> bool:
+    return config_file(checkpoint).is_file()
+
+
+def read_config(checkpoint: str | Path) -> dict:
+    """The run config of a checkpoint or run folder; anything but a JSON object is one line naming the file."""
+    path = config_file(checkpoint)
+    config = read_json(path)
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{path}: not a run's configuration (a JSON {type(config).__name__}, expected an "
+                              f"object of flags)")
+    return config
+
+
+def write_config(checkpoint: str | Path, config: dict) -> None:
+    write_json(config_file(checkpoint), config)
+
+
+def shareable_config(config: dict) -> dict:
+    """A run config as a folder made to be shared holds it (best/, pretrain_contrastive.py's output): every absolute
+    or home path, a flag's value, a data file's name or a path in a command, shortened to its last part. Where the
+    files lay on the machine that trained it means nothing elsewhere, and may say too much. The run folder's own
+    run config and last/'s keep them: --resume reads the run's flags and data files there."""
+    def shorten(value, key=""):
+        if isinstance(value, dict):
+            return {without_local_path(name): shorten(item, name) for name, item in value.items()}
+        if isinstance(value, list):
+            return [shorten(item, key) for item in value]
+        if isinstance(value, str):
+            return without_local_paths(value) if key == "command" else without_local_path(value)
+        return value
+
+    return shorten(config)
+
+
+# ---- a run folder ----
+
+class RunFolder:
+    """A run folder, at `path`: its entries, the run it holds, its claim by a command."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.best, self.last = self.path / BEST, self.path / LAST
+        self.metrics_log = self.path / METRICS
+        self.state_file = self.last / STATE
+        self.config_file = config_file(self.path)
+        self.lock_file = self.path / LOCK
+        self.held = []  # outputs of the run's outside the folder, released with it (hold)
+        self.made = []  # the folders its claim created
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+    # ---- a finished run, as what reads it sees it ----
+
+    def checkpoint(self) -> Path:
+        """The checkpoint a run stands for: a run folder's best/, or the folder itself (a checkpoint folder)."""
+        return self.best if self.best.is_dir() else self.path
+
+    def encoders(self) -> list[Path]:
+        """The checkpoint folders of pretrain_contrastive.py's output: the folder itself, or the subfolders holding
+        a checkpoint and its run config (--method ct writes model1/ and model2/; best/, last/ and the temporary
+        folders of a save are not such)."""
+        inside = sorted(entry for entry in self.path.iterdir() if entry.name not in (BEST, LAST)
+                        and not entry.name.startswith(".") and has_config(entry)
+                        and (entry / "config.json").is_file()) if self.path.is_dir() else []
+        return inside or [self.path]
+
+    def is_run(self) -> bool:
+        """A trainer's run folder with no checkpoint in it to use: a run config, and neither the files of a
+        checkpoint (config.json) nor checkpoint folders of pretrain_contrastive.py inside (best/ aside)."""
+        return has_config(self.path) and not (self.path / "config.json").is_file() and self.encoders() == [self.path]
+
+    def check_is_checkpoint(self, flag: str) -> None:
+        """Refuse, naming what to give instead, a folder that holds checkpoints rather than being one: a run folder
+        (its best/), pretrain_contrastive.py --method ct's output (model1/, model2/), a run with none yet."""
+        if not self.path.is_dir() or (self.path / "config.json").is_file():
+            return
+        inside = [self.best] if (self.best / "config.json").is_file() else self.encoders()
+        if inside != [self.path]:
+            raise UsageError(f"{flag} {self.path}: a folder of checkpoints, not a checkpoint; give "
+                             + " or ".join(f"{flag} {folder}" for folder in inside))
+        if self.is_run():
+            raise CheckpointError(f"{flag} {self.path}: a run with no checkpoint yet (no {BEST}/): it saves one at "
+                                  f"its first evaluation")
+
+    # ---- owning it ----
+
+    def claim(self, owned: tuple[str, ...], resume: bool, overwrite: bool, sources: dict[str, str],
+              again: str = "the same command with --overwrite") -> None:
+        """Own the folder for a command: created if need be and locked for this process (a second command into it
+        is refused, naming the first's pid); a run in it refused unless continued (--resume) or replaced
+        (--overwrite: the entries `owned`, what the command writes, are removed, nothing else; refused when one
+        holds a source the command reads, `sources`: flag -> path); then the newest complete files of saves that
+        died half-way put back. Under torchrun rank 0 alone claims (its machine alone has the folder)."""
+        if resume and overwrite:
+            raise UsageError("--resume continues the run in --output-dir and --overwrite replaces it: give one of them")
+        check_writable(self.path, "--output-dir")
+        self.made = make_folders(self.path)  # taken back if the command is refused before it writes anything
+        self._lock()
+        try:
+            if not resume:
+                self._replace(owned, overwrite, sources, again)
+            recover_files(self.path)
+            for folder in (self.last, self.best):
+                recover_directory(folder)
+        except BaseException:
+            self.release()
+            raise
+
+    def _lock(self) -> None:
+        locks.lock(self.lock_file, f"--output-dir {self.path} is in use by another command (pid {{pid}}); wait "
+                                   f"until it ends, or choose another --output-dir")
+
+    def release(self) -> None:
+        """End this command's claim; the process's last claim unlocks the folder and removes the lock file (the
+        kernel unlocks it too when the process ends, however it ends)."""
+        locks.unlock(self.lock_file)
+        while self.held:
+            self.held.pop().release()
+        remove_empty(self.made)
+
+    def hold(self, output) -> None:
+        """An output of the run's outside its folder (a --predictions-dir, claimed): released with the folder."""
+        self.held.append(output)
+
+    def _replace(self, owned: tuple[str, ...], overwrite: bool, sources: dict[str, str], again: str) -> None:
+        """Refuse to start a run in a folder that holds another (the transformers Trainer's rule: no run is mixed
+        with another, or silently replaced), unless --overwrite replaces what the command owns; a run that stopped
+        before its first checkpoint is named as such, with the command that starts it again."""
+        # Folders without a file in them do not count: a start refused after check_writable leaves such folders;
+        # nor does a run config alone: a start that stopped before its first step (bad data, a loss not finite).
+        held = [entry.name for entry in sorted(self.path.iterdir()) if entry.name != LOCK
+                and (not entry.is_dir() or any(path.is_file() for path in entry.rglob("*")))]
+        if held == [RUN_CONFIG]:
+            held = []
+        if held and not overwrite and self.stopped_unsaved():
+            raise UsageError(f"--output-dir {self.path} holds a run that stopped before it saved a checkpoint to "
+                             f"resume from; start it again: {again}")
+        if held and not overwrite:
+            shown = ", ".join(held[:5]) + (f" and {len(held) - 5} more" if len(held) > 5 else "")
+            raise UsageError(f"--output-dir {self.path} already holds files ({shown}): continue its run with --resume, "
+                             f"start again over it with --overwrite, or choose another --output-dir")
+        replaced = [self.path / name for name in owned if (self.path / name).exists()]
+        for entry in replaced:
+            for flag, source in sources.items():
+                if source and _inside(Path(source), entry):
+                    raise UsageError(f"--overwrite would remove {entry}, which {flag} {source} reads; copy it out of "
+                                     f"{self.path} first, or choose another --output-dir")
+        for entry in replaced:
+            remove_entry(entry)
+        if replaced:
+            log.info("--overwrite: removed %s from %s", ", ".join(entry.name for entry in replaced), self.path)
+
+    def check_outside_checkpoints(self, path: str | Path, flag: str) -> None:
+        """Refuse an output folder inside best/ or last/, which each save replaces whole (its files would go)."""
+        for folder in (self.best, self.last):
+            if path and _inside(Path(path), folder):
+                raise UsageError(f"{flag} {path}: inside {folder}, which each save of the run replaces whole; "
+                                 f"choose a folder outside {self.best} and {self.last}")
+
+    # ---- what a run writes ----
+
+    @contextmanager
+    def save_checkpoint(self, best: bool, run_config: dict, expected: int = 0):
+        """best/ or last/: yields a temporary folder for the checkpoint's files; with the run config beside them it
+        takes the place of the old checkpoint in one swap (a save that dies half-way leaves the old one). best/ is
+        made to be shared: its run config names no local path (shareable_config)."""
+        with atomic_directory(self.best if best else self.last, expected=expected) as temp:
+            yield temp
+            write_config(temp, shareable_config(run_config) if best else run_config)
+
+    def remove_resumable(self) -> None:
+        """A finished command that keeps no resumable checkpoint (pretrain_contrastive.py) removes last/."""
+        remove_entry(self.last)
+
+    def write_config(self, config: dict) -> None:
+        write_config(self.path, config)
+
+    def saved_config(self) -> dict:
+        """The run config of the resumable checkpoint: the flags the interrupted run was trained with."""
+        return read_config(self.last)
+
+    def finished(self) -> dict | None:
+        """Where the run's command ended ({"step", "stopped_early"}), or None when it did not (or never began)."""
+        return read_config(self.path).get("finished") if has_config(self.path) else None
+
+    def stopped_unsaved(self) -> bool:
+        """Whether the folder holds a run that stopped (killed, or failed) before it saved last/: nothing to resume."""
+        return has_config(self.path) and not self.finished() and not self.state_file.exists()
+
+    def latest_command(self) -> dict:
+        """The provenance of the last command that ran the run (its start's, or its latest --resume's); {} if none."""
+        if not has_config(self.path):
+            return {}
+        start = read_config(self.path).get("provenance", {})
+        return [start, *start.get("resumed", [])][-1]
+
+    def mark_finished(self, run_config: dict, step: int, stopped_early: bool) -> None:
+        """The command ended: --resume has nothing left to do."""
+        write_config(self.path, {**run_config, "finished": {"step": step, "stopped_early": stopped_early}})
+
+    def append_record(self, record: dict) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        append_jsonl(self.metrics_log, record)
+
+    def records(self) -> list[tuple[bytes, dict]]:
+        """The lines of metrics.jsonl and what each holds, but for a last line a kill or a full disk cut short (no
+        newline at its end). A line the run did not write (not UTF-8 text, or not a JSON object with its step: a
+        user's note) is refused, naming its lines, and never removed: --resume rewrites the log (keep_records_until),
+        and the log is the run's record, which analyze.py reads back."""
+        if not self.metrics_log.exists():
+            return []
+        lines = self.metrics_log.read_bytes().split(b"\n")
+        lines = lines[:-1]  # after the last newline: nothing, or a line cut short
+        records, foreign = [], []
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                text = line.decode("utf-8")
+            except UnicodeDecodeError:
+                raise CheckpointError(f"{self.metrics_log}: line {number}: not UTF-8 text, so not a line of ours; "
+                                      f"remove it to resume") from None
+            try:
+                record = json.loads(text)
+            except json.JSONDecodeError:
+                record = None
+            if isinstance(record, dict) and isinstance(record.get("step"), int):
+                records.append((line, record))
+            else:
+                foreign.append(number)
+        if foreign:
+            shown = ", ".join(map(str, foreign[:10])) + (f" and {len(foreign) - 10} more" if len(foreign) > 10 else "")
+            raise CheckpointError(f"{self.metrics_log}: line{'s' if len(foreign) > 1 else ''} {shown}: not the run's "
+                                  f"(each of its lines is a JSON object with its step); move them out of the file "
+                                  f"to resume")
+        return records
+
+    def keep_records_until(self, step: int, stage: str = "") -> None:
+        """--resume at `step` of `stage` (a multi-stage run's; "" for one stage): a run killed after a log line but
+        before its checkpoint repeats those steps; their lines go, and every line after them, and so does a last line
+        the kill cut short. The lines of the stages before stay."""
+        if not self.metrics_log.exists():
+            return
+        kept, in_stage = [], False
+        for line, record in self.records():
+            line_stage = record.get("stage", "")
+            in_stage = in_stage or line_stage == stage
+            if (line_stage == stage and record["step"] > step) or (in_stage and line_stage != stage):
+                break  # the first line after the checkpoint
+            kept.append(line)
+        if self.metrics_log.read_bytes() != b"".join(line + b"\n" for line in kept):
+            with atomic_file(self.metrics_log) as temp:
+                temp.write_bytes(b"".join(line + b"\n" for line in kept))
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    """Whether `path` is `folder` or lies inside it, wherever either points (symbolic links, ., ..)."""
+    path, folder = path.expanduser().resolve(), folder.expanduser().resolve()
+    return path == folder or folder in path.parents

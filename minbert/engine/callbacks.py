@@ -1,0 +1,153 @@
+"""What the training loop (engine/engine.py) tells the code around it, and what that code may ask of it: the
+loop's state (EngineState), its events (Callback) and the requests a callback makes (Control), named as in the
+transformers Trainer (TrainerState, TrainerCallback, TrainerControl).
+
+    class StopBelow(Callback):
+        def on_evaluate(self, state, control, metrics, score):
+            control.should_stop = score < 0.3       # the run ends as --patience ends it
+
+    multitask_classifier.main([...], callbacks=[StopBelow()])
+
+The events, in order: on_train_begin; then each step on_step_end, on_log for a line of the metrics log (the train
+lines, each evaluation's and the finish line), on_evaluate after an evaluation, on_save after a checkpoint folder is
+saved; on_train_end once the last step is done (before the run's finish: its test predictions). A multi-stage run
+(ConSERT's stages) has them once a stage. Under torchrun the callbacks run on rank 0 only, and the control rank 0's
+callbacks set is what every process does.
+
+The callbacks that ship with the project are here too: the progress bar, best/ when the score improves, early
+stopping (--patience) and the timed save of last/ (--save-every-minutes); the loggers (--report-to) are in
+engine/reporting.py.
+"""
+import dataclasses
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from minbert.common.progress import Progress, on_terminal
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class EngineState:
+    """The loop's state, saved with last/ and restored by --resume as one (to_dict / from_dict)."""
+    step: int = 0  # optimizer steps done
+    total_steps: int = 0
+    epoch: int = 0  # 1-based epoch of the last step
+    stage: str = ""  # a multi-stage run's stage name ("" for one stage)
+    best: float = -math.inf  # best score so far (run.score of the dev metrics)
+    best_step: int = 0
+    since_best: int = 0  # evaluations since best
+    stopped_early: bool = False
+    last_record: dict = field(default_factory=dict)  # the last "eval" line
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, saved: dict) -> "EngineState":
+        """A saved state; a field it lacks (a state saved before the field existed) takes its default."""
+        return cls(**{f.name: saved[f.name] for f in dataclasses.fields(cls) if f.name in saved})
+
+
+@dataclass
+class Control:
+    """What a callback may ask of the loop; the engine resets it once it has acted."""
+    should_evaluate: bool = False
+    should_save: bool = False  # last/, the resumable checkpoint
+    should_stop: bool = False  # the run ends as early stopping ends it: best/ kept, the run's finish runs
+
+
+class Callback:
+    """Every method optional (see the module's docstring for when each is called)."""
+
+    def on_train_begin(self, state: EngineState, control: Control) -> None:
+        pass
+
+    def on_step_end(self, state: EngineState, control: Control, losses: dict[str, float]) -> None:
+        pass
+
+    def on_log(self, state: EngineState, control: Control, record: dict) -> None:
+        pass
+
+    def on_evaluate(self, state: EngineState, control: Control, metrics: dict[str, float], score: float) -> None:
+        pass
+
+    def on_save(self, state: EngineState, control: Control, folder: Path, best: bool) -> None:
+        pass
+
+    def on_train_end(self, state: EngineState, control: Control) -> None:
+        pass
+
+
+class ProgressBar(Callback):
+    """A progress bar on a terminal; off one a line every 30 s (common/progress.py) and one per train line."""
+
+    def __init__(self, desc: str):
+        self.desc = desc
+
+    def on_train_begin(self, state, control):
+        self.bar = Progress(state.total_steps, self.desc, unit="step", initial=state.step, leave=True)
+
+    def on_step_end(self, state, control, losses):
+        self.bar.update()
+
+    def on_log(self, state, control, record):
+        if record["event"] != "train":
+            return
+        self.bar.set_postfix({name: f"{value:.3f}" for name, value in record["loss"].items()})
+        if not on_terminal():  # no progress bar: a log line instead
+            log.info("step %d/%d  %s  lr %.3g", state.step, state.total_steps,
+                     "  ".join(f"{k} {v:.4f}" for k, v in record["loss"].items()), record["lr"])
+
+    def on_train_end(self, state, control):
+        self.bar.close()
+
+
+class BestCheckpoint(Callback):
+    """best/: saved (by save_best) whenever an evaluation's score beats every earlier one."""
+
+    def __init__(self, save_best: Callable[[], Path], score_name: str):
+        self.save_best, self.score_name = save_best, score_name
+
+    def on_evaluate(self, state, control, metrics, score):
+        state.since_best += 1
+        if score > state.best:
+            state.best, state.best_step, state.since_best = score, state.step, 0
+            folder = self.save_best()
+            log.info("new best: %s %.4f at step %d, saved to %s", self.score_name, score, state.step, folder)
+
+
+class EarlyStopping(Callback):
+    """--patience: stop after that many evaluations in a row without a better score."""
+
+    def __init__(self, patience: int, score_name: str):
+        self.patience, self.score_name = patience, score_name
+
+    def on_evaluate(self, state, control, metrics, score):
+        if self.patience and state.since_best >= self.patience:
+            control.should_stop = True
+            log.warning("early stop at step %d: no better %s in %d evaluations (best %.4f at step %d)", state.step,
+                        self.score_name, self.patience, state.best, state.best_step)
+
+
+class TimedSave(Callback):
+    """--save-every-minutes: asks for a save of last/ once that many minutes have passed since the last one (or the
+    start), so that a run killed in its first minutes can still --resume."""
+
+    def __init__(self, minutes: float):
+        self.seconds = 60 * minutes
+
+    def on_train_begin(self, state, control):
+        self.last = time.monotonic()
+
+    def on_step_end(self, state, control, losses):
+        if self.seconds and time.monotonic() - self.last >= self.seconds:
+            control.should_save = True
+
+    def on_save(self, state, control, folder, best):
+        if not best:
+            self.last = time.monotonic()

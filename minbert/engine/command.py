@@ -1,0 +1,124 @@
+"""A command's hold on its run: the device and the flags it trains with, --output-dir claimed (rank 0 locks it;
+half-written saves recovered), --resume (the run's own flags and training state, engine/resume.py), the run
+config with what reproduces the run, the loggers of --report-to, and, when the command ends normally, the record
+that its run finished. The training loop (engine/engine.py) is built on it."""
+import logging
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from minbert.common import distributed
+from minbert.common.cli import resolve_device
+from minbert.common.provenance import provenance
+from minbert.common.run_folder import RunFolder
+from minbert.common.seeding import seed_everything
+from minbert.models.bert import resolve_attention
+from minbert.models.compile import check_can_compile, compile_encoder
+from minbert.engine.callbacks import Callback, Control, EngineState
+from minbert.engine.config import TrainingConfig
+from minbert.engine.precision import Precision
+from minbert.engine.reporting import reporters
+from minbert.engine.resume import Resumption, find_resumption, flags_after_restart, start_again, with_values
+
+
+class Command:
+    """Used as a context: a command's work inside `with Engine(config) as engine:` owns --output-dir until it ends
+    (rank 0 locks it), and a command that ends normally records that its run finished."""
+
+    def __init__(self, config: TrainingConfig, callbacks: Sequence[Callback] = ()):
+        """Set-up, before any model or data: the device, --output-dir claimed (half-written saves recovered),
+        folders checked, seeds, and with --resume the interrupted run's flags and training state (self.config:
+        the flags the run trains with). callbacks: the user's (engine/callbacks.py), after the project's own."""
+        if config.quiet:  # before joining torchrun's group, which quiets its other processes further
+            logging.getLogger().setLevel(logging.WARNING)
+        self.device = distributed.setup(resolve_device(config.device), config.dist_timeout)
+        self.folder = RunFolder(config.output_dir)
+        self.is_main = distributed.is_main()
+        self._use_flags(config)
+        self.state, self.control = EngineState(), Control()
+        self.user_callbacks, self.callbacks, self.reporters = list(callbacks), [], []
+        if distributed.restarts() and not config.resume:  # torchrun --max-restarts
+            changes = distributed.on_main(lambda: flags_after_restart(self.folder))
+            if changes:
+                self._use_flags(with_values(config, **changes))
+        distributed.on_main(self._claim)  # torchrun: rank 0's machine alone has the folder
+        try:
+            self.started = time.time()
+            # --resume: rank 0 alone reads last/; the others get its flags and training state by broadcast, and
+            # its weights from the run (engine.ddp.start_replicas).
+            self.resumed = Resumption()
+            if self.config.resume:
+                self.resumed = distributed.on_main(lambda: find_resumption(self.folder, self.config))
+            if self.resumed.flags:
+                self._use_flags(with_values(self.config, **self.resumed.flags))
+            self.finished = self.resumed.finished
+            if self.finished and self.is_main:
+                stopped = " (stopped early by --patience)" if self.finished["stopped_early"] else ""
+                print(f"--resume: the run in {self.folder} finished at step {self.finished['step']}{stopped}; "
+                      f"nothing to resume")
+            self.run_config = self.config.to_dict()
+            if self.is_main:
+                self.reporters = reporters(self.config.report_to, self.config.tensorboard, self.folder)
+        except BaseException:
+            self.__exit__(*sys.exc_info())
+            raise
+
+    def _use_flags(self, config: TrainingConfig) -> None:
+        """The flags the run trains with: its precision, attention and compilation checked on this device, its seed."""
+        self.config = config
+        self.precision = Precision(config.precision, self.device)
+        resolve_attention(config.attention, self.device)  # FlagError: unpadded attention this device lacks
+        if config.compile:
+            check_can_compile(self.device)
+        seed_everything(config.seed)
+
+    def __enter__(self) -> "Command":
+        return self
+
+    def __exit__(self, kind, error, trace) -> None:
+        """The command's end: its run finished, unless it failed; the folder released (rank 0)."""
+        if not self.is_main:
+            return
+        for reporter in self.reporters:
+            reporter.close(failed=kind is not None)
+        if kind is None and not self.finished:
+            self.folder.mark_finished(self.run_config, self.state.step, self.state.stopped_early)
+        self.folder.release()
+
+    def _claim(self) -> None:
+        """--output-dir claimed (locked; a run in it refused, or replaced with --overwrite unless that would remove
+        what the run reads), saves that died half-way recovered. Rank 0 only (torchrun)."""
+        config = self.config
+        self.folder.claim(config.OUTPUTS, config.resume, config.overwrite, config.as_flags(config.SOURCES),
+                          start_again(config))
+        try:
+            for flag, path in config.as_flags(config.OUTPUT_FOLDERS).items():  # their files would go at a save
+                self.folder.check_outside_checkpoints(path, flag)
+        except BaseException:
+            self.folder.release()
+            raise
+
+    def describe_run(self, data_files: list[Path], **resolved) -> None:
+        """OUTPUT_DIR's run config: every flag, the values chosen for flags left to a default (resolved), and what
+        reproduces the run: the command, the git commit, library versions, a hash of each data file; a resumed run
+        keeps what its start recorded and adds each --resume's."""
+        record, job = provenance(self.config.command.text, data_files), distributed.job()
+        if job:  # what a restarted attempt of the job recognises (torchrun --max-restarts)
+            record["torchrun_job"] = job
+        if self.resumed.provenance:
+            record = {**self.resumed.provenance, "resumed": [*self.resumed.provenance.get("resumed", []), record]}
+        self.run_config = {**self.config.to_dict(), "resolved": resolved, "provenance": record}
+        if self.is_main:
+            self.folder.write_config(self.run_config)
+        # A flag left to a default chosen later shows that value, not None.
+        flags = self.config.to_dict() | {name: next(iter(value.values())) if isinstance(value, dict) and
+                                         len(value) == 1 else value for name, value in resolved.items()}
+        for reporter in self.reporters:
+            reporter.log_config(flags)
+
+    def prepare_encoder(self, encoder) -> None:
+        """--attention and --compile on an encoder already on the device (compiled in place: names unchanged)."""
+        encoder.attention = self.config.attention
+        if self.config.compile:
+            compile_encoder(encoder)

@@ -1,0 +1,133 @@
+"""Continuing a run: --resume (the run's own flags, checked against the command's, and its training state) and a
+torchrun attempt after a restart (--max-restarts), which continues its job's run by itself."""
+import dataclasses
+from dataclasses import dataclass, field
+import logging
+import shlex
+from pathlib import Path
+
+import torch
+
+from minbert.common import distributed
+from minbert.common.cli import flag_fields, with_new_names
+from minbert.common.errors import CheckpointError
+from minbert.common.files import load_or_fail
+from minbert.common.provenance import check_data_unchanged
+from minbert.common.run_folder import RUN_CONFIG, RunFolder
+from minbert.engine.config import TrainingConfig
+
+log = logging.getLogger(__name__)
+
+
+def check_resumable(folder: RunFolder, config: TrainingConfig) -> tuple[Path, dict, dict]:
+    """The interrupted run's last/ folder, the flags it was trained with that the command leaves out (the command's
+    own flags must not change the run: one that does is refused, naming it), and the provenance it recorded."""
+    if folder.stopped_unsaved():
+        raise CheckpointError(f"--resume: the run in {folder} stopped before it saved a checkpoint to resume from; "
+                              f"start it again: {start_again(config)}")
+    if not folder.state_file.exists():
+        raise CheckpointError(f"--resume: no interrupted run in {folder} (no "
+                              f"{folder.state_file.relative_to(folder.path)})")
+    folder.records()  # before anything is written: a line of metrics.jsonl that is not the run's is refused
+    # A flag added since the run started is absent from its run config: it ran with the default.
+    defaults = {f.name: f.default for f in flag_fields(config)}
+    saved = defaults | with_new_names(type(config), folder.saved_config())  # renamed flags: new names
+    check_data_unchanged(saved.get("provenance", {}), config.allow_changed_data)
+    # Flags built from a config object, not a command line (a library caller): all of them given.
+    given = set(defaults) if config.command.given is None else config.command.given
+    taken = {name: saved[name] for name in defaults if name not in given and name not in config.COMMAND_FIELDS}
+
+    def same(name, value):  # runs/x, ./runs/x and /home/me/runs/x are one folder
+        if name in config.SOURCES and value and saved.get(name):
+            return Path(saved[name]).expanduser().resolve() == Path(value).expanduser().resolve()
+        return saved.get(name) == value
+
+    changed = [f"--{name.replace('_', '-')} {value} (the run's: {saved.get(name)})"
+               for name, value in config.to_dict().items()
+               if name not in taken and name not in config.RUNTIME_FIELDS and not same(name, value)]
+    if changed:
+        raise CheckpointError(f"--resume: {'; '.join(changed)}: the run continues with its own flags (from "
+                              f"{folder.last / RUN_CONFIG}); leave these out, or start a new --output-dir")
+    return folder.last, taken, saved.get("provenance", {})
+
+
+def start_again(config: TrainingConfig) -> str:
+    """The command that starts the run in --output-dir over: the command as given, with --overwrite, not --resume."""
+    if not config.command.text:  # a config built in Python
+        return "the same command with --overwrite"
+    return shlex.join([word for word in shlex.split(config.command.text) if word not in ("--resume", "--overwrite")]
+                      + ["--overwrite"])
+
+
+def flags_after_restart(folder: RunFolder) -> dict:
+    """torchrun --max-restarts, in a restarted attempt (rank 0): the run its job's last attempt began in the folder
+    goes on from its last checkpoint (resume), or starts again where it saved none (overwrite); a run of another
+    command is left alone (the command then runs as given, and is refused as any command would be)."""
+    if folder.latest_command().get("torchrun_job") != distributed.job():
+        return {}
+    if folder.state_file.exists():
+        log.warning("torchrun restart %d: resuming the run in %s from its last checkpoint", distributed.restarts(),
+                    folder)
+        return {"resume": True}
+    log.warning("torchrun restart %d: the run in %s saved no checkpoint before its processes stopped; starting it "
+                "again", distributed.restarts(), folder)
+    return {"overwrite": True}
+
+
+def with_values(config: TrainingConfig, **values) -> TrainingConfig:
+    """The config with some flags changed (checked again); its command line stays."""
+    try:
+        changed = dataclasses.replace(config, **values)
+    except ValueError as error:  # a run config edited by hand
+        raise CheckpointError(f"--resume: the run's flags are refused: {error}") from None
+    return changed
+
+
+# What the engine's save_last writes into training_state.pt, each of which its restore reads.
+STATE_ENTRIES = ("engine", "optimizer", "scheduler", "scaler", "rng", "losses", "run")
+
+
+def load_training_state(folder: RunFolder) -> dict:
+    """last/training_state.pt, once it is seen to be whole and this run's: its last evaluation (last_record) is a
+    line of the run's metrics.jsonl, which a state taken from another run's last/ does not have."""
+    # Tensors, numbers, strings and containers only: weights_only refuses anything executable.
+    state = load_or_fail(folder.state_file, lambda file: torch.load(file, map_location="cpu", weights_only=True),
+                         "the training state")
+    missing = [name for name in STATE_ENTRIES if name not in state] if isinstance(state, dict) else ["every"]
+    if missing == ["engine"] and "step" in state:  # saved before the loop's state was one object: at the top level
+        missing = []
+    if missing:
+        raise CheckpointError(f"{folder.state_file}: not a whole training state (no {', '.join(missing)} entry); put "
+                              f"back the run's own last/, or start the run again with --overwrite")
+    engine = state.get("engine", state)
+    evaluation = engine.get("last_record") if isinstance(engine, dict) else None
+    if evaluation and folder.metrics_log.exists() and not any(  # a multi-stage run's lines name their stage too
+            all(record.get(key) == value for key, value in evaluation.items()) for _, record in folder.records()):
+        raise CheckpointError(f"{folder.state_file}: another run's training state (its last evaluation, at step "
+                              f"{evaluation.get('step')}, is not in {folder.metrics_log}); put back the run's own "
+                              f"last/, or start the run again with --overwrite")
+    return state
+
+
+@dataclass
+class Resumption:
+    """What --resume continues from: the interrupted run's last/ (weights), the training state its next fit
+    restores (state), the run's own flags that the command leaves out (flags) and the provenance it recorded. A
+    run whose command ended (finished: where) has nothing left to do, once its flags and data are checked where it
+    kept last/."""
+    weights: Path | None = None
+    state: dict | None = None
+    flags: dict = field(default_factory=dict)
+    provenance: dict = field(default_factory=dict)
+    finished: dict | None = None
+
+
+def find_resumption(folder: RunFolder, config: TrainingConfig) -> Resumption:
+    """--resume in `folder` (rank 0 alone reads it; torchrun's other processes get the answer by broadcast)."""
+    finished = folder.finished()
+    if finished and not folder.state_file.exists():
+        return Resumption(finished=finished)
+    weights, flags, provenance = check_resumable(folder, config)
+    if finished:
+        return Resumption(flags=flags, provenance=provenance, finished=finished)
+    return Resumption(weights, load_training_state(folder), flags, provenance)

@@ -1,0 +1,97 @@
+"""Sentence embeddings from the encoder's output: the last layer's (embed_sentences) or every layer's."""
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+
+from minbert.common.progress import Progress
+from minbert.models.bert import BertModel, BertOutput
+from minbert.models.tokenizer import Tokenizer, collate
+
+POOLINGS = ("cls", "mean", "pooler")  # what the fine-tuning heads and contrastive pretraining use
+TOKEN_POOLINGS = ("cls", "mean", "max")  # defined on any layer's token vectors (the pooler only on the last)
+
+
+def pool(output: BertOutput, attention_mask: torch.Tensor, pooling: str) -> torch.Tensor:
+    """[batch, hidden] sentence embeddings: the [CLS] vector, the mean or max over real tokens, or the pooler output."""
+    if pooling == "pooler":
+        return output.pooler_output
+    return pool_tokens(output.last_hidden_state, attention_mask, pooling)
+
+
+def pool_tokens(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> torch.Tensor:
+    """[batch, hidden] from one layer's token vectors [batch, tokens, hidden]."""
+    if pooling == "cls":
+        return hidden[:, 0]
+    if pooling == "mean":
+        return masked_mean(hidden, attention_mask)
+    if pooling == "max":
+        return masked_max(hidden, attention_mask)
+    raise ValueError(f"pooling {pooling!r} is not one of {(*POOLINGS, 'max')}")
+
+
+def masked_mean(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+    return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1)
+
+
+def masked_max(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """Each feature's maximum over the real tokens; padding never wins."""
+    padding = ~attention_mask.bool().unsqueeze(-1)
+    return hidden.masked_fill(padding, torch.finfo(hidden.dtype).min).max(1).values
+
+
+@contextmanager
+def _eval_mode(encoder: BertModel):
+    was_training = encoder.training
+    encoder.eval()
+    try:
+        yield
+    finally:
+        encoder.train(was_training)
+
+
+def _length_sorted_batches(encoder: BertModel, tokenizer: Tokenizer, sentences: list[str], batch_size: int,
+                           max_length: int) -> Iterator[tuple[list[int], dict[str, torch.Tensor]]]:
+    """(rows, padded batch on the encoder's device); the caller puts each batch's results back at `rows`."""
+    device = next(encoder.parameters()).device
+    encoded = tokenizer.encode(sentences, max_length=max_length)
+    # Sorting by length keeps padding small.
+    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i].input_ids))
+    for start in range(0, len(order), batch_size):
+        rows = order[start:start + batch_size]
+        yield rows, {k: v.to(device) for k, v in collate([encoded[i] for i in rows], tokenizer.pad_id).items()}
+
+
+@torch.no_grad()
+def embed_sentences(encoder: BertModel, tokenizer: Tokenizer, sentences: list[str], pooling: str = "mean",
+                    batch_size: int = 64, max_length: int = 128, progress: str = "") -> torch.Tensor:
+    """[len(sentences), hidden] embeddings, computed in eval mode in batches of similar length; progress: what
+    to call the work in a progress bar (common/progress.py; "" for none)."""
+    result = torch.empty(len(sentences), encoder.config.hidden_size)
+    with _eval_mode(encoder), Progress(len(sentences) if progress else 0, progress, "sentence",
+                                       shown=bool(progress)) as bar:
+        for rows, batch in _length_sorted_batches(encoder, tokenizer, sentences, batch_size, max_length):
+            result[rows] = pool(encoder(**batch), batch["attention_mask"], pooling).float().cpu()
+            bar.update(len(rows))
+    return result
+
+
+@torch.no_grad()
+def embed_sentences_every_layer(encoder: BertModel, tokenizer: Tokenizer, sentences: list[str],
+                                poolings: tuple[str, ...] = TOKEN_POOLINGS, batch_size: int = 64,
+                                max_length: int = 128) -> dict[str, torch.Tensor]:
+    """pooling -> [layers + 1, len(sentences), hidden]: every layer's sentence embeddings, 0 = the embedding
+    layer's output, from one encoder pass per batch."""
+    for pooling in poolings:
+        if pooling not in TOKEN_POOLINGS:
+            raise ValueError(f"pooling {pooling!r} is not one of {TOKEN_POOLINGS} (the pooler has no per-layer form)")
+    shape = (encoder.config.num_hidden_layers + 1, len(sentences), encoder.config.hidden_size)
+    result = {pooling: torch.empty(shape) for pooling in poolings}
+    with _eval_mode(encoder):
+        for rows, batch in _length_sorted_batches(encoder, tokenizer, sentences, batch_size, max_length):
+            layers = encoder(**batch, output_hidden_states=True).hidden_states
+            for pooling in poolings:
+                pooled = [pool_tokens(hidden, batch["attention_mask"], pooling) for hidden in layers]
+                result[pooling][:, rows] = torch.stack(pooled).float().cpu()
+    return result

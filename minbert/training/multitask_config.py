@@ -1,0 +1,121 @@
+"""The flags of multi-task fine-tuning (multitask_classifier.py), which are also its saved run config: the
+model's (model.ModelConfig), SMART's (training/smart.py), evaluation's (here, with what --metric-for-best means)
+and every trainer's (engine/config.py), and those of the schedule, the data and the outputs, checked together
+before any data is read."""
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from minbert.common.cli import AT_LEAST_0, AT_LEAST_1, POSITIVE, Range, flag, parse_task_order, task_weights_text
+from minbert.common.files import DEFAULT_DATA, in_repository
+from minbert.common.run_folder import BEST
+from minbert.model import ModelConfig
+from minbert.tasks import COURSE_TASKS, RECIPE_TASK_WEIGHTS, REGISTRY, TASK_NAMES, selection_score, trained_task_weights
+from minbert.engine.config import TrainingConfig
+from minbert.training.gradient_surgery import METHODS as SURGERY_METHODS
+from minbert.training.schedules import SCHEDULES, check_plan
+from minbert.training.smart import SmartConfig
+
+log = logging.getLogger(__name__)
+# What --metric-for-best may name: the selection score (overall), the plain mean, or one task's metric.
+BEST_METRICS = ("overall", "mean") + TASK_NAMES
+TASK_METRICS_HELP = ", ".join(f"{name} ({task.metric_name})" for name, task in REGISTRY.items())
+
+
+@dataclass
+class EvaluationConfig:
+    """The flags of a run scored on dev data as it trains (the engine asks the run: MultitaskRun passes them on)."""
+    eval_every: int = flag(0, "also evaluate (and save) every N steps (0 = after each epoch only)", range=AT_LEAST_0)
+    metric_for_best: str = flag("overall", "the dev metric that picks best/: overall, the mean of the trained tasks' "
+                                           "scores on [0, 1] (with sst, para and sts the course's overall score); "
+                                           f"mean, the plain mean of sst, para and sts; or one task's metric: {TASK_METRICS_HELP}",
+                                choices=BEST_METRICS)
+    patience: int = flag(0, "stop after this many evaluations in a row without a better --metric-for-best "
+                            "(0 = never stop early)", range=AT_LEAST_0)
+
+
+def best_metric(metrics: dict[str, float], name: str) -> float:
+    """The value of --metric-for-best NAME in an evaluation's metrics (higher is better)."""
+    return selection_score(metrics) if name == "overall" else metrics[name]
+
+
+def describe_best_metric(name: str, tasks: Sequence[str]) -> str:
+    """What --metric-for-best NAME is, for the summary: "overall" is the course's only with its three tasks."""
+    if name == "overall":
+        return ("overall (the course's overall score)" if set(tasks) == set(COURSE_TASKS)
+                else f"overall (the mean of {', '.join(tasks)} scores on [0, 1])")
+    return "mean (of sst, para and sts)" if name == "mean" else f"{name} ({REGISTRY[name].metric_name})"
+
+
+def check_best_metric(name: str, tasks: Sequence[str]) -> None:
+    """ValueError unless the trained tasks give --metric-for-best NAME."""
+    needed = COURSE_TASKS if name == "mean" else () if name == "overall" else (name,)
+    missing = [task for task in needed if task not in tasks]
+    if missing:
+        raise ValueError(f"--metric-for-best {name}: needs {', '.join(missing)} in --tasks ({','.join(tasks)})")
+
+
+@dataclass
+class MultitaskConfig(ModelConfig, SmartConfig, EvaluationConfig, TrainingConfig):
+    init: str = flag("", "a checkpoint of ours to start from (e.g. from pretrain_contrastive.py); "
+                           "overrides --model; its heads are loaded too when it has matching ones")
+    option: str = flag("finetune", "finetune: train encoder and heads; pretrain: heads on a frozen encoder",
+                         choices=("finetune", "pretrain"))
+    schedule: str = flag("mtdnn", "which task's batch each step takes: " + "; ".join(
+        f"{name}, {about}" for name, about in SCHEDULES.items()) + " (pcgrad: the old spelling of --schedule avg "
+                                   "--combine pcgrad)", choices=(*SCHEDULES, "pcgrad"))
+    combine: str = flag("mean", "how the task gradients of a step of --schedule avg combine: mean, the gradient of "
+                                "the tasks' mean loss; pcgrad, gradient surgery projecting conflicting task gradients "
+                                "(PCGrad, Yu et al.); upgrad, torchjd's UPGrad (pip install "
+                                "\"torchjd[quadprog-projector]\")", choices=("mean", *SURGERY_METHODS))
+    task_order: str = flag("", "task order of the rr-batch, rr-epoch and sequential schedules "
+                                 "(empty: the order of --tasks)")
+    task_weights: str = flag("auto", "mtdnn sampling weights, e.g. para=2 (tasks left out weigh 1); auto: the "
+                                     f"recipe's {task_weights_text(RECIPE_TASK_WEIGHTS)} under mtdnn, else none")
+    lr: float = flag(5e-5, "peak learning rate of the encoder", range=POSITIVE)
+    loss_weights: str = flag("", "task loss multipliers, e.g. sst=2 (tasks left out weigh 1)")
+    layer_lr_decay: float = flag(1.0, "layer-wise LR decay: each encoder layer below the top one, and the "
+                                      "embeddings below them, get this factor times the LR above (1 = off)",
+                                 range=Range(0, 1, low_open=True))
+    head_lr: float = flag(1e-3, "peak learning rate of the heads (new, randomly initialised layers)", range=POSITIVE)
+    max_train_examples: int = flag(0, "use a random sample of at most this many training examples per task (0 = all)",
+                                   range=AT_LEAST_0)
+    max_eval_examples: int = flag(0, "use a random sample of at most this many dev/test examples per task (0 = all)",
+                                  range=AT_LEAST_0)
+    eval_batch_size: int = flag(128, "batch size for evaluation", range=AT_LEAST_1)
+    max_tokens: int = flag(0, "batches by token budget: each training batch up to N real tokens (per task, per "
+                              "process; length-grouped), evaluation batches up to N * --eval-batch-size / "
+                              "--batch-size, in order of length (0 = off: --batch-size rows)", range=AT_LEAST_0)
+    data_dir: str = flag(str(DEFAULT_DATA), "folder with the course's data files")
+    predictions_dir: str = flag(in_repository("predictions"), "leaderboard CSVs of the best checkpoint go here")
+    predict_test: bool = flag(True, "end with the best checkpoint's test predictions (--no-predict-test: only its "
+                                    "dev ones, as search.py's trials do: a run scored on dev needs no test pass)")
+
+    RUNTIME_FIELDS = TrainingConfig.RUNTIME_FIELDS + ("predictions_dir", "eval_batch_size", "predict_test")
+    OUTPUTS = TrainingConfig.OUTPUTS + (BEST,)
+    SOURCES = TrainingConfig.SOURCES + ("init", "data_dir")
+    OUTPUT_FOLDERS = TrainingConfig.OUTPUT_FOLDERS + ("predictions_dir",)
+
+    def __post_init__(self):
+        super().__post_init__()  # ModelConfig's (the tasks, the head flags), then TrainingConfig's (every range)
+        if self.schedule == "pcgrad":  # PCGrad was a schedule before it was a way to combine gradients
+            log.warning("--schedule pcgrad: now --schedule avg --combine pcgrad (avg's steps, PCGrad's gradients)")
+            self.schedule, self.combine = "avg", "pcgrad" if self.combine == "mean" else self.combine
+        if self.combine != "mean" and self.schedule != "avg":
+            raise ValueError(f"--combine {self.combine}: combines the gradients of the tasks of a step, and --schedule "
+                             f"{self.schedule} takes one task a step; use --schedule avg")
+        self.order = parse_task_order(self.task_order, TASK_NAMES) if self.task_order else self.task_list
+        if set(self.order) != set(self.task_list):
+            raise ValueError(f"--task-order {self.task_order!r} must name each task of --tasks {self.tasks!r}, "
+                             f"and only those")
+        if self.task_weights == "auto":  # the recipe's weights of the tasks trained (saved resolved)
+            recipe = {task: weight for task, weight in RECIPE_TASK_WEIGHTS.items() if task in self.task_list}
+            self.task_weights = task_weights_text(recipe) if self.schedule == "mtdnn" else ""
+        self.weights = trained_task_weights(self.task_weights, self.task_list, "--task-weights") or None
+        never = [task for task, weight in (self.weights or {}).items() if weight == 0]
+        if never:
+            raise ValueError(f"--task-weights {self.task_weights!r}: {', '.join(never)} would never be trained, yet "
+                             f"scored and predicted; leave it out of --tasks instead")
+        self.loss_scale = trained_task_weights(self.loss_weights, self.task_list, "--loss-weights")
+        check_plan(self.schedule, self.task_list, self.epochs, self.order, self.weights)
+        check_best_metric(self.metric_for_best, self.task_list)

@@ -1,0 +1,137 @@
+"""A study in its storage, shared by any number of workers (search.py processes, on one machine or several):
+where it is kept, which worker runs which trial, how many trials it still needs, and what happens to a trial whose
+worker died.
+
+Storage (--storage): an SQLite file in the study folder by default; `journal`, a journal file there (text, appended
+to: one line an event, fit to be committed to git); an RDB URL (postgresql://, mysql://, sqlite:///) or a journal
+file's path on a shared disk for workers on several machines.
+
+Workers. Every worker records its host and process id on the trials it runs. A trial left running by a worker that
+died (killed, out of memory, a machine switched off) is marked failed, and its configuration is run again once as a
+new trial (user attribute retry_of): by the next worker that starts on the same machine (it sees the process gone),
+and with an RDB storage also by any worker anywhere once the dead worker's heartbeat is older than HEARTBEAT_GRACE.
+A trial stopped by Ctrl-C or SIGTERM (a batch job's time limit) is failed and queued again the same way.
+"""
+import contextlib
+import fcntl
+import json
+import os
+import socket
+from pathlib import Path
+
+import optuna
+from optuna.trial import TrialState
+
+from minbert.common.errors import UsageError
+
+HEARTBEAT_INTERVAL, HEARTBEAT_GRACE = 60, 180  # seconds (RDB storages only: Optuna's heartbeat)
+COUNTED = (TrialState.COMPLETE, TrialState.PRUNED)
+SQLITE, JOURNAL = "study.db", "study.journal"
+
+
+def worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+@contextlib.contextmanager
+def one_at_a_time(study_dir: Path):
+    """Held by one worker of the study folder at a time: two workers that open a new SQLite storage together both
+    create its tables, and the second fails ("table alembic_version already exists")."""
+    with open(study_dir / ".opening.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or when a killed worker's process ends
+        yield
+
+
+def open_storage(storage: str, study_dir: Path) -> tuple[optuna.storages.BaseStorage, str]:
+    """The storage that --storage names, and how to say it in a line."""
+    if storage in ("", "sqlite", "journal"):
+        path = study_dir / (JOURNAL if storage == "journal" else SQLITE)
+        storage = str(path) if storage == "journal" else f"sqlite:///{path}"
+    if "://" in storage:
+        try:
+            return optuna.storages.RDBStorage(
+                storage, engine_kwargs={"connect_args": {"timeout": 60}} if storage.startswith("sqlite") else None,
+                heartbeat_interval=HEARTBEAT_INTERVAL, grace_period=HEARTBEAT_GRACE,
+                heartbeat_stale_trial_callback=queue_again), storage
+        except Exception as error:  # a driver missing, a server that does not answer, a file that is no database
+            raise UsageError(f"--storage {storage}: cannot open it ({error.__class__.__name__}: "
+                             f"{str(error).splitlines()[0]})") from None
+    Path(storage).parent.mkdir(parents=True, exist_ok=True)
+    backend = optuna.storages.journal.JournalFileBackend(storage)
+    return optuna.storages.JournalStorage(backend), f"journal file {storage}"
+
+
+def open_study(storage, name: str, recipe: dict, space: dict, resume: bool, sampler, pruner,
+               baseline: dict | None) -> optuna.Study:
+    """The study `name`, created if there is none (with baseline, the recipe's own values, as its first trial). A
+    study that has trials is continued only with --resume, and only with the recipe and space it was started with
+    (UsageError otherwise): two recipes in one study would rank their trials together."""
+    recipe, space = json.loads(json.dumps(recipe)), json.loads(json.dumps(space))
+    try:  # of workers started together, one creates the study (the storage decides which) and queues its baseline
+        study = optuna.create_study(storage=storage, study_name=name, direction="maximize", sampler=sampler,
+                                    pruner=pruner)
+        study.set_user_attr("recipe", recipe)
+        study.set_user_attr("space", space)
+        if baseline:
+            study.enqueue_trial(baseline, user_attrs={"baseline": True})
+        return study
+    except optuna.exceptions.DuplicatedStudyError:
+        study = optuna.load_study(storage=storage, study_name=name, sampler=sampler, pruner=pruner)
+    if study.get_trials(deepcopy=False) and not resume:
+        raise UsageError(f"the study {name!r} in {storage_name(storage)} has {len(study.trials)} trial(s) already; "
+                         f"add --resume to continue it (or to join its other workers), or give another --study-dir")
+    for key, value in (("recipe", recipe), ("space", space)):
+        saved = study.user_attrs.get(key, value)  # a study made another way takes ours
+        if saved != value:
+            changed = sorted(k for k in saved.keys() | value.keys() if saved.get(k) != value.get(k))
+            raise UsageError(f"the study {name!r} was started with another {key} (it differs in "
+                             f"{', '.join(changed)}); give its own, or another --study-dir")
+    return study
+
+
+def storage_name(storage) -> str:
+    return getattr(storage, "url", None) or "its journal file"
+
+
+def trials_needed(study: optuna.Study, wanted: int, number: int | None = None) -> int:
+    """How many more trials --trials wanted asks for: finished (complete or pruned) and running trials count, failed
+    ones not. With number (a trial just asked for), only the trials before it count: of two workers that asked at
+    the same moment for the last trial needed, the later one finds none left."""
+    counted = study.get_trials(deepcopy=False, states=COUNTED + (TrialState.RUNNING,))
+    return wanted - sum(1 for trial in counted if number is None or trial.number < number)
+
+
+def fail_dead_workers(study: optuna.Study) -> list[int]:
+    """Mark failed the running trials whose worker on this machine is gone, and queue each again; returns their
+    numbers. (With an RDB storage, Optuna's heartbeat does the same for every machine's.)"""
+    host, failed = socket.gethostname(), []
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        worker_host, _, pid = str(trial.user_attrs.get("worker", "")).rpartition(":")
+        if worker_host != host or not pid.isdigit() or _alive(int(pid)):
+            continue
+        try:
+            if study._storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL):
+                failed.append(trial.number)
+                queue_again(study, trial)
+        except optuna.exceptions.UpdateFinishedTrialError:  # another worker got there first
+            pass
+    optuna.storages.fail_stale_trials(study)  # RDB: heartbeats older than HEARTBEAT_GRACE (calls queue_again)
+    return failed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
+def queue_again(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+    """Run a failed trial's configuration again as a new trial, once (a retry is not retried: a configuration that
+    kills its worker twice is left failed)."""
+    if "retry_of" in trial.user_attrs:
+        return
+    study.enqueue_trial(trial.params, user_attrs={"retry_of": trial.number})

@@ -1,0 +1,161 @@
+"""The toolkit as a package: the `minbert` command and its subcommands, the API importable from any folder, a wheel
+that installs into a fresh environment and runs from another folder, with the data named by --data-dir or
+MINBERT_DATA_DIR, and the default folders of a checkout or of the current folder."""
+import os
+import re
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+import minbert
+from minbert.commands.main import COMMANDS
+from tests.conftest import multitask_argv
+from tests.readme_commands import make_copy
+
+ROOT = Path(__file__).resolve().parents[1]
+FAST = {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1", "COLUMNS": "1000"}
+
+
+def run(argv: list[str], cwd: Path, **env) -> subprocess.CompletedProcess:
+    """A command in `cwd`, with no MINBERT_DATA_DIR but the one `env` sets."""
+    environment = {name: value for name, value in os.environ.items() if name != "MINBERT_DATA_DIR"}
+    return subprocess.run(argv, cwd=cwd, env={**environment, **FAST, **env}, capture_output=True, text=True,
+                          timeout=600)
+
+
+def flags_of(help_text: str) -> list[str]:
+    """The flags an argparse --help lists, in order."""
+    options = help_text.partition("\noptions:\n")[2]
+    return re.findall(r"^  (?:-\w, )?(--[\w-]+)", options, re.MULTILINE)
+
+
+def test_the_version_is_the_packages():
+    from importlib.metadata import version
+
+    assert re.fullmatch(r"\d+\.\d+\.\d+", minbert.__version__)
+    assert version("minbert") == minbert.__version__  # what pip installed is this version
+    result = run([sys.executable, "-m", "minbert", "--version"], ROOT)
+    assert result.returncode == 0 and result.stdout.strip() == f"minbert {minbert.__version__}"
+
+
+def test_minbert_lists_its_subcommands_and_refuses_an_unknown_one(tmp_path):
+    listed = run([sys.executable, "-m", "minbert", "--help"], tmp_path)
+    assert listed.returncode == 0
+    assert all(re.search(rf"^  {name}\s+\S", listed.stdout, re.MULTILINE) for name in COMMANDS), listed.stdout
+    for argv in (["trian"], []):
+        refused = run([sys.executable, "-m", "minbert", *argv], tmp_path)
+        assert refused.returncode == 2 and refused.stdout == ""
+        assert len(refused.stderr.strip().splitlines()) == 1 and "train" in refused.stderr
+
+
+@pytest.mark.parametrize("subcommand", [name for name, (_, script, _) in COMMANDS.items() if script])
+def test_each_subcommand_is_its_script_with_the_same_flags(subcommand):
+    """`minbert train --help` and `python multitask_classifier.py --help` list the same flags, and their usage
+    line names the command as it was run."""
+    script = COMMANDS[subcommand][1]
+    by_command = run([sys.executable, "-m", "minbert", subcommand, "--help"], ROOT)
+    by_script = run([sys.executable, script, "--help"], ROOT)
+    assert by_command.returncode == by_script.returncode == 0, by_command.stderr + by_script.stderr
+    assert flags_of(by_command.stdout) == flags_of(by_script.stdout) and "--help" in flags_of(by_script.stdout)
+    assert f"-m minbert {subcommand}" in by_command.stdout.splitlines()[0]
+    assert script in by_script.stdout.splitlines()[0]
+
+
+def test_printed_commands_name_the_interpreter_that_runs_never_a_bare_python(monkeypatch, tmp_path):
+    from minbert.common.cli import program
+
+    monkeypatch.setattr(sys, "argv", ["multitask_classifier.py"])
+    words = program("multitask_classifier.py", "train")
+    assert Path(words[0]).resolve() == Path(sys.executable).resolve() and words[1:] == ["multitask_classifier.py"]
+    monkeypatch.setattr(sys, "argv", [str(tmp_path / "bin" / "minbert"), "train"])
+    assert program("multitask_classifier.py", "train") == [str(tmp_path / "bin" / "minbert"), "train"]
+    monkeypatch.setattr(sys, "argv", [str(ROOT / "minbert" / "__main__.py"), "train"])
+    assert program("multitask_classifier.py", "train")[1:] == ["-m", "minbert", "train"]
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """A fresh virtual environment with the wheel built from this repository installed in it; the packages it
+    depends on are this environment's (a .pth file), so that nothing is downloaded."""
+    folder = tmp_path_factory.mktemp("wheel")
+    source = make_copy(folder)  # built from a copy of what git holds: the build leaves its files beside the source
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--wheel-dir",
+                            str(folder / "dist"), str(source)], capture_output=True, text=True, timeout=600)
+    assert built.returncode == 0, built.stdout + built.stderr
+    wheel = next((folder / "dist").glob("minbert-*.whl"))
+    venv = folder / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    purelib = Path(subprocess.run([str(venv / "bin" / "python"), "-c",
+                                   "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                  capture_output=True, text=True, check=True).stdout.strip())
+    (purelib / "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    install = subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install",
+                              "--no-deps", "--no-index", str(wheel)], capture_output=True, text=True, timeout=600)
+    assert install.returncode == 0, install.stdout + install.stderr
+    return venv, wheel
+
+
+def test_the_wheel_holds_the_package_and_its_recipes_not_the_repository(installed):
+    import zipfile
+
+    names = zipfile.ZipFile(installed[1]).namelist()
+    assert "minbert/commands/main.py" in names and "minbert/recipes/quick-start.yaml" in names
+    assert "minbert/recipes/search/quick-start.yaml" in names
+    assert not [name for name in names if name.startswith(("tests/", "benchmarks/", "docs/"))]
+    entry_points = next(name for name in names if name.endswith("entry_points.txt"))
+    assert "minbert = minbert.commands.main:main" in zipfile.ZipFile(installed[1]).read(entry_points).decode()
+
+
+def test_the_installed_command_runs_from_another_folder(installed, tmp_path, tiny_model, course_data):
+    venv, _ = installed
+    minbert_command = str(venv / "bin" / "minbert")
+    assert run([minbert_command, "--version"], tmp_path).stdout.strip() == f"minbert {minbert.__version__}"
+    helped = run([minbert_command, "predict", "--help"], tmp_path)
+    assert helped.returncode == 0 and "--input" in flags_of(helped.stdout)
+    where = run([str(venv / "bin" / "python"), "-c", "import minbert.commands.train as m; print(m.__file__)"],
+                tmp_path)
+    assert Path(where.stdout.strip()).is_relative_to(venv), where.stdout + where.stderr  # not the repository's
+
+    # No data folder named: one line, exit code 2, nothing written.
+    missing = run([minbert_command, "train", "--model", str(tiny_model), "--device", "cpu"], tmp_path)
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr
+    line = missing.stderr.strip().splitlines()[-1]
+    assert "--data-dir" in line and "MINBERT_DATA_DIR" in line and str(tmp_path / "data") in line
+    assert not (tmp_path / "runs").exists()
+
+    # A packaged recipe by its name, the data by --data-dir: the outputs go into the current folder.
+    argv = multitask_argv(tiny_model, course_data, tmp_path, "--epochs", "1")
+    argv = [word for word in argv if word not in ("--output-dir", str(tmp_path / "run"), "--predictions-dir",
+                                                  str(tmp_path / "predictions"))]
+    trained = run([minbert_command, "train", "--config", "quick-start", "--max-train-examples", "16", *argv],
+                  tmp_path)
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    assert (tmp_path / "runs" / "multitask" / "best").is_dir()
+    assert sorted(path.name for path in (tmp_path / "predictions").glob("*-output.csv")) == sorted(
+        f"{task}-{split}-output.csv" for task in ("sst", "para", "sts") for split in ("dev", "test"))
+
+    # The data by MINBERT_DATA_DIR, and the API from this folder.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    predicted = run([minbert_command, "predict", str(tmp_path / "runs" / "multitask"), "--device", "cpu",
+                     "--sst", "A fine film."], elsewhere, MINBERT_DATA_DIR=str(course_data))
+    assert predicted.returncode == 0, predicted.stderr
+    api = run([str(venv / "bin" / "python"), "-c",
+               "from minbert import MultitaskPredictor\n"
+               f"model = MultitaskPredictor.from_run({str(tmp_path / 'runs' / 'multitask')!r}, device='cpu')\n"
+               "print(model.sentiment(['A fine film.'])[0]['class'])"], elsewhere)
+    assert api.returncode == 0 and api.stdout.strip() in {str(c) for c in range(5)}, api.stderr
+
+
+def test_a_checkouts_default_folders_are_its_own_and_an_installed_packages_the_current_folders(tmp_path):
+    """Run from a checkout (pyproject.toml beside the package) the defaults are the checkout's; installed, the
+    current folder's, and the data folder is MINBERT_DATA_DIR's when it is set."""
+    code = ("from minbert.common.files import DEFAULT_DATA, in_repository; "
+            "print(in_repository('runs/multitask')); print(DEFAULT_DATA)")
+    checkout = run([sys.executable, "-c", code], tmp_path, PYTHONPATH=str(ROOT))
+    assert checkout.stdout.split() == [str(ROOT / "runs" / "multitask"), str(ROOT.parent / "shared" / "data")]
+    named = run([sys.executable, "-c", code], tmp_path, PYTHONPATH=str(ROOT), MINBERT_DATA_DIR=str(tmp_path))
+    assert named.stdout.split()[1] == str(tmp_path)
