@@ -27,7 +27,7 @@ import multitask_classifier  # noqa: E402
 from minbert.commands import predict  # noqa: E402
 import pretrain_contrastive  # noqa: E402
 from minbert.common import cli  # noqa: E402
-from minbert.common.cli import last_wins  # noqa: E402
+from minbert.common.cli import last_wins, shown_path  # noqa: E402
 from minbert.training.contrastive import ContrastiveConfig  # noqa: E402
 from minbert.training.multitask_config import MultitaskConfig  # noqa: E402
 
@@ -67,7 +67,8 @@ CASES = [
     ("flag", "contrastive --grad-accum", "pretrain", ["--model", "MODEL", "--grad-accum", "2"],
      "--grad-accum: a contrastive loss compares the examples of one batch", 2),
     ("flag", "an unknown flag", "multitask", [*TRAIN, "--bogus"],
-     "multitask_classifier.py: error: unrecognized arguments: --bogus (see multitask_classifier.py --help)", 2),
+     "multitask_classifier.py: error: unrecognized arguments: --bogus (see .venv/bin/python multitask_classifier.py "
+     "--help)", 2),
     ("flag", "--tasks naming no task", "multitask", [*TRAIN, "--tasks", "nonsense"],
      "--tasks 'nonsense': unknown task 'nonsense'", 2),
     ("flag", "every trained task's loss weighted 0", "multitask", [*TRAIN, "--loss-weights", "sst=0,para=0,sts=0"],
@@ -93,7 +94,7 @@ CASES = [
      "--config no-value.yaml: epochs has no value; give one, or leave the key out for the default (3)", 2),
     ("flag", "a flag given twice", "multitask", ["--seed", "-1", *TRAIN, "--seed", "5"],
      "multitask_classifier.py: error: --seed: given twice on the command line (--seed -1, then --seed 5); give it "
-     "once (see multitask_classifier.py --help)", 2),
+     "once (see .venv/bin/python multitask_classifier.py --help)", 2),
     ("flag", "two config files", "multitask", ["--config", "no-value.yaml", *TRAIN, "--config", "dup-key.yaml"],
      "multitask_classifier.py: error: --config: given twice on the command line (--config no-value.yaml, then "
      "--config dup-key.yaml); give it once", 2),
@@ -144,13 +145,13 @@ CASES = [
     ("checkpoint", "an encoder-only checkpoint (pretrain_contrastive.py's), to predict", "predict",
      ["pretrained-encoder", "--sst", "a film"],
      "error: pretrained-encoder: an encoder-only checkpoint (no heads.safetensors; pretrain_contrastive.py writes "
-     "these): it has no task heads to predict with; fine-tune it first with multitask_classifier.py --init "
-     "pretrained-encoder", 2),
+     "these): it has no task heads to predict with; fine-tune it first: .venv/bin/python multitask_classifier.py "
+     "--init pretrained-encoder", 2),
     ("checkpoint", "a Contrastive Tension run folder (model1/, model2/), to predict", "predict",
      ["ct-run", "--sst", "a film"],
      "error: ct-run: an encoder-only checkpoint (no heads.safetensors; pretrain_contrastive.py writes these): it has "
-     "no task heads to predict with; fine-tune it first with multitask_classifier.py --init ct-run/model1 or --init "
-     "ct-run/model2", 2),
+     "no task heads to predict with; fine-tune it first: .venv/bin/python multitask_classifier.py --init ct-run/model1 "
+     "or --init ct-run/model2", 2),
     ("checkpoint", "a path that does not exist, to predict", "predict", ["OUT/nowhere", "--sst", "a film"],
      "error: OUT/nowhere: not found", 2),
     ("checkpoint", "a run that saved no checkpoint (it diverged before its first evaluation), to predict", "predict",
@@ -229,11 +230,11 @@ CASES = [
     ("file system", "a run killed before its first save, started again as it was", "multitask",
      [*TRAIN, "--output-dir", "killed-run"],
      "error: --output-dir killed-run holds a run that stopped before it saved a checkpoint to resume from; start it "
-     "again: python multitask_classifier.py --model MODEL", 2),
+     "again: .venv/bin/python multitask_classifier.py --model MODEL", 2),
     ("file system", "a run killed before its first save, with --resume", "multitask",
      [*TRAIN, "--output-dir", "killed-run", "--resume"],
      "error: --resume: the run in killed-run stopped before it saved a checkpoint to resume from; start it again: "
-     "python multitask_classifier.py --model MODEL", 2),
+     ".venv/bin/python multitask_classifier.py --model MODEL", 2),
     ("file system", "an output folder that holds another run", "multitask", [*TRAIN, "--output-dir", "finished-run"],
      "error: --output-dir finished-run already holds files (best, last, metrics.jsonl, run_config.json): continue "
      "its run with --resume, start again over it with --overwrite, or choose another --output-dir", 2),
@@ -479,9 +480,11 @@ def places(tiny_model, tmp_path_factory) -> dict[str, Path]:
 
 
 def substitute(text: str, places: dict[str, Path], out: Path) -> str:
+    """A case's text with its places' names, OUT and the setup's interpreter (.venv/bin/python, as the messages name
+    the interpreter that runs) as they are in this test."""
     for name in sorted(places, key=len, reverse=True):
         text = text.replace(name, str(places[name]))
-    return text.replace("OUT", str(out))
+    return text.replace("OUT", str(out)).replace(".venv/bin/python", shown_path(sys.executable))
 
 
 @pytest.mark.parametrize("kind, wrong, command, args, message, code", CASES, ids=[case[1] for case in CASES])

@@ -2,12 +2,13 @@
 tasks flags name."""
 import logging
 import shlex
+import sys
 from dataclasses import dataclass
 
 import pytest
 
-from minbert.common.cli import (CommandLine, build_parser, command_field, flag, parse_config, parse_task_order, parse_task_weights,
-                        task_weights_text)
+from minbert.common.cli import (CommandLine, build_parser, command_field, flag, parse_config, parse_task_order,
+                                parse_task_weights, shown_path, task_weights_text)
 
 
 @dataclass
@@ -44,12 +45,12 @@ def test_a_config_files_flags_are_spelled_out_in_the_command_with_values(tmp_pat
     file = tmp_path / "flags.yaml"
     file.write_text("batch-size: 8\nlr: 1e-4\neval: true\nout: x.json\n")
     config = parse_config(ExampleConfig, DESCRIPTION, ["--config", str(file), "--lr=2e-4", "--no-eval"],
-                          program="example.py")
+                          program=["python", "example.py"])
     assert config.command.text == f"python example.py --config {file} --lr=2e-4 --no-eval"
     # The file's flags that the command line does not give again, then the command line's.
     assert config.command.with_values == "python example.py --batch-size 8 --out x.json --lr=2e-4 --no-eval"
     assert parse_config(ExampleConfig, DESCRIPTION, shlex.split(config.command.with_values)[2:]) == config
-    plain = parse_config(ExampleConfig, DESCRIPTION, ["--eval"], program="example.py")
+    plain = parse_config(ExampleConfig, DESCRIPTION, ["--eval"], program=["python", "example.py"])
     assert plain.command.text == plain.command.with_values == "python example.py --eval"
 
 
@@ -64,7 +65,7 @@ class RenamedConfig:
 
 def test_a_renamed_flags_old_name_still_works_with_one_line_naming_the_new(caplog):
     with caplog.at_level(logging.WARNING):
-        config = parse_config(RenamedConfig, "", ["--iterations", "3", "--validate"], program="example.py")
+        config = parse_config(RenamedConfig, "", ["--iterations", "3", "--validate"], program=["python", "example.py"])
     assert (config.steps, config.eval) == (3, True)
     assert caplog.messages == ["--iterations: now --steps", "--validate: now --eval"]
     assert config.command.given == {"steps", "eval"}  # --resume takes neither from the run's flags
@@ -81,7 +82,7 @@ def test_a_config_file_with_a_renamed_flags_old_name_still_loads(tmp_path, caplo
     file = tmp_path / "run_config.json"  # a run's run config, saved before the rename
     file.write_text('{"iterations": 4, "validate": true, "provenance": {}}')
     with caplog.at_level(logging.WARNING):
-        config = parse_config(RenamedConfig, "", ["--config", str(file)], program="example.py")
+        config = parse_config(RenamedConfig, "", ["--config", str(file)], program=["python", "example.py"])
     assert (config.steps, config.eval) == (4, True)
     assert caplog.messages == [f"--config {file}: iterations: now steps", f"--config {file}: validate: now eval"]
     assert config.command.with_values == "python example.py --steps 4 --eval"
@@ -108,7 +109,9 @@ def test_a_usage_error_is_one_line_and_help_still_has_the_whole_usage(capsys, sc
     output = capsys.readouterr()
     assert exit_.value.code == 2 and output.out == ""
     assert len(output.err.splitlines()) == 1, output.err
-    assert output.err.startswith(f"{script}: error: ") and output.err.endswith(f" (see {script} --help)\n")
+    # named as the user knows it; its help as they run it: this interpreter and the script, never a bare python
+    run_again = f"{shown_path(sys.executable)} {script}"
+    assert output.err.startswith(f"{script}: error: ") and output.err.endswith(f" (see {run_again} --help)\n")
     with pytest.raises(SystemExit) as exit_:
         command.main(["--help"])
     output = capsys.readouterr()

@@ -7,7 +7,7 @@ import torch
 
 from minbert.common.errors import DataError
 from minbert.data.contrastive import (PairBatch, SentenceBatch, TripletBatch, TripletSet, as_sentences, plan_epoch,
-                              plan_tension_epoch)
+                                      plan_tension_epoch)
 from minbert.tasks import CONTRASTIVE_DATA
 from tests.conftest import rows_of
 

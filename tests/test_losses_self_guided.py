@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from minbert.losses.self_guided import (ProjectionHead, l2_regulariser, sample_layer_views, self_guided_base_loss,
-                                self_guided_opt1_loss, self_guided_opt2_loss, self_guided_opt3_loss)
+                                        self_guided_opt1_loss, self_guided_opt2_loss, self_guided_opt3_loss)
 from tests.conftest import cos
 
 

@@ -17,6 +17,7 @@ import pytest
 from minbert.commands import ensemble
 from minbert.commands import predict
 from minbert.common import cli
+from minbert.common.cli import shown_path
 from tests.test_ensemble import dev_dir, make_member, random_outputs  # noqa: F401 (dev_dir: a fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -269,7 +270,8 @@ def test_a_contrastive_tension_run_lists_what_it_wrote_and_its_init_line_fine_tu
     assert listed and all(path.exists() for path in listed), listed
     assert {out / "model1", out / "model2"} <= set(listed)
     init_line = next(line for line in written if line.startswith("fine-tune it: "))
-    assert init_line == f"fine-tune it: python multitask_classifier.py --init {out / 'model1'} or --init {out / 'model2'}"
+    assert init_line == (f"fine-tune it: {shown_path(sys.executable)} multitask_classifier.py --init {out / 'model1'} "
+                         f"or --init {out / 'model2'}")
     # The line, run: the first of its two checkpoints fine-tuned for a step.
     multitask_classifier.main(["--init", init_line.split("--init ")[1].split(" or ")[0], "--data-dir",
                                str(course_data), "--output-dir", str(tmp_path / "tuned"), "--predictions-dir",

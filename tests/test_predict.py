@@ -17,6 +17,7 @@ from sentence_transformers import SentenceTransformer
 
 import multitask_classifier
 from minbert.commands import predict
+from minbert.common.cli import shown_path
 from minbert.models import Tokenizer, embed_sentences, from_pretrained
 from minbert.tasks import REGISTRY
 from tests.conftest import write_course_files
@@ -142,7 +143,7 @@ def test_best_folder_loads_in_sentence_transformers_with_the_runs_pooling(run):
 def test_run_config_records_the_command_code_libraries_and_data_hashes(run, data):
     saved = json.loads((run / "run_config.json").read_text())
     provenance = saved["provenance"]
-    assert provenance["command"].startswith("python multitask_classifier.py --model ")
+    assert provenance["command"].startswith(f"{shown_path(sys.executable)} multitask_classifier.py --model ")
     assert "--tasks sst,para,sts,cfimdb" in provenance["command"]
     assert provenance["versions"]["torch"] == torch.__version__.split("+")[0] or torch.__version__.startswith(
         provenance["versions"]["torch"])

@@ -266,7 +266,7 @@ def test_a_bad_config_file_is_one_line_naming_the_file_and_the_key(tmp_path, cap
     bad = tmp_path / "bad.yaml"
     bad.write_text(text)
     with pytest.raises(SystemExit) as stopped:
-        parse_config(MultitaskConfig, "", ["--config", str(bad)], program="multitask_classifier.py")
+        parse_config(MultitaskConfig, "", ["--config", str(bad)], program=["python", "multitask_classifier.py"])
     err = capsys.readouterr().err
     assert stopped.value.code == 2 and str(bad) in err and message in err and len(err.strip().splitlines()) == 1
 

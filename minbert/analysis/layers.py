@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from matplotlib.figure import Figure
 
 from minbert.analysis.figures import (POOLING_NAMES, integer_ticks, legend_outside, model_style, new_figure, pooling_panels,
-                              poolings_in)
+                                      poolings_in)
 from minbert.analysis.report import EncoderFlags, Report, distinct, encoders, items, short_names, spearman_x100
 from minbert.common.cli import flag
 from minbert.common.files import in_repository

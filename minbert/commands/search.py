@@ -45,7 +45,7 @@ from minbert.training.multitask_config import BEST_METRICS, MultitaskConfig, bes
 from minbert.tuning import confirm, report
 from minbert.tuning.space import OWNED, Param, as_dict, read_space
 from minbert.tuning.study import (fail_dead_workers, one_at_a_time, open_storage, open_study, queue_again, trials_needed,
-                          worker_id)
+                                  worker_id)
 
 log = logging.getLogger("search")
 SPACES = RECIPES / "search"  # the packaged search spaces: --space quick-start

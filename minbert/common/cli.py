@@ -116,7 +116,9 @@ class Parser(argparse.ArgumentParser):
     bury the one that says what is wrong); --help still prints everything."""
 
     def error(self, message: str):
-        distributed.refuse(f"{self.prog}: error: {message} (see {self.prog} --help)")  # torchrun: once
+        # Named as a user knows the command (multitask_classifier.py, minbert train); its help as they run it.
+        name = self.prog.removeprefix(shown_path(sys.executable)).strip().removeprefix("-m ")
+        distributed.refuse(f"{name}: error: {message} (see {self.prog} --help)")  # torchrun: once
 
     def parse_known_args(self, args=None, namespace=None):
         self.check_given_once(sys.argv[1:] if args is None else list(args))

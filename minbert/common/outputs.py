@@ -21,7 +21,7 @@ from typing import Callable
 from minbert.common import locks
 from minbert.common.errors import UsageError
 from minbert.common.files import (SET_RECORD, atomic_files, check_writable, check_writable_file, make_folders, recover_files,
-                          remove_empty, write_json)
+                                  remove_empty, write_json)
 from minbert.common.run_folder import BEST, LAST, LOCK, METRICS, RUN_CONFIG, RunFolder
 
 LEADERBOARD_FILES = "*-*-output.csv"  # evaluation/predictions.py's names: {task}-{dev,test}-output.csv

@@ -22,8 +22,8 @@ from pathlib import Path
 from minbert.common import locks
 from minbert.common.errors import CheckpointError, UsageError
 from minbert.common.files import (append_jsonl, atomic_directory, atomic_file, check_writable, make_folders, read_json,
-                          recover_directory, recover_files, remove_empty, remove_entry, without_local_path,
-                          without_local_paths, write_json)
+                                  recover_directory, recover_files, remove_empty, remove_entry, without_local_path,
+                                  without_local_paths, write_json)
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@ extends it."""
 from dataclasses import dataclass
 
 from minbert.common.cli import (AT_LEAST_0, AT_LEAST_1, FRACTION, POSITIVE, SEED, CommandLine, Range, check_ranges,
-                        command_field, flag, flag_fields)
+                                command_field, flag, flag_fields)
 from minbert.common.files import in_repository
 from minbert.common.run_folder import LAST, METRICS
 from minbert.models.bert import ATTENTION

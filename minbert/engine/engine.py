@@ -38,7 +38,7 @@ from minbert.data.batching import Share
 from minbert.models import AdamW
 from minbert.models.checkpoint import tensor_bytes
 from minbert.engine.callbacks import (BestCheckpoint, Callback, Control, EarlyStopping, EngineState, ProgressBar,
-                                 TimedSave)
+                                      TimedSave)
 from minbert.engine.command import Command
 from minbert.engine.ddp import DataParallel
 from minbert.engine.loss_tracker import LossTracker

@@ -31,7 +31,8 @@ from minbert.data.contrastive import (
 from minbert.heads import MLP
 from minbert.heads.sentiment import SentimentHead
 from minbert.losses import (ProjectionHead, contrastive_tension_loss, l2_regulariser, multiple_negatives_ranking_loss,
-                    quora_simcse_loss, sample_layer_views, self_guided_base_loss, self_guided_opt3_loss, simcse_loss)
+                            quora_simcse_loss, sample_layer_views, self_guided_base_loss, self_guided_opt3_loss,
+                            simcse_loss)
 from minbert.models import BertModel, pool
 from minbert.engine.ddp import gather_rows
 from minbert.engine.lr_schedule import contrastive_tension_steps, linear_warmup_decay
