@@ -10,6 +10,7 @@ a full disk, has a fault in FAULTS that the test injects.
 """
 import json
 import random
+import shlex
 import shutil
 import sys
 from pathlib import Path
@@ -67,7 +68,7 @@ CASES = [
     ("flag", "contrastive --grad-accum", "pretrain", ["--model", "MODEL", "--grad-accum", "2"],
      "--grad-accum: a contrastive loss compares the examples of one batch", 2),
     ("flag", "an unknown flag", "multitask", [*TRAIN, "--bogus"],
-     "multitask_classifier.py: error: unrecognized arguments: --bogus (see multitask_classifier.py --help)", 2),
+     "multitask_classifier.py: error: unrecognized arguments: --bogus (see python multitask_classifier.py --help)", 2),
     ("flag", "--tasks naming no task", "multitask", [*TRAIN, "--tasks", "nonsense"],
      "--tasks 'nonsense': unknown task 'nonsense'", 2),
     ("flag", "every trained task's loss weighted 0", "multitask", [*TRAIN, "--loss-weights", "sst=0,para=0,sts=0"],
@@ -93,12 +94,21 @@ CASES = [
      "--config no-value.yaml: epochs has no value; give one, or leave the key out for the default (3)", 2),
     ("flag", "a flag given twice", "multitask", ["--seed", "-1", *TRAIN, "--seed", "5"],
      "multitask_classifier.py: error: --seed: given twice on the command line (--seed -1, then --seed 5); give it "
-     "once (see multitask_classifier.py --help)", 2),
+     "once (see python multitask_classifier.py --help)", 2),
     ("flag", "two config files", "multitask", ["--config", "no-value.yaml", *TRAIN, "--config", "dup-key.yaml"],
      "multitask_classifier.py: error: --config: given twice on the command line (--config no-value.yaml, then "
      "--config dup-key.yaml); give it once", 2),
     ("flag", "a config file's key given twice", "multitask", [*TRAIN, "--config", "dup-key.yaml"],
      "multitask_classifier.py: error: --config dup-key.yaml: epochs is given twice (lines 1 and 3); give it once", 2),
+    ("flag", "a run config recorded with --overwrite, given to --config", "multitask",
+     [*TRAIN, "--config", "overwrite-config.json"],
+     "multitask_classifier.py: error: --config overwrite-config.json: overwrite: a file never sets it, since it "
+     "removes or continues files; type --overwrite on the command line if you mean it", 2),
+    ("flag", "a recipe that sets --resume", "multitask", [*TRAIN, "--config", "resume-recipe.yaml"],
+     "multitask_classifier.py: error: --config resume-recipe.yaml: resume: a file never sets it, since it removes "
+     "or continues files; type --resume on the command line if you mean it", 2),
+    ("flag", "an abbreviated flag (--se for --seed)", "multitask", [*TRAIN, "--se", "1"],
+     "multitask_classifier.py: error: unrecognized arguments: --se 1 (see python multitask_classifier.py --help)", 2),
     ("flag", "a predictions folder inside the run's best/", "multitask", [*TRAIN, "--predictions-dir", "OUT/run/best"],
      "error: --predictions-dir OUT/run/best: inside OUT/run/best, which each save of the run replaces whole; choose a "
      "folder outside OUT/run/best and OUT/run/last", 2),
@@ -144,12 +154,12 @@ CASES = [
     ("checkpoint", "an encoder-only checkpoint (pretrain_contrastive.py's), to predict", "predict",
      ["pretrained-encoder", "--sst", "a film"],
      "error: pretrained-encoder: an encoder-only checkpoint (no heads.safetensors; pretrain_contrastive.py writes "
-     "these): it has no task heads to predict with; fine-tune it first with multitask_classifier.py --init "
+     "these): it has no task heads to predict with; fine-tune it first: python multitask_classifier.py --init "
      "pretrained-encoder", 2),
     ("checkpoint", "a Contrastive Tension run folder (model1/, model2/), to predict", "predict",
      ["ct-run", "--sst", "a film"],
      "error: ct-run: an encoder-only checkpoint (no heads.safetensors; pretrain_contrastive.py writes these): it has "
-     "no task heads to predict with; fine-tune it first with multitask_classifier.py --init ct-run/model1 or --init "
+     "no task heads to predict with; fine-tune it first: python multitask_classifier.py --init ct-run/model1 or --init "
      "ct-run/model2", 2),
     ("checkpoint", "a path that does not exist, to predict", "predict", ["OUT/nowhere", "--sst", "a film"],
      "error: OUT/nowhere: not found", 2),
@@ -192,6 +202,11 @@ CASES = [
     ("checkpoint", "another run's training state, on --resume", "multitask",
      [*TRAIN, "--data-dir", "edited-data", "--output-dir", "other-state", "--resume", "--allow-changed-data"],
      "error: other-state/last/training_state.pt: another run's training state (its last evaluation, at step", 2),
+    ("checkpoint", "another run's training state, copied before that run's first evaluation, on --resume",
+     "multitask",
+     [*TRAIN, "--data-dir", "edited-data", "--output-dir", "early-state", "--resume", "--allow-changed-data"],
+     "error: early-state/last/training_state.pt: another run's training state (it records run another-run, the run "
+     "config of early-state run ", 2),
     # data files
     ("data", "empty file to pretrain on", "pretrain", ["--model", "MODEL", "--data", "empty.txt", "--output-dir", "OUT"],
      "error: empty.txt: no usable rows", 2),
@@ -384,6 +399,7 @@ def places(tiny_model, tmp_path_factory) -> dict[str, Path]:
     constant.write_text("\n".join([lines[0]] + [line.rsplit("\t", 1)[0] + "\t2.5" for line in lines[1:]]) + "\n")
     (root / "no-value.yaml").write_text("epochs:\n")
     (root / "dup-key.yaml").write_text("epochs: 1\nseed: 3\nepochs: 2\n")
+    (root / "resume-recipe.yaml").write_text("epochs: 1\nresume: true\n")
     (root / "binary.gz").write_bytes(b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03\xcbH\xcd\xc9\xc9\x07\x00")
     # A Contrastive Tension run's folder: its run config, and its two encoders in model1/ and model2/.
     contrastive = ContrastiveConfig(model=str(tiny_model), method="ct").to_dict()
@@ -407,7 +423,7 @@ def places(tiny_model, tmp_path_factory) -> dict[str, Path]:
     (encoder_only / "run_config.json").write_text(json.dumps(ContrastiveConfig(model=str(tiny_model)).to_dict()))
     for name in ("broken-config", "gpt2-config", "truncated-weights", "truncated-heads", "truncated-state",
                  "truncated-outputs", "empty.txt", "bad-test-row", "empty-id", "open-quote", "FILE", "user-folder",
-                 "repeated-id", "constant-sts", "no-value.yaml", "dup-key.yaml", "binary.gz", "ct-run", "list-config"):
+                 "repeated-id", "constant-sts", "no-value.yaml", "dup-key.yaml", "resume-recipe.yaml", "binary.gz", "ct-run", "list-config"):
         places[name] = root / name
     # The interrupted run's flags, so that --resume gets as far as reading its training state.
     resumed = [substitute(arg, places, root) for arg in last_wins([*TRAIN, "--output-dir", "truncated-state"])]
@@ -420,6 +436,10 @@ def places(tiny_model, tmp_path_factory) -> dict[str, Path]:
                                                      "finished-run"])])
     with open(places["edited-data"] / "ids-sst-train.csv", "a") as f:
         f.write("99\tadded-later\ta sentence added after the run\t2\n")
+    # What a run started with --overwrite recorded before such flags were kept out of run configs.
+    recorded = json.loads((places["finished-run"] / "run_config.json").read_text())
+    places["overwrite-config.json"] = root / "overwrite-config.json"
+    places["overwrite-config.json"].write_text(json.dumps({**recorded, "overwrite": True}))
     places["link-to-run"] = root / "link-to-run"
     places["link-to-run"].symlink_to(places["finished-run"])
     places["init-run"] = Path(shutil.copytree(places["finished-run"], root / "init-run"))
@@ -446,6 +466,10 @@ def places(tiny_model, tmp_path_factory) -> dict[str, Path]:
     evaluation = state["engine"]["last_record"]
     state["engine"]["last_record"] = {**evaluation, "dev": {task: 0.5 for task in evaluation["dev"]}}
     torch.save(state, places["other-state"] / "last" / "training_state.pt")
+    # The interrupted run's training state replaced by one another run saved before its first evaluation.
+    places["early-state"] = Path(shutil.copytree(places["no-optimizer"], root / "early-state"))
+    state["engine"]["last_record"], state["run_id"] = None, "another-run"
+    torch.save(state, places["early-state"] / "last" / "training_state.pt")
     # Leaderboard folders: another ensemble's, and one of files no command recorded.
     places["other-leaderboard"] = root / "other-leaderboard"
     places["other-leaderboard"].mkdir()
@@ -499,7 +523,7 @@ def test_bad_input_gets_one_line_and_its_exit_code(places, tmp_path, capsys, mon
     assert exit_.value.code == code
     error = capsys.readouterr().err
     assert "Traceback" not in error
-    last = error.strip().splitlines()[-1]
+    last = error.strip().splitlines()[-1].replace(cli.shown_path(sys.executable), "python")  # as the table shows it
     expected = substitute(message, places, tmp_path)
     assert expected in last, f"{last!r} does not hold {expected!r}"
     assert not (tmp_path / "run" / "last").exists(), "nothing was trained"
@@ -527,6 +551,31 @@ def test_the_advice_of_a_message_works(places, tmp_path, wrong, advice):
     multitask_classifier.main([substitute(arg, places, tmp_path) for arg in args])
     output_dir = Path(substitute(args[args.index("--output-dir") + 1], places, tmp_path))
     assert (output_dir / "best" / "model.safetensors").is_file()
+
+
+def test_a_run_config_records_no_flag_that_removes_or_continues_files(places):
+    """--config RUN/run_config.json never replays --overwrite (or --resume, --allow-changed-data): the run config
+    does not hold them, and a file that does is refused (the cases above)."""
+    for config in (places["finished-run"] / "run_config.json", places["finished-run"] / "best" / "run_config.json"):
+        recorded = json.loads(config.read_text())
+        assert not set(MultitaskConfig.COMMAND_LINE_ONLY) & set(recorded)
+        assert "lr" in recorded
+
+
+def test_the_advice_to_a_run_killed_before_its_first_save_works_from_resume_alone(places, tmp_path, capsys):
+    """`--resume --output-dir RUN`, typing nothing else, is told a command with the run's own flags (its model, not
+    the default bert-base-uncased); followed, it trains the run again in RUN."""
+    run = Path(shutil.copytree(places["killed-run"], tmp_path / "killed"))
+    log = (run / "metrics.jsonl").read_bytes()
+    with pytest.raises(SystemExit):
+        cli.run(lambda: multitask_classifier.main(["--output-dir", str(run), "--resume"]))
+    assert (run / "metrics.jsonl").read_bytes() == log, "a refused --resume removes no log"
+    advice = capsys.readouterr().err.strip().splitlines()[-1].split("start it again: ", 1)[1]
+    words = shlex.split(advice)
+    assert words[words.index("--model") + 1] == str(places["MODEL"])
+    assert words[words.index("--output-dir") + 1] == str(run) and words[-1] == "--overwrite"
+    multitask_classifier.main(words[words.index("multitask_classifier.py") + 1:] + ["--max-steps", "1"])
+    assert (run / "best" / "model.safetensors").is_file()
 
 
 def test_a_refused_resume_leaves_the_runs_log_as_it_was(places, tmp_path, capsys):

@@ -59,6 +59,7 @@ class EnsembleConfig:
     out: str = flag(in_repository("predictions/ensemble.json"),
                     "dev metrics of every member and of the ensemble, and the weights")
     overwrite: bool = flag(False, "replace the leaderboard files of another run or ensemble in --predictions-dir")
+    COMMAND_LINE_ONLY = ("overwrite",)  # typed each time, never taken from a --config file
 
     def __post_init__(self):
         self.member_list = [m.strip() for m in self.members.split(",") if m.strip()]

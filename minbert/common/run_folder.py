@@ -55,6 +55,13 @@ def read_config(checkpoint: str | Path) -> dict:
     return config
 
 
+def run_id(config: dict) -> str | None:
+    """The id a run config's run got at its start (provenance.run_id): its training states carry it, so that one
+    copied from another run is told apart whenever it was copied. None in a run config from before ids were given."""
+    record = config.get("provenance")
+    return record.get("run_id") if isinstance(record, dict) else None
+
+
 def write_config(checkpoint: str | Path, config: dict) -> None:
     write_json(config_file(checkpoint), config)
 
@@ -238,6 +245,13 @@ class RunFolder:
             return {}
         start = read_config(self.path).get("provenance", {})
         return [start, *start.get("resumed", [])][-1]
+
+    def started_with(self) -> str:
+        """The command line the run started with (its run config's), or "" where none is recorded."""
+        if not has_config(self.path):
+            return ""
+        command = read_config(self.path).get("provenance", {}).get("command", "")
+        return command if isinstance(command, str) else ""
 
     def mark_finished(self, run_config: dict, step: int, stopped_early: bool) -> None:
         """The command ended: --resume has nothing left to do."""

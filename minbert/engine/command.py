@@ -5,13 +5,14 @@ that its run finished. The training loop (engine/engine.py) is built on it."""
 import logging
 import sys
 import time
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
 from minbert.common import distributed
 from minbert.common.cli import resolve_device
 from minbert.common.provenance import provenance
-from minbert.common.run_folder import RunFolder
+from minbert.common.run_folder import RunFolder, run_id
 from minbert.common.seeding import seed_everything
 from minbert.models.bert import resolve_attention
 from minbert.models.compile import check_can_compile, compile_encoder
@@ -57,7 +58,7 @@ class Command:
                 stopped = " (stopped early by --patience)" if self.finished["stopped_early"] else ""
                 print(f"--resume: the run in {self.folder} finished at step {self.finished['step']}{stopped}; "
                       f"nothing to resume")
-            self.run_config = self.config.to_dict()
+            self.run_config = self.config.recorded()
             if self.is_main:
                 self.reporters = reporters(self.config.report_to, self.config.tensorboard, self.folder)
         except BaseException:
@@ -91,7 +92,7 @@ class Command:
         what the run reads), saves that died half-way recovered. Rank 0 only (torchrun)."""
         config = self.config
         self.folder.claim(config.OUTPUTS, config.resume, config.overwrite, config.as_flags(config.SOURCES),
-                          start_again(config))
+                          start_again(config, self.folder))
         try:
             for flag, path in config.as_flags(config.OUTPUT_FOLDERS).items():  # their files would go at a save
                 self.folder.check_outside_checkpoints(path, flag)
@@ -108,7 +109,9 @@ class Command:
             record["torchrun_job"] = job
         if self.resumed.provenance:
             record = {**self.resumed.provenance, "resumed": [*self.resumed.provenance.get("resumed", []), record]}
-        self.run_config = {**self.config.to_dict(), "resolved": resolved, "provenance": record}
+        else:  # what its training states carry, told apart from another run's (engine/resume.py)
+            record["run_id"] = run_id(self.run_config) or uuid.uuid4().hex  # one id, however often described
+        self.run_config = {**self.config.recorded(), "resolved": resolved, "provenance": record}
         if self.is_main:
             self.folder.write_config(self.run_config)
         # A flag left to a default chosen later shows that value, not None.
