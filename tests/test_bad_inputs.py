@@ -9,6 +9,7 @@ finished run trained on edited-data, whose ids-sst-train.csv changed since). A c
 a full disk, has a fault in FAULTS that the test injects.
 """
 import json
+import os
 import random
 import shlex
 import shutil
@@ -26,6 +27,7 @@ from minbert import checkpoint  # noqa: E402
 from minbert.commands import ensemble  # noqa: E402
 import multitask_classifier  # noqa: E402
 from minbert.commands import predict  # noqa: E402
+from minbert.commands import search  # noqa: E402
 import pretrain_contrastive  # noqa: E402
 from minbert.common import cli  # noqa: E402
 from minbert.common.cli import last_wins  # noqa: E402
@@ -33,11 +35,12 @@ from minbert.training.contrastive import ContrastiveConfig  # noqa: E402
 from minbert.training.multitask_config import MultitaskConfig  # noqa: E402
 
 COMMANDS = {"multitask": multitask_classifier, "pretrain": pretrain_contrastive, "ensemble": ensemble,
-            "predict": predict, "analyze": analyze}
+            "predict": predict, "analyze": analyze, "search": search}
 SCRIPTS = {"multitask": "multitask_classifier.py", "pretrain": "pretrain_contrastive.py", "ensemble": "ensemble.py",
-           "predict": "predict.py", "analyze": "analyze.py"}
+           "predict": "predict.py", "analyze": "analyze.py", "search": "search.py"}
 TRAIN = ["--model", "MODEL", "--data-dir", "DATA", "--output-dir", "OUT/run", "--predictions-dir", "OUT/predictions",
          "--epochs", "1", "--batch-size", "8", "--device", "cpu"]
+SEARCH = ["--config", "recipe.yaml", "--space", "lr-space.yaml", "--study-dir", "OUT/study", "--trials", "1"]
 CASES = [
     # flags
     ("flag", "negative learning rate", "multitask", [*TRAIN, "--lr", "-1"], "--lr must be > 0, got -1", 2),
@@ -109,6 +112,57 @@ CASES = [
      "or continues files; type --resume on the command line if you mean it", 2),
     ("flag", "an abbreviated flag (--se for --seed)", "multitask", [*TRAIN, "--se", "1"],
      "multitask_classifier.py: error: unrecognized arguments: --se 1 (see python multitask_classifier.py --help)", 2),
+    ("flag", "a run's output folder inside another run's best/", "multitask",
+     [*TRAIN, "--output-dir", "finished-run/best"],
+     "error: --output-dir finished-run/best: inside finished-run/best, a checkpoint folder, whose files its own "
+     "commands write and replace; choose a place outside it", 2),
+    ("flag", "a TensorBoard folder inside another run's folder", "multitask",
+     [*TRAIN, "--tensorboard", "finished-run/tb"],
+     "error: --tensorboard finished-run/tb: inside finished-run, a run folder, whose files its own commands write and "
+     "replace; choose a place outside it", 2),
+    ("flag", "a pretraining output folder inside an encoder's folder", "pretrain",
+     ["--model", "MODEL", "--output-dir", "pretrained-encoder/more"],
+     "error: --output-dir pretrained-encoder/more: inside pretrained-encoder, a checkpoint folder, whose files its "
+     "own commands write and replace; choose a place outside it", 2),
+    ("flag", "a study folder inside a run's best/", "search", [*SEARCH, "--study-dir", "finished-run/best"],
+     "error: --study-dir finished-run/best: inside finished-run/best, a checkpoint folder, whose files its own "
+     "commands write and replace; choose a place outside it", 2),
+    ("flag", "a study folder that is a run folder", "search", [*SEARCH, "--study-dir", "finished-run"],
+     "error: --study-dir finished-run: inside finished-run, a run folder, whose files its own commands write and "
+     "replace; choose a place outside it", 2),
+    ("flag", "a study folder that is a file", "search", [*SEARCH, "--study-dir", "FILE"],
+     "error: --study-dir FILE: a file; give a folder for the study", 2),
+    ("flag", "a study without a limit (--trials 0)", "search", [*SEARCH, "--trials", "0"],
+     "error: give --trials N, --timeout SECONDS or both: how long the study runs", 2),
+    ("flag", "--report with a mistyped --study-dir", "search", [*SEARCH, "--study-dir", "OUT/stduy", "--report"],
+     "error: --study-dir OUT/stduy: no study there (no study.db); give the folder of a study that has trials", 2),
+    ("flag", "--resume of a study with another --objective", "search",
+     [*SEARCH, "--study-dir", "old-study", "--resume", "--objective", "sts"],
+     "was started with --objective overall, not sts: its values are overall scores; give --objective overall, or "
+     "another --study-dir", 2),
+    ("flag", "a space value for a device this machine lacks", "search", [*SEARCH, "--space", "gpu-space.yaml"],
+     "error: gpu-space.yaml:1: device: --device cuda: CUDA is not available on this machine; use --device cpu", 2),
+    ("flag", "a space value of a precision a CPU lacks", "search", [*SEARCH, "--space", "fp16-space.yaml"],
+     "error: fp16-space.yaml:1: precision: --precision fp16 needs a CUDA device; use bf16 or fp32 on CPU", 2),
+    ("flag", "a space value of a model folder that does not exist", "search", [*SEARCH, "--space", "model-space.yaml"],
+     "error: model-space.yaml:1: model: --model ./nowhere: checkpoint folder not found", 2),
+    ("flag", "a space value of a data folder without the course files", "search",
+     [*SEARCH, "--space", "data-space.yaml"],
+     "error: data-space.yaml:1: data-dir: --data-dir no-data: no ids-sst-train.csv (the sst task's)", 2),
+    ("flag", "a space value of --max-tokens below one input", "search", [*SEARCH, "--space", "tokens-space.yaml"],
+     "error: tokens-space.yaml:1: max-tokens: --max-tokens 10 is smaller than the longest input (128 tokens)", 2),
+    ("flag", "a space value of tasks without the --objective's", "search",
+     [*SEARCH, "--space", "tasks-space.yaml", "--objective", "para"],
+     "error: tasks-space.yaml:1: tasks: --metric-for-best para", 2),
+    ("flag", "a space key without a value", "search", [*SEARCH, "--space", "empty-space.yaml"],
+     "error: empty-space.yaml:1: lr: no value; give a range, a list of values or one value", 2),
+    ("flag", "a NUL byte in a space file", "search", [*SEARCH, "--space", "nul-space.yaml"],
+     "error: nul-space.yaml: not YAML (unacceptable character #x0000: special characters are not allowed", 2),
+    ("file system", "a journal whose last line is cut short", "search",
+     [*SEARCH, "--study-dir", "OUT/s", "--storage", "cut.journal", "--resume"],
+     "error: cut.journal: line 2: not a line of an Optuna journal (cut short, or edited); the study cannot be read", 2),
+    ("file system", "--storage naming a folder", "search", [*SEARCH, "--storage", "user-folder"],
+     "error: --storage user-folder: a folder; give a journal file's path (or an RDB URL)", 2),
     ("flag", "a predictions folder inside the run's best/", "multitask", [*TRAIN, "--predictions-dir", "OUT/run/best"],
      "error: --predictions-dir OUT/run/best: inside OUT/run/best, which each save of the run replaces whole; choose a "
      "folder outside OUT/run/best and OUT/run/last", 2),
@@ -193,8 +247,12 @@ CASES = [
      "error: bad-log/metrics.jsonl: line 3: not UTF-8 text, so not a line of ours; remove it to resume", 2),
     ("checkpoint", "a note of the user's in metrics.jsonl, on --resume", "multitask",
      [*TRAIN, "--data-dir", "edited-data", "--output-dir", "user-note", "--resume", "--allow-changed-data"],
-     "error: user-note/metrics.jsonl: line 1: not the run's (each of its lines is a JSON object with its step); move "
+     "error: user-note/metrics.jsonl: line 1: not the run's (each of its lines is a JSON object with its step and event); move "
      "them out of the file to resume", 2),
+    ("checkpoint", "a note of the user's that holds a step, in metrics.jsonl, on --resume", "multitask",
+     [*TRAIN, "--data-dir", "edited-data", "--output-dir", "step-note", "--resume", "--allow-changed-data"],
+     "error: step-note/metrics.jsonl: line 1: not the run's (each of its lines is a JSON object with its step and "
+     "event); move them out of the file to resume", 2),
     ("checkpoint", "a training state without its optimizer, on --resume", "multitask",
      [*TRAIN, "--data-dir", "edited-data", "--output-dir", "no-optimizer", "--resume", "--allow-changed-data"],
      "error: no-optimizer/last/training_state.pt: not a whole training state (no optimizer entry); put back the "
@@ -232,6 +290,10 @@ CASES = [
      "run_config.json); resume with the data it started with, or add --allow-changed-data", 2),
     ("data", "an empty file to predict", "predict", ["finished-run", "--task", "sst", "--input", "empty.txt"],
      "error: empty.txt: no examples to predict", 2),
+    ("data", "a comma-separated CSV file with an id column to predict", "predict",
+     ["finished-run", "--task", "sst", "--input", "commas.csv"],
+     "error: commas.csv: line 1 is a header of comma-separated columns (id,sentence); predict.py reads the course's "
+     "tab-separated files, or one example a line: separate the columns by tabs, or remove the header", 2),
     ("data", "a binary file to predict", "predict", ["finished-run", "--task", "sst", "--input", "binary.gz"],
      "error: binary.gz: line 1: a NUL byte: a binary file, not text", 2),
     # file system
@@ -303,6 +365,15 @@ CASES = [
      [*TRAIN, "--predictions-dir", "unrecorded"],
      "error: --predictions-dir unrecorded holds leaderboard files of a command that left no written-by.json "
      "(para-dev-output.csv); choose another --predictions-dir, or replace them with --overwrite", 2),
+    ("file system", "predictions written to a device", "predict", ["finished-run", "--sst", "a film", "--output",
+                                                                     "/dev/full"],
+     "error: --output /dev/full: not a regular file (a device or a pipe); give the path of a file to write", 2),
+    ("file system", "predictions written to a named pipe", "predict", ["finished-run", "--sst", "a film", "--output",
+                                                                        "a-pipe"],
+     "error: --output a-pipe: not a regular file (a device or a pipe); give the path of a file to write", 2),
+    ("file system", "an ensemble's report named as its predictions folder", "ensemble",
+     ["--members", "finished-run", "--data-dir", "DATA", "--out", "OUT/p", "--predictions-dir", "OUT/p"],
+     "error: --out OUT/p: the --predictions-dir itself; give a file for the report, e.g. --out OUT/p/ensemble.json", 2),
     ("file system", "an analysis folder that is a file", "analyze", ["curves", "--runs", "finished-run", "--out", "FILE"],
      "error: --out FILE: a file; give a folder for the files it writes", 2),
     ("file system", "an analysis folder that cannot be written", "analyze",
@@ -400,6 +471,25 @@ def places(tiny_model, tmp_path_factory) -> dict[str, Path]:
     (root / "no-value.yaml").write_text("epochs:\n")
     (root / "dup-key.yaml").write_text("epochs: 1\nseed: 3\nepochs: 2\n")
     (root / "resume-recipe.yaml").write_text("epochs: 1\nresume: true\n")
+    # A search's recipe of tiny runs, its spaces (one of values that cannot run each), and a study of one trial.
+    (root / "recipe.yaml").write_text(f"model: {tiny_model}\ndata-dir: {data}\ndevice: cpu\nbatch-size: 8\n"
+                                      f"epochs: 1\n")
+    spaces = {"lr-space.yaml": "lr: [1.0e-3]\n", "gpu-space.yaml": "device: [cpu, cuda]\n",
+              "fp16-space.yaml": "precision: [fp32, fp16]\n", "model-space.yaml": "model: [./nowhere]\n",
+              "data-space.yaml": f"data-dir: [{root / 'no-data'}]\n", "tokens-space.yaml": "max-tokens: [10]\n",
+              "tasks-space.yaml": "tasks: [sst]\n", "empty-space.yaml": "lr:\n"}
+    for name, text in spaces.items():
+        (root / name).write_text(text)
+        places[name] = root / name
+    places |= {"recipe.yaml": root / "recipe.yaml", "no-data": root / "no-data"}
+    (root / "nul-space.yaml").write_bytes(b"lr: [1.0e-3]\x00\n")
+    places["nul-space.yaml"] = root / "nul-space.yaml"
+    (root / "commas.csv").write_text("id,sentence\n1,a fine film\n")
+    places["commas.csv"] = root / "commas.csv"
+    os.mkfifo(root / "a-pipe")
+    places["a-pipe"] = root / "a-pipe"
+    (root / "cut.journal").write_text('{"op_code": 0, "worker_id": "w", "study_name": "s", "directions": [1]}\n{"op_')
+    places["cut.journal"] = root / "cut.journal"
     (root / "binary.gz").write_bytes(b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03\xcbH\xcd\xc9\xc9\x07\x00")
     # A Contrastive Tension run's folder: its run config, and its two encoders in model1/ and model2/.
     contrastive = ContrastiveConfig(model=str(tiny_model), method="ct").to_dict()
@@ -440,6 +530,8 @@ def places(tiny_model, tmp_path_factory) -> dict[str, Path]:
     recorded = json.loads((places["finished-run"] / "run_config.json").read_text())
     places["overwrite-config.json"] = root / "overwrite-config.json"
     places["overwrite-config.json"].write_text(json.dumps({**recorded, "overwrite": True}))
+    places["old-study"] = root / "old-study"
+    search.main([substitute(arg, places, root) for arg in last_wins([*SEARCH, "--study-dir", "old-study"])])
     places["link-to-run"] = root / "link-to-run"
     places["link-to-run"].symlink_to(places["finished-run"])
     places["init-run"] = Path(shutil.copytree(places["finished-run"], root / "init-run"))
@@ -461,6 +553,9 @@ def places(tiny_model, tmp_path_factory) -> dict[str, Path]:
         (places[name] / "run_config.json").write_text(json.dumps({k: v for k, v in saved.items() if k != "finished"}))
     log = places["user-note"] / "metrics.jsonl"
     log.write_text("lr 1e-3 looked better than 1e-4\n" + log.read_text())
+    places["step-note"] = Path(shutil.copytree(places["user-note"], root / "step-note"))
+    log = places["step-note"] / "metrics.jsonl"
+    log.write_text('{"step": 9, "note": "lr 1e-3 looked better"}\n' + log.read_text().split("\n", 1)[1])
     state = torch.load(places["no-optimizer"] / "last" / "training_state.pt", weights_only=True)
     torch.save({k: v for k, v in state.items() if k != "optimizer"}, places["no-optimizer"] / "last" / "training_state.pt")
     evaluation = state["engine"]["last_record"]
@@ -511,7 +606,7 @@ def substitute(text: str, places: dict[str, Path], out: Path) -> str:
 @pytest.mark.parametrize("kind, wrong, command, args, message, code", CASES, ids=[case[1] for case in CASES])
 def test_bad_input_gets_one_line_and_its_exit_code(places, tmp_path, capsys, monkeypatch, request, kind, wrong,
                                                    command, args, message, code):
-    if args[:len(TRAIN)] == TRAIN:  # a case's own flags replace TRAIN's
+    if args[:len(TRAIN)] == TRAIN or args[:len(SEARCH)] == SEARCH:  # a case's own flags replace TRAIN's
         args = last_wins(args)
     argv = [substitute(arg, places, tmp_path) for arg in args]
     if wrong in FAULTS:
@@ -527,6 +622,8 @@ def test_bad_input_gets_one_line_and_its_exit_code(places, tmp_path, capsys, mon
     expected = substitute(message, places, tmp_path)
     assert expected in last, f"{last!r} does not hold {expected!r}"
     assert not (tmp_path / "run" / "last").exists(), "nothing was trained"
+    if command == "search":
+        assert not any(tmp_path.rglob("*")), "a refused search leaves nothing behind"
 
 
 # Each "use X" of a message above, run: (the case, X as arguments of its command). A step of training is enough to
@@ -576,6 +673,32 @@ def test_the_advice_to_a_run_killed_before_its_first_save_works_from_resume_alon
     assert words[words.index("--output-dir") + 1] == str(run) and words[-1] == "--overwrite"
     multitask_classifier.main(words[words.index("multitask_classifier.py") + 1:] + ["--max-steps", "1"])
     assert (run / "best" / "model.safetensors").is_file()
+
+
+@pytest.mark.parametrize("spelling", ["./x", "absolute", "link"])
+def test_predict_never_writes_over_its_input_however_the_file_is_named(places, tmp_path, monkeypatch, capsys,
+                                                                       spelling):
+    """--input x with --output ./x, with its absolute path, or through a symbolic link to it: one file, refused, and
+    the file as it was."""
+    monkeypatch.chdir(tmp_path)
+    source = tmp_path / "x"
+    source.write_text("a red car\nthe big dog\n")
+    (tmp_path / "link").symlink_to(source)
+    output = {"./x": "./x", "absolute": str(source), "link": "link"}[spelling]
+    with pytest.raises(SystemExit):
+        cli.run(lambda: predict.main([str(places["finished-run"]), "--task", "sst", "--input", "x", "--output",
+                                      output]))
+    assert f"--output {output}: the file --input reads" in capsys.readouterr().err
+    assert source.read_text() == "a red car\nthe big dog\n"
+
+
+def test_a_predictions_file_ends_every_line_with_one_newline(places, tmp_path):
+    """predict.py --output: the header and the rows alike end in LF, never CRLF."""
+    output = tmp_path / "out.tsv"
+    predict.main([str(places["finished-run"]), "--task", "sst", "--input", str(places["sentences.txt"]),
+                  "--output", str(output)])
+    data = output.read_bytes()
+    assert b"\r" not in data and data.count(b"\n") == 3  # the header and the file's two sentences
 
 
 def test_a_refused_resume_leaves_the_runs_log_as_it_was(places, tmp_path, capsys):

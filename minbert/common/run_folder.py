@@ -283,14 +283,14 @@ class RunFolder:
                 record = json.loads(text)
             except json.JSONDecodeError:
                 record = None
-            if isinstance(record, dict) and isinstance(record.get("step"), int):
+            if is_record(record):
                 records.append((line, record))
             else:
                 foreign.append(number)
         if foreign:
             shown = ", ".join(map(str, foreign[:10])) + (f" and {len(foreign) - 10} more" if len(foreign) > 10 else "")
             raise CheckpointError(f"{self.metrics_log}: line{'s' if len(foreign) > 1 else ''} {shown}: not the run's "
-                                  f"(each of its lines is a JSON object with its step); move them out of the file "
+                                  f"(each of its lines is a JSON object with its step and event); move them out of the file "
                                   f"to resume")
         return records
 
@@ -310,6 +310,16 @@ class RunFolder:
         if self.metrics_log.read_bytes() != b"".join(line + b"\n" for line in kept):
             with atomic_file(self.metrics_log) as temp:
                 temp.write_bytes(b"".join(line + b"\n" for line in kept))
+
+
+EVENTS = ("train", "eval", "finish")  # what each line of metrics.jsonl is (engine/engine.py writes them)
+
+
+def is_record(record) -> bool:
+    """Whether a line's JSON is one the run wrote: an object with its step and its event (an evaluation of a run from
+    before events were written: its dev metrics), not a note of the user's that happens to hold a step."""
+    return (isinstance(record, dict) and isinstance(record.get("step"), int)
+            and (record.get("event") in EVENTS or ("event" not in record and isinstance(record.get("dev"), dict))))
 
 
 def _inside(path: Path, folder: Path) -> bool:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from minbert.common import distributed
 from minbert.common.cli import resolve_device
+from minbert.common.outputs import check_place
 from minbert.common.provenance import provenance
 from minbert.common.run_folder import RunFolder, run_id
 from minbert.common.seeding import seed_everything
@@ -19,7 +20,7 @@ from minbert.models.compile import check_can_compile, compile_encoder
 from minbert.engine.callbacks import Callback, Control, EngineState
 from minbert.engine.config import TrainingConfig
 from minbert.engine.precision import Precision
-from minbert.engine.reporting import reporters
+from minbert.engine.reporting import mlflow_store, reporters
 from minbert.engine.resume import Resumption, find_resumption, flags_after_restart, start_again, with_values
 
 
@@ -91,6 +92,14 @@ class Command:
         """--output-dir claimed (locked; a run in it refused, or replaced with --overwrite unless that would remove
         what the run reads), saves that died half-way recovered. Rank 0 only (torchrun)."""
         config = self.config
+        # Before anything is removed: every output outside the places of other commands' files.
+        check_place(config.output_dir, "--output-dir", itself=config.FOLDER_KINDS)
+        for flag, path in config.as_flags(config.OUTPUT_FOLDERS).items():
+            if path:
+                check_place(path, flag, own_run=config.output_dir)
+        store = mlflow_store(config.report_to)
+        if store:
+            check_place(store, "MLflow's tracking store ($MLFLOW_TRACKING_URI)")
         self.folder.claim(config.OUTPUTS, config.resume, config.overwrite, config.as_flags(config.SOURCES),
                           start_again(config, self.folder))
         try:

@@ -89,6 +89,8 @@ class TrainingConfig:
     SOURCES = ("model",)
     # Folders a command writes besides --output-dir (a command adds its own): none may lie inside best/ or last/.
     OUTPUT_FOLDERS = ("tensorboard",)
+    # What --output-dir may itself be (common.outputs.check_place): a run folder, continued or replaced.
+    FOLDER_KINDS = ("a run folder",)
 
     def __post_init__(self):
         check_ranges(self)
