@@ -107,8 +107,8 @@ CASES = [
      [*TRAIN, "--config", "overwrite-config.json"],
      "multitask_classifier.py: error: --config overwrite-config.json: overwrite: a file never sets it, since it "
      "removes or continues files; type --overwrite on the command line if you mean it", 2),
-    ("flag", "a recipe that sets --resume", "multitask", [*TRAIN, "--config", "resume-recipe.yaml"],
-     "multitask_classifier.py: error: --config resume-recipe.yaml: resume: a file never sets it, since it removes "
+    ("flag", "a recipe that sets --resume", "multitask", [*TRAIN, "--config", "resume-flags.yaml"],
+     "multitask_classifier.py: error: --config resume-flags.yaml: resume: a file never sets it, since it removes "
      "or continues files; type --resume on the command line if you mean it", 2),
     ("flag", "an abbreviated flag (--se for --seed)", "multitask", [*TRAIN, "--se", "1"],
      "multitask_classifier.py: error: unrecognized arguments: --se 1 (see python multitask_classifier.py --help)", 2),
@@ -470,7 +470,7 @@ def places(tiny_model, tmp_path_factory) -> dict[str, Path]:
     constant.write_text("\n".join([lines[0]] + [line.rsplit("\t", 1)[0] + "\t2.5" for line in lines[1:]]) + "\n")
     (root / "no-value.yaml").write_text("epochs:\n")
     (root / "dup-key.yaml").write_text("epochs: 1\nseed: 3\nepochs: 2\n")
-    (root / "resume-recipe.yaml").write_text("epochs: 1\nresume: true\n")
+    (root / "resume-flags.yaml").write_text("epochs: 1\nresume: true\n")
     # A search's recipe of tiny runs, its spaces (one of values that cannot run each), and a study of one trial.
     (root / "recipe.yaml").write_text(f"model: {tiny_model}\ndata-dir: {data}\ndevice: cpu\nbatch-size: 8\n"
                                       f"epochs: 1\n")
@@ -513,7 +513,7 @@ def places(tiny_model, tmp_path_factory) -> dict[str, Path]:
     (encoder_only / "run_config.json").write_text(json.dumps(ContrastiveConfig(model=str(tiny_model)).to_dict()))
     for name in ("broken-config", "gpt2-config", "truncated-weights", "truncated-heads", "truncated-state",
                  "truncated-outputs", "empty.txt", "bad-test-row", "empty-id", "open-quote", "FILE", "user-folder",
-                 "repeated-id", "constant-sts", "no-value.yaml", "dup-key.yaml", "resume-recipe.yaml", "binary.gz", "ct-run", "list-config"):
+                 "repeated-id", "constant-sts", "no-value.yaml", "dup-key.yaml", "resume-flags.yaml", "binary.gz", "ct-run", "list-config"):
         places[name] = root / name
     # The interrupted run's flags, so that --resume gets as far as reading its training state.
     resumed = [substitute(arg, places, root) for arg in last_wins([*TRAIN, "--output-dir", "truncated-state"])]
@@ -688,7 +688,7 @@ def test_predict_never_writes_over_its_input_however_the_file_is_named(places, t
     with pytest.raises(SystemExit):
         cli.run(lambda: predict.main([str(places["finished-run"]), "--task", "sst", "--input", "x", "--output",
                                       output]))
-    assert f"--output {output}: the file --input reads" in capsys.readouterr().err
+    assert f"--output {Path(output)}: the file --input reads" in capsys.readouterr().err
     assert source.read_text() == "a red car\nthe big dog\n"
 
 
