@@ -8,6 +8,7 @@ is not a folder; the lower-case names for the broken files and folders the fixtu
 finished run trained on edited-data, whose ids-sst-train.csv changed since). A case that cannot be made of files,
 a full disk, has a fault in FAULTS that the test injects.
 """
+import argparse
 import json
 import os
 import random
@@ -200,6 +201,9 @@ CASES = [
      "error: truncated-outputs/outputs-sst-dev.pt: cannot read saved outputs", 2),
     ("checkpoint", "no such model folder", "multitask", [*TRAIN, "--model", "OUT/nowhere/"],
      "error: checkpoint folder not found: OUT/nowhere", 2),
+    ("checkpoint", "a mistyped model folder beside the folders the command makes", "multitask",
+     [*TRAIN, "--model", "OUT/modle"],
+     "error: checkpoint folder not found: OUT/modle; the closest existing folder is OUT/, which holds no folders", 2),
     ("checkpoint", "a mistyped run folder (looked for here, not on the hub)", "multitask",
      [*TRAIN, "--model", "finished-run/bset"], "error: checkpoint folder not found: finished-run/bset; the closest "
      "existing folder is finished-run/, which holds best/, last/", 2),
@@ -253,6 +257,10 @@ CASES = [
      [*TRAIN, "--data-dir", "edited-data", "--output-dir", "step-note", "--resume", "--allow-changed-data"],
      "error: step-note/metrics.jsonl: line 1: not the run's (each of its lines is a JSON object with its step and "
      "event); move them out of the file to resume", 2),
+    ("checkpoint", "a training state that holds Python objects, on --resume", "multitask",
+     [*TRAIN, "--data-dir", "edited-data", "--output-dir", "pickled-state", "--resume", "--allow-changed-data"],
+     "error: pickled-state/last/training_state.pt: cannot read the training state (it holds Python objects, not only "
+     "tensors, and such a file is never unpickled: its code could run)", 2),
     ("checkpoint", "a training state without its optimizer, on --resume", "multitask",
      [*TRAIN, "--data-dir", "edited-data", "--output-dir", "no-optimizer", "--resume", "--allow-changed-data"],
      "error: no-optimizer/last/training_state.pt: not a whole training state (no optimizer entry); put back the "
@@ -374,6 +382,8 @@ CASES = [
     ("file system", "an ensemble's report named as its predictions folder", "ensemble",
      ["--members", "finished-run", "--data-dir", "DATA", "--out", "OUT/p", "--predictions-dir", "OUT/p"],
      "error: --out OUT/p: the --predictions-dir itself; give a file for the report, e.g. --out OUT/p/ensemble.json", 2),
+    ("file system", "an MLflow tracking store that cannot be written", "multitask", [*TRAIN, "--report-to", "mlflow"],
+     "error: --report-to mlflow: cannot write MLflow's tracking store sqlite:///OUT/a-file/mlflow.db (", 2),
     ("file system", "an analysis folder that is a file", "analyze", ["curves", "--runs", "finished-run", "--out", "FILE"],
      "error: --out FILE: a file; give a folder for the files it writes", 2),
     ("file system", "an analysis folder that cannot be written", "analyze",
@@ -420,7 +430,14 @@ def folder_in_use(monkeypatch, out):
     return holder.close
 
 
-FAULTS = {"the disk fills up while a checkpoint is saved": disk_full,
+def unwritable_mlflow_store(monkeypatch, out):
+    """$MLFLOW_TRACKING_URI names a database inside a file, where no database can be made."""
+    (out / "a-file").write_text("a file, not a folder")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{out}/a-file/mlflow.db")
+
+
+FAULTS = {"an MLflow tracking store that cannot be written": unwritable_mlflow_store,
+          "the disk fills up while a checkpoint is saved": disk_full,
           "--compile where torch cannot compile": no_compiler,
           "unpadded attention on a device without it": no_unpadded_attention,
           "an output folder another command is writing": folder_in_use}
@@ -561,6 +578,8 @@ def places(tiny_model, tmp_path_factory) -> dict[str, Path]:
     evaluation = state["engine"]["last_record"]
     state["engine"]["last_record"] = {**evaluation, "dev": {task: 0.5 for task in evaluation["dev"]}}
     torch.save(state, places["other-state"] / "last" / "training_state.pt")
+    places["pickled-state"] = Path(shutil.copytree(places["no-optimizer"], root / "pickled-state"))
+    torch.save({"engine": argparse.Namespace(step=1)}, places["pickled-state"] / "last" / "training_state.pt")
     # The interrupted run's training state replaced by one another run saved before its first evaluation.
     places["early-state"] = Path(shutil.copytree(places["no-optimizer"], root / "early-state"))
     state["engine"]["last_record"], state["run_id"] = None, "another-run"

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from minbert.common.errors import UsageError
-from minbert.common.files import check_writable
+from minbert.common.files import check_writable, load_failure
 from minbert.common.run_folder import RunFolder
 from minbert.engine.callbacks import Callback
 
@@ -134,6 +134,5 @@ def reporters(report_to: str, tensorboard: str, folder: RunFolder) -> list[Repor
             chosen.append(MLflow(Path(folder.path).resolve().name))
         except Exception as error:  # a store that cannot be written, a server that does not answer
             raise UsageError(f"--report-to mlflow: cannot write MLflow's tracking store "
-                             f"{os.environ.get('MLFLOW_TRACKING_URI') or 'mlflow.db'} ({error.__class__.__name__}: "
-                             f"{(str(error).splitlines() or [''])[0][:200]})") from None
+                             f"{os.environ.get('MLFLOW_TRACKING_URI') or 'mlflow.db'} ({load_failure(error)})") from None
     return chosen
