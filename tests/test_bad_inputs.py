@@ -251,8 +251,8 @@ CASES = [
      "error: bad-log/metrics.jsonl: line 3: not UTF-8 text, so not a line of ours; remove it to resume", 2),
     ("checkpoint", "a note of the user's in metrics.jsonl, on --resume", "multitask",
      [*TRAIN, "--data-dir", "edited-data", "--output-dir", "user-note", "--resume", "--allow-changed-data"],
-     "error: user-note/metrics.jsonl: line 1: not the run's (each of its lines is a JSON object with its step and event); move "
-     "them out of the file to resume", 2),
+     "error: user-note/metrics.jsonl: line 1: not the run's (each of its lines is a JSON object with its step and "
+     "event); move them out of the file to resume", 2),
     ("checkpoint", "a note of the user's that holds a step, in metrics.jsonl, on --resume", "multitask",
      [*TRAIN, "--data-dir", "edited-data", "--output-dir", "step-note", "--resume", "--allow-changed-data"],
      "error: step-note/metrics.jsonl: line 1: not the run's (each of its lines is a JSON object with its step and "
@@ -530,7 +530,8 @@ def places(tiny_model, tmp_path_factory) -> dict[str, Path]:
     (encoder_only / "run_config.json").write_text(json.dumps(ContrastiveConfig(model=str(tiny_model)).to_dict()))
     for name in ("broken-config", "gpt2-config", "truncated-weights", "truncated-heads", "truncated-state",
                  "truncated-outputs", "empty.txt", "bad-test-row", "empty-id", "open-quote", "FILE", "user-folder",
-                 "repeated-id", "constant-sts", "no-value.yaml", "dup-key.yaml", "resume-flags.yaml", "binary.gz", "ct-run", "list-config"):
+                 "repeated-id", "constant-sts", "no-value.yaml", "dup-key.yaml",
+                 "resume-flags.yaml", "binary.gz", "ct-run", "list-config"):
         places[name] = root / name
     # The interrupted run's flags, so that --resume gets as far as reading its training state.
     resumed = [substitute(arg, places, root) for arg in last_wins([*TRAIN, "--output-dir", "truncated-state"])]

@@ -290,8 +290,8 @@ class RunFolder:
         if foreign:
             shown = ", ".join(map(str, foreign[:10])) + (f" and {len(foreign) - 10} more" if len(foreign) > 10 else "")
             raise CheckpointError(f"{self.metrics_log}: line{'s' if len(foreign) > 1 else ''} {shown}: not the run's "
-                                  f"(each of its lines is a JSON object with its step and event); move them out of the file "
-                                  f"to resume")
+                                  f"(each of its lines is a JSON object with its step and event); move them out of the "
+                                  f"file to resume")
         return records
 
     def keep_records_until(self, step: int, stage: str = "") -> None:

@@ -133,6 +133,7 @@ def reporters(report_to: str, tensorboard: str, folder: RunFolder) -> list[Repor
         try:
             chosen.append(MLflow(Path(folder.path).resolve().name))
         except Exception as error:  # a store that cannot be written, a server that does not answer
-            raise UsageError(f"--report-to mlflow: cannot write MLflow's tracking store "
-                             f"{os.environ.get('MLFLOW_TRACKING_URI') or 'mlflow.db'} ({load_failure(error)})") from None
+            store = os.environ.get("MLFLOW_TRACKING_URI") or "mlflow.db"
+            raise UsageError(f"--report-to mlflow: cannot write MLflow's tracking store {store} "
+                             f"({load_failure(error)})") from None
     return chosen
