@@ -428,7 +428,7 @@ def test_embeddings_title_counts_the_pairs_and_sentences_each_measure_uses(four_
 def test_curves_of_a_single_evaluation_tick_whole_steps(tmp_path):
     few, one = tmp_path / "few", tmp_path / "one"
     few.mkdir(), one.mkdir()
-    (few / "metrics.jsonl").write_text("\n".join(json.dumps({**EVAL_LINE, "step": step, "dev": {"sst": value}})
+    (few / "metrics.jsonl").write_text("\n".join(json.dumps({**EVAL_LINE, "step": step, "dev": {"para": value}})
                                                  for step, value in ((3, 0.2), (4, 0.3))) + "\n")
     (one / "metrics.jsonl").write_text(json.dumps(EVAL_LINE) + "\n")  # one evaluation, at step 10
     report = curves.build(curves.CurvesConfig(runs=f"{few},{one}"))
@@ -436,9 +436,9 @@ def test_curves_of_a_single_evaluation_tick_whole_steps(tmp_path):
     for figure in report.figures.values():
         assert_integer_ticks(figure.axes[0].xaxis)
     sst, overall = (drawn_lines(report.figures[f"curves-dev-{metric}.png"].axes[0]) for metric in ("sst", "overall"))
-    assert [line.get_label() for line in sst] == ["few (2 evaluations)", "one (1 evaluation)"]
-    assert [line.get_label() for line in overall] == ["one (1 evaluation)"]
-    look = [(line.get_linestyle(), line.get_marker(), line.get_color()) for line in (*sst, *overall)]
+    assert [line.get_label() for line in overall] == ["few (2 evaluations)", "one (1 evaluation)"]
+    assert [line.get_label() for line in sst] == ["one (1 evaluation)"]  # few trained para alone
+    look = [(line.get_linestyle(), line.get_marker(), line.get_color()) for line in (*overall, *sst)]
     assert look[0][:2] != look[1][:2] and look[2] == look[1]  # "one" keeps its look where "few" has no line
 
 
@@ -481,10 +481,12 @@ def test_a_bad_flag_value_is_a_usage_error(capsys):
     assert exit_info.value.code == 2 and "'pooler' is not one of cls, mean, max" in capsys.readouterr().err
 
 
-def test_curves_table_of_a_single_task_run_shows_no_none(tmp_path):
+def test_curves_table_of_a_single_task_run_shows_the_overall_score_its_trainer_picked_best_by(tmp_path):
+    """A single-task run's eval lines hold its task's metric only; its trainer's overall score is the mean of its
+    tasks' scores on [0, 1]: for SST alone, its accuracy (0.3), at that line's step; never None."""
     single = tmp_path / "single"
     single.mkdir()
     (single / "metrics.jsonl").write_text(json.dumps({**EVAL_LINE, "dev": {"sst": 0.3}}) + "\n")  # no overall
     markdown = curves.build(curves.CurvesConfig(runs=str(single))).markdown
     row = next(line for line in markdown.splitlines() if line.startswith("| single"))
-    assert "None" not in row and row.rstrip(" |").endswith("| - | -")  # best overall, at step: none
+    assert "None" not in row and row.rstrip(" |").endswith(f"| 0.3000 | {EVAL_LINE['step']}")

@@ -8,8 +8,11 @@ is not a folder; the lower-case names for the broken files and folders the fixtu
 finished run trained on edited-data, whose ids-sst-train.csv changed since). A case that cannot be made of files,
 a full disk, has a fault in FAULTS that the test injects.
 """
+import argparse
 import json
+import os
 import random
+import shlex
 import shutil
 import sys
 from pathlib import Path
@@ -25,6 +28,7 @@ from minbert import checkpoint  # noqa: E402
 from minbert.commands import ensemble  # noqa: E402
 import multitask_classifier  # noqa: E402
 from minbert.commands import predict  # noqa: E402
+from minbert.commands import search  # noqa: E402
 import pretrain_contrastive  # noqa: E402
 from minbert.common import cli  # noqa: E402
 from minbert.common.cli import last_wins, shown_path  # noqa: E402
@@ -32,11 +36,12 @@ from minbert.training.contrastive import ContrastiveConfig  # noqa: E402
 from minbert.training.multitask_config import MultitaskConfig  # noqa: E402
 
 COMMANDS = {"multitask": multitask_classifier, "pretrain": pretrain_contrastive, "ensemble": ensemble,
-            "predict": predict, "analyze": analyze}
+            "predict": predict, "analyze": analyze, "search": search}
 SCRIPTS = {"multitask": "multitask_classifier.py", "pretrain": "pretrain_contrastive.py", "ensemble": "ensemble.py",
-           "predict": "predict.py", "analyze": "analyze.py"}
+           "predict": "predict.py", "analyze": "analyze.py", "search": "search.py"}
 TRAIN = ["--model", "MODEL", "--data-dir", "DATA", "--output-dir", "OUT/run", "--predictions-dir", "OUT/predictions",
          "--epochs", "1", "--batch-size", "8", "--device", "cpu"]
+SEARCH = ["--config", "recipe.yaml", "--space", "lr-space.yaml", "--study-dir", "OUT/study", "--trials", "1"]
 CASES = [
     # flags
     ("flag", "negative learning rate", "multitask", [*TRAIN, "--lr", "-1"], "--lr must be > 0, got -1", 2),
@@ -100,6 +105,67 @@ CASES = [
      "--config dup-key.yaml); give it once", 2),
     ("flag", "a config file's key given twice", "multitask", [*TRAIN, "--config", "dup-key.yaml"],
      "multitask_classifier.py: error: --config dup-key.yaml: epochs is given twice (lines 1 and 3); give it once", 2),
+    ("flag", "a run config recorded with --overwrite, given to --config", "multitask",
+     [*TRAIN, "--config", "overwrite-config.json"],
+     "multitask_classifier.py: error: --config overwrite-config.json: overwrite: a file never sets it, since it "
+     "removes or continues files; type --overwrite on the command line if you mean it", 2),
+    ("flag", "a recipe that sets --resume", "multitask", [*TRAIN, "--config", "resume-flags.yaml"],
+     "multitask_classifier.py: error: --config resume-flags.yaml: resume: a file never sets it, since it removes "
+     "or continues files; type --resume on the command line if you mean it", 2),
+    ("flag", "an abbreviated flag (--se for --seed)", "multitask", [*TRAIN, "--se", "1"],
+     "multitask_classifier.py: error: unrecognized arguments: --se 1 (see .venv/bin/python multitask_classifier.py "
+     "--help)", 2),
+    ("flag", "a run's output folder inside another run's best/", "multitask",
+     [*TRAIN, "--output-dir", "finished-run/best"],
+     "error: --output-dir finished-run/best: inside finished-run/best, a checkpoint folder, whose files its own "
+     "commands write and replace; choose a place outside it", 2),
+    ("flag", "a TensorBoard folder inside another run's folder", "multitask",
+     [*TRAIN, "--tensorboard", "finished-run/tb"],
+     "error: --tensorboard finished-run/tb: inside finished-run, a run folder, whose files its own commands write and "
+     "replace; choose a place outside it", 2),
+    ("flag", "a pretraining output folder inside an encoder's folder", "pretrain",
+     ["--model", "MODEL", "--output-dir", "pretrained-encoder/more"],
+     "error: --output-dir pretrained-encoder/more: inside pretrained-encoder, a checkpoint folder, whose files its "
+     "own commands write and replace; choose a place outside it", 2),
+    ("flag", "a study folder inside a run's best/", "search", [*SEARCH, "--study-dir", "finished-run/best"],
+     "error: --study-dir finished-run/best: inside finished-run/best, a checkpoint folder, whose files its own "
+     "commands write and replace; choose a place outside it", 2),
+    ("flag", "a study folder that is a run folder", "search", [*SEARCH, "--study-dir", "finished-run"],
+     "error: --study-dir finished-run: inside finished-run, a run folder, whose files its own commands write and "
+     "replace; choose a place outside it", 2),
+    ("flag", "a study folder that is a file", "search", [*SEARCH, "--study-dir", "FILE"],
+     "error: --study-dir FILE: a file; give a folder for the study", 2),
+    ("flag", "a study without a limit (--trials 0)", "search", [*SEARCH, "--trials", "0"],
+     "error: give --trials N, --timeout SECONDS or both: how long the study runs", 2),
+    ("flag", "--report with a mistyped --study-dir", "search", [*SEARCH, "--study-dir", "OUT/stduy", "--report"],
+     "error: --study-dir OUT/stduy: no study there (no study.db); give the folder of a study that has trials", 2),
+    ("flag", "--resume of a study with another --objective", "search",
+     [*SEARCH, "--study-dir", "old-study", "--resume", "--objective", "sts"],
+     "was started with --objective overall, not sts: its values are overall scores; give --objective overall, or "
+     "another --study-dir", 2),
+    ("flag", "a space value for a device this machine lacks", "search", [*SEARCH, "--space", "gpu-space.yaml"],
+     "error: gpu-space.yaml:1: device: --device cuda: CUDA is not available on this machine; use --device cpu", 2),
+    ("flag", "a space value of a precision a CPU lacks", "search", [*SEARCH, "--space", "fp16-space.yaml"],
+     "error: fp16-space.yaml:1: precision: --precision fp16 needs a CUDA device; use bf16 or fp32 on CPU", 2),
+    ("flag", "a space value of a model folder that does not exist", "search", [*SEARCH, "--space", "model-space.yaml"],
+     "error: model-space.yaml:1: model: --model ./nowhere: checkpoint folder not found", 2),
+    ("flag", "a space value of a data folder without the course files", "search",
+     [*SEARCH, "--space", "data-space.yaml"],
+     "error: data-space.yaml:1: data-dir: --data-dir no-data: no ids-sst-train.csv (the sst task's)", 2),
+    ("flag", "a space value of --max-tokens below one input", "search", [*SEARCH, "--space", "tokens-space.yaml"],
+     "error: tokens-space.yaml:1: max-tokens: --max-tokens 10 is smaller than the longest input (128 tokens)", 2),
+    ("flag", "a space value of tasks without the --objective's", "search",
+     [*SEARCH, "--space", "tasks-space.yaml", "--objective", "para"],
+     "error: tasks-space.yaml:1: tasks: --metric-for-best para", 2),
+    ("flag", "a space key without a value", "search", [*SEARCH, "--space", "empty-space.yaml"],
+     "error: empty-space.yaml:1: lr: no value; give a range, a list of values or one value", 2),
+    ("flag", "a NUL byte in a space file", "search", [*SEARCH, "--space", "nul-space.yaml"],
+     "error: nul-space.yaml: not YAML (unacceptable character #x0000: special characters are not allowed", 2),
+    ("file system", "a journal whose last line is cut short", "search",
+     [*SEARCH, "--study-dir", "OUT/s", "--storage", "cut.journal", "--resume"],
+     "error: cut.journal: line 2: not a line of an Optuna journal (cut short, or edited); the study cannot be read", 2),
+    ("file system", "--storage naming a folder", "search", [*SEARCH, "--storage", "user-folder"],
+     "error: --storage user-folder: a folder; give a journal file's path (or an RDB URL)", 2),
     ("flag", "a predictions folder inside the run's best/", "multitask", [*TRAIN, "--predictions-dir", "OUT/run/best"],
      "error: --predictions-dir OUT/run/best: inside OUT/run/best, which each save of the run replaces whole; choose a "
      "folder outside OUT/run/best and OUT/run/last", 2),
@@ -137,6 +203,9 @@ CASES = [
      "error: truncated-outputs/outputs-sst-dev.pt: cannot read saved outputs", 2),
     ("checkpoint", "no such model folder", "multitask", [*TRAIN, "--model", "OUT/nowhere/"],
      "error: checkpoint folder not found: OUT/nowhere", 2),
+    ("checkpoint", "a mistyped model folder beside the folders the command makes", "multitask",
+     [*TRAIN, "--model", "OUT/modle"],
+     "error: checkpoint folder not found: OUT/modle; the closest existing folder is OUT/, which holds no folders", 2),
     ("checkpoint", "a mistyped run folder (looked for here, not on the hub)", "multitask",
      [*TRAIN, "--model", "finished-run/bset"], "error: checkpoint folder not found: finished-run/bset; the closest "
      "existing folder is finished-run/, which holds best/, last/", 2),
@@ -184,8 +253,16 @@ CASES = [
      "error: bad-log/metrics.jsonl: line 3: not UTF-8 text, so not a line of ours; remove it to resume", 2),
     ("checkpoint", "a note of the user's in metrics.jsonl, on --resume", "multitask",
      [*TRAIN, "--data-dir", "edited-data", "--output-dir", "user-note", "--resume", "--allow-changed-data"],
-     "error: user-note/metrics.jsonl: line 1: not the run's (each of its lines is a JSON object with its step); move "
-     "them out of the file to resume", 2),
+     "error: user-note/metrics.jsonl: line 1: not the run's (each of its lines is a JSON object with its step and "
+     "event); move them out of the file to resume", 2),
+    ("checkpoint", "a note of the user's that holds a step, in metrics.jsonl, on --resume", "multitask",
+     [*TRAIN, "--data-dir", "edited-data", "--output-dir", "step-note", "--resume", "--allow-changed-data"],
+     "error: step-note/metrics.jsonl: line 1: not the run's (each of its lines is a JSON object with its step and "
+     "event); move them out of the file to resume", 2),
+    ("checkpoint", "a training state that holds Python objects, on --resume", "multitask",
+     [*TRAIN, "--data-dir", "edited-data", "--output-dir", "pickled-state", "--resume", "--allow-changed-data"],
+     "error: pickled-state/last/training_state.pt: cannot read the training state (it holds Python objects, not only "
+     "tensors, and such a file is never unpickled: its code could run)", 2),
     ("checkpoint", "a training state without its optimizer, on --resume", "multitask",
      [*TRAIN, "--data-dir", "edited-data", "--output-dir", "no-optimizer", "--resume", "--allow-changed-data"],
      "error: no-optimizer/last/training_state.pt: not a whole training state (no optimizer entry); put back the "
@@ -193,6 +270,11 @@ CASES = [
     ("checkpoint", "another run's training state, on --resume", "multitask",
      [*TRAIN, "--data-dir", "edited-data", "--output-dir", "other-state", "--resume", "--allow-changed-data"],
      "error: other-state/last/training_state.pt: another run's training state (its last evaluation, at step", 2),
+    ("checkpoint", "another run's training state, copied before that run's first evaluation, on --resume",
+     "multitask",
+     [*TRAIN, "--data-dir", "edited-data", "--output-dir", "early-state", "--resume", "--allow-changed-data"],
+     "error: early-state/last/training_state.pt: another run's training state (it records run another-run, the run "
+     "config of early-state run ", 2),
     # data files
     ("data", "empty file to pretrain on", "pretrain", ["--model", "MODEL", "--data", "empty.txt", "--output-dir", "OUT"],
      "error: empty.txt: no usable rows", 2),
@@ -218,6 +300,10 @@ CASES = [
      "run_config.json); resume with the data it started with, or add --allow-changed-data", 2),
     ("data", "an empty file to predict", "predict", ["finished-run", "--task", "sst", "--input", "empty.txt"],
      "error: empty.txt: no examples to predict", 2),
+    ("data", "a comma-separated CSV file with an id column to predict", "predict",
+     ["finished-run", "--task", "sst", "--input", "commas.csv"],
+     "error: commas.csv: line 1 is a header of comma-separated columns (id,sentence); predict.py reads the course's "
+     "tab-separated files, or one example a line: separate the columns by tabs, or remove the header", 2),
     ("data", "a binary file to predict", "predict", ["finished-run", "--task", "sst", "--input", "binary.gz"],
      "error: binary.gz: line 1: a NUL byte: a binary file, not text", 2),
     # file system
@@ -289,6 +375,14 @@ CASES = [
      [*TRAIN, "--predictions-dir", "unrecorded"],
      "error: --predictions-dir unrecorded holds leaderboard files of a command that left no written-by.json "
      "(para-dev-output.csv); choose another --predictions-dir, or replace them with --overwrite", 2),
+    ("file system", "predictions written to a named pipe", "predict", ["finished-run", "--sst", "a film", "--output",
+                                                                        "a-pipe"],
+     "error: --output a-pipe: not a regular file (a device or a pipe); give the path of a file to write", 2),
+    ("file system", "an ensemble's report named as its predictions folder", "ensemble",
+     ["--members", "finished-run", "--data-dir", "DATA", "--out", "OUT/p", "--predictions-dir", "OUT/p"],
+     "error: --out OUT/p: the --predictions-dir itself; give a file for the report, e.g. --out OUT/p/ensemble.json", 2),
+    ("file system", "an MLflow tracking store that cannot be written", "multitask", [*TRAIN, "--report-to", "mlflow"],
+     "error: --report-to mlflow: cannot write MLflow's tracking store sqlite:///OUT/a-file/mlflow.db (", 2),
     ("file system", "an analysis folder that is a file", "analyze", ["curves", "--runs", "finished-run", "--out", "FILE"],
      "error: --out FILE: a file; give a folder for the files it writes", 2),
     ("file system", "an analysis folder that cannot be written", "analyze",
@@ -335,7 +429,14 @@ def folder_in_use(monkeypatch, out):
     return holder.close
 
 
-FAULTS = {"the disk fills up while a checkpoint is saved": disk_full,
+def unwritable_mlflow_store(monkeypatch, out):
+    """$MLFLOW_TRACKING_URI names a database inside a file, where no database can be made."""
+    (out / "a-file").write_text("a file, not a folder")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{out}/a-file/mlflow.db")
+
+
+FAULTS = {"an MLflow tracking store that cannot be written": unwritable_mlflow_store,
+          "the disk fills up while a checkpoint is saved": disk_full,
           "--compile where torch cannot compile": no_compiler,
           "unpadded attention on a device without it": no_unpadded_attention,
           "an output folder another command is writing": folder_in_use}
@@ -385,6 +486,26 @@ def places(tiny_model, tmp_path_factory) -> dict[str, Path]:
     constant.write_text("\n".join([lines[0]] + [line.rsplit("\t", 1)[0] + "\t2.5" for line in lines[1:]]) + "\n")
     (root / "no-value.yaml").write_text("epochs:\n")
     (root / "dup-key.yaml").write_text("epochs: 1\nseed: 3\nepochs: 2\n")
+    (root / "resume-flags.yaml").write_text("epochs: 1\nresume: true\n")
+    # A search's recipe of tiny runs, its spaces (one of values that cannot run each), and a study of one trial.
+    (root / "recipe.yaml").write_text(f"model: {tiny_model}\ndata-dir: {data}\ndevice: cpu\nbatch-size: 8\n"
+                                      f"epochs: 1\n")
+    spaces = {"lr-space.yaml": "lr: [1.0e-3]\n", "gpu-space.yaml": "device: [cpu, cuda]\n",
+              "fp16-space.yaml": "precision: [fp32, fp16]\n", "model-space.yaml": "model: [./nowhere]\n",
+              "data-space.yaml": f"data-dir: [{root / 'no-data'}]\n", "tokens-space.yaml": "max-tokens: [10]\n",
+              "tasks-space.yaml": "tasks: [sst]\n", "empty-space.yaml": "lr:\n"}
+    for name, text in spaces.items():
+        (root / name).write_text(text)
+        places[name] = root / name
+    places |= {"recipe.yaml": root / "recipe.yaml", "no-data": root / "no-data"}
+    (root / "nul-space.yaml").write_bytes(b"lr: [1.0e-3]\x00\n")
+    places["nul-space.yaml"] = root / "nul-space.yaml"
+    (root / "commas.csv").write_text("id,sentence\n1,a fine film\n")
+    places["commas.csv"] = root / "commas.csv"
+    os.mkfifo(root / "a-pipe")
+    places["a-pipe"] = root / "a-pipe"
+    (root / "cut.journal").write_text('{"op_code": 0, "worker_id": "w", "study_name": "s", "directions": [1]}\n{"op_')
+    places["cut.journal"] = root / "cut.journal"
     (root / "binary.gz").write_bytes(b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03\xcbH\xcd\xc9\xc9\x07\x00")
     # A Contrastive Tension run's folder: its run config, and its two encoders in model1/ and model2/.
     contrastive = ContrastiveConfig(model=str(tiny_model), method="ct").to_dict()
@@ -408,7 +529,8 @@ def places(tiny_model, tmp_path_factory) -> dict[str, Path]:
     (encoder_only / "run_config.json").write_text(json.dumps(ContrastiveConfig(model=str(tiny_model)).to_dict()))
     for name in ("broken-config", "gpt2-config", "truncated-weights", "truncated-heads", "truncated-state",
                  "truncated-outputs", "empty.txt", "bad-test-row", "empty-id", "open-quote", "FILE", "user-folder",
-                 "repeated-id", "constant-sts", "no-value.yaml", "dup-key.yaml", "binary.gz", "ct-run", "list-config"):
+                 "repeated-id", "constant-sts", "no-value.yaml", "dup-key.yaml",
+                 "resume-flags.yaml", "binary.gz", "ct-run", "list-config"):
         places[name] = root / name
     # The interrupted run's flags, so that --resume gets as far as reading its training state.
     resumed = [substitute(arg, places, root) for arg in last_wins([*TRAIN, "--output-dir", "truncated-state"])]
@@ -421,6 +543,12 @@ def places(tiny_model, tmp_path_factory) -> dict[str, Path]:
                                                      "finished-run"])])
     with open(places["edited-data"] / "ids-sst-train.csv", "a") as f:
         f.write("99\tadded-later\ta sentence added after the run\t2\n")
+    # What a run started with --overwrite recorded before such flags were kept out of run configs.
+    recorded = json.loads((places["finished-run"] / "run_config.json").read_text())
+    places["overwrite-config.json"] = root / "overwrite-config.json"
+    places["overwrite-config.json"].write_text(json.dumps({**recorded, "overwrite": True}))
+    places["old-study"] = root / "old-study"
+    search.main([substitute(arg, places, root) for arg in last_wins([*SEARCH, "--study-dir", "old-study"])])
     places["link-to-run"] = root / "link-to-run"
     places["link-to-run"].symlink_to(places["finished-run"])
     places["init-run"] = Path(shutil.copytree(places["finished-run"], root / "init-run"))
@@ -442,11 +570,20 @@ def places(tiny_model, tmp_path_factory) -> dict[str, Path]:
         (places[name] / "run_config.json").write_text(json.dumps({k: v for k, v in saved.items() if k != "finished"}))
     log = places["user-note"] / "metrics.jsonl"
     log.write_text("lr 1e-3 looked better than 1e-4\n" + log.read_text())
+    places["step-note"] = Path(shutil.copytree(places["user-note"], root / "step-note"))
+    log = places["step-note"] / "metrics.jsonl"
+    log.write_text('{"step": 9, "note": "lr 1e-3 looked better"}\n' + log.read_text().split("\n", 1)[1])
     state = torch.load(places["no-optimizer"] / "last" / "training_state.pt", weights_only=True)
     torch.save({k: v for k, v in state.items() if k != "optimizer"}, places["no-optimizer"] / "last" / "training_state.pt")
     evaluation = state["engine"]["last_record"]
     state["engine"]["last_record"] = {**evaluation, "dev": {task: 0.5 for task in evaluation["dev"]}}
     torch.save(state, places["other-state"] / "last" / "training_state.pt")
+    places["pickled-state"] = Path(shutil.copytree(places["no-optimizer"], root / "pickled-state"))
+    torch.save({"engine": argparse.Namespace(step=1)}, places["pickled-state"] / "last" / "training_state.pt")
+    # The interrupted run's training state replaced by one another run saved before its first evaluation.
+    places["early-state"] = Path(shutil.copytree(places["no-optimizer"], root / "early-state"))
+    state["engine"]["last_record"], state["run_id"] = None, "another-run"
+    torch.save(state, places["early-state"] / "last" / "training_state.pt")
     # Leaderboard folders: another ensemble's, and one of files no command recorded.
     places["other-leaderboard"] = root / "other-leaderboard"
     places["other-leaderboard"].mkdir()
@@ -490,7 +627,7 @@ def substitute(text: str, places: dict[str, Path], out: Path) -> str:
 @pytest.mark.parametrize("kind, wrong, command, args, message, code", CASES, ids=[case[1] for case in CASES])
 def test_bad_input_gets_one_line_and_its_exit_code(places, tmp_path, capsys, monkeypatch, request, kind, wrong,
                                                    command, args, message, code):
-    if args[:len(TRAIN)] == TRAIN:  # a case's own flags replace TRAIN's
+    if args[:len(TRAIN)] == TRAIN or args[:len(SEARCH)] == SEARCH:  # a case's own flags replace TRAIN's
         args = last_wins(args)
     argv = [substitute(arg, places, tmp_path) for arg in args]
     if wrong in FAULTS:
@@ -506,6 +643,8 @@ def test_bad_input_gets_one_line_and_its_exit_code(places, tmp_path, capsys, mon
     expected = substitute(message, places, tmp_path)
     assert expected in last, f"{last!r} does not hold {expected!r}"
     assert not (tmp_path / "run" / "last").exists(), "nothing was trained"
+    if command == "search":
+        assert not any(tmp_path.rglob("*")), "a refused search leaves nothing behind"
 
 
 # Each "use X" of a message above, run: (the case, X as arguments of its command). A step of training is enough to
@@ -530,6 +669,57 @@ def test_the_advice_of_a_message_works(places, tmp_path, wrong, advice):
     multitask_classifier.main([substitute(arg, places, tmp_path) for arg in args])
     output_dir = Path(substitute(args[args.index("--output-dir") + 1], places, tmp_path))
     assert (output_dir / "best" / "model.safetensors").is_file()
+
+
+def test_a_run_config_records_no_flag_that_removes_or_continues_files(places):
+    """--config RUN/run_config.json never replays --overwrite (or --resume, --allow-changed-data): the run config
+    does not hold them, and a file that does is refused (the cases above)."""
+    for config in (places["finished-run"] / "run_config.json", places["finished-run"] / "best" / "run_config.json"):
+        recorded = json.loads(config.read_text())
+        assert not set(MultitaskConfig.COMMAND_LINE_ONLY) & set(recorded)
+        assert "lr" in recorded
+
+
+def test_the_advice_to_a_run_killed_before_its_first_save_works_from_resume_alone(places, tmp_path, capsys):
+    """`--resume --output-dir RUN`, typing nothing else, is told a command with the run's own flags (its model, not
+    the default bert-base-uncased); followed, it trains the run again in RUN."""
+    run = Path(shutil.copytree(places["killed-run"], tmp_path / "killed"))
+    log = (run / "metrics.jsonl").read_bytes()
+    with pytest.raises(SystemExit):
+        cli.run(lambda: multitask_classifier.main(["--output-dir", str(run), "--resume"]))
+    assert (run / "metrics.jsonl").read_bytes() == log, "a refused --resume removes no log"
+    advice = capsys.readouterr().err.strip().splitlines()[-1].split("start it again: ", 1)[1]
+    words = shlex.split(advice)
+    assert words[words.index("--model") + 1] == str(places["MODEL"])
+    assert words[words.index("--output-dir") + 1] == str(run) and words[-1] == "--overwrite"
+    multitask_classifier.main(words[words.index("multitask_classifier.py") + 1:] + ["--max-steps", "1"])
+    assert (run / "best" / "model.safetensors").is_file()
+
+
+@pytest.mark.parametrize("spelling", ["./x", "absolute", "link"])
+def test_predict_never_writes_over_its_input_however_the_file_is_named(places, tmp_path, monkeypatch, capsys,
+                                                                       spelling):
+    """--input x with --output ./x, with its absolute path, or through a symbolic link to it: one file, refused, and
+    the file as it was."""
+    monkeypatch.chdir(tmp_path)
+    source = tmp_path / "x"
+    source.write_text("a red car\nthe big dog\n")
+    (tmp_path / "link").symlink_to(source)
+    output = {"./x": "./x", "absolute": str(source), "link": "link"}[spelling]
+    with pytest.raises(SystemExit):
+        cli.run(lambda: predict.main([str(places["finished-run"]), "--task", "sst", "--input", "x", "--output",
+                                      output]))
+    assert f"--output {Path(output)}: the file --input reads" in capsys.readouterr().err
+    assert source.read_text() == "a red car\nthe big dog\n"
+
+
+def test_a_predictions_file_ends_every_line_with_one_newline(places, tmp_path):
+    """predict.py --output: the header and the rows alike end in LF, never CRLF."""
+    output = tmp_path / "out.tsv"
+    predict.main([str(places["finished-run"]), "--task", "sst", "--input", str(places["sentences.txt"]),
+                  "--output", str(output)])
+    data = output.read_bytes()
+    assert b"\r" not in data and data.count(b"\n") == 3  # the header and the file's two sentences
 
 
 def test_a_refused_resume_leaves_the_runs_log_as_it_was(places, tmp_path, capsys):

@@ -95,3 +95,36 @@ def test_a_training_state_saved_before_the_loops_state_was_one_object_is_whole(t
     torch.save(old, folder.state_file)
     with pytest.raises(Exception, match="not a whole training state"):
         load_training_state(folder)
+
+
+class StopAt(Callback):
+    """Asks the run to stop at `step`, from on_step_end or from on_log (the train line of that step)."""
+
+    def __init__(self, step: int, event: str):
+        self.step, self.event, self.ends = step, event, []
+
+    def on_step_end(self, state, control, losses):
+        if self.event == "on_step_end" and state.step == self.step:
+            control.should_stop = True
+
+    def on_log(self, state, control, record):
+        if self.event == "on_log" and record["event"] == "train" and record["step"] == self.step:
+            control.should_stop = True
+
+    def on_train_end(self, state, control):
+        self.ends.append((state.step, state.stopped_early))
+
+
+@pytest.mark.parametrize("event", ["on_step_end", "on_log"])
+def test_a_stop_asked_between_evaluations_ends_the_run_at_that_step(tiny_model, course_data, tmp_path, event):
+    """3 epochs of 15 steps, evaluations at 15, 30 and 45: a stop asked at step 20, between two, ends the run there
+    (no step 21), kept best/ of step 15 for its test predictions, and is recorded as stopped early at step 20."""
+    stop = StopAt(20, event)
+    multitask_classifier.main(multitask_argv(tiny_model, course_data, tmp_path, "--epochs", "3", "--log-every", "5",
+                                             "--task-weights", "para=1"), callbacks=[stop])
+    assert stop.ends == [(20, True)]
+    lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert max(line["step"] for line in lines) == 20 and lines[-1]["event"] == "finish"
+    assert [line["step"] for line in lines if line["event"] == "eval"] == [15]
+    assert read_json(tmp_path / "run" / "run_config.json")["finished"] == {"step": 20, "stopped_early": True}
+    assert (tmp_path / "predictions" / "sst-test-output.csv").is_file()

@@ -78,3 +78,40 @@ def test_resume_of_a_run_saved_with_consert_schedule_keeps_its_stages(tiny_model
                                                        str(folder.path), "--resume"])
     assert command.consert_stages == "unsup"  # the default, until --resume reads the run's
     assert find_resumption(folder, command).flags["consert_stages"] == "sup-unsup"
+
+
+def test_a_two_stage_runs_numbers_carry_their_stage_in_tensorboard_and_mlflow(tiny_model, contrastive_data, tmp_path,
+                                                                            monkeypatch):
+    """--consert-stages sup-unsup with --report-to tensorboard,mlflow: every number of either logger is named after
+    its stage (as metrics.jsonl's lines name it), so the two stages' step 1 and 2 never share a tag; the values at
+    each stage's steps are the log's."""
+    from mlflow import MlflowClient
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "stages")
+    out = tmp_path / "run"
+    pretrain_contrastive.main(["--model", str(tiny_model), "--method", "consert", "--consert-stages", "sup-unsup",
+                               "--data", "sts", "--data-dir", str(contrastive_data), "--batch-size", "4",
+                               "--max-steps", "2", "--log-every", "1", "--device", "cpu", "--output-dir", str(out),
+                               "--quiet", "--report-to", "tensorboard,mlflow"])
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    expected = {}  # tag -> [(step, value)], from the log
+    for line in lines:
+        for name, value in line.get("loss", {}).items():
+            expected.setdefault(f"{line['stage']}/train/loss/{name}", []).append((line["step"], value))
+    stages = {tag.split("/")[0] for tag in expected}
+    assert len(stages) == 2, stages
+    events = EventAccumulator(str(out / "tensorboard"))
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    assert all(tag.split("/")[0] in stages for tag in tags)
+    for tag, values in expected.items():
+        scalars = events.Scalars(tag)  # stored as float32
+        assert [event.step for event in scalars] == [step for step, _ in values]
+        assert [event.value for event in scalars] == pytest.approx([value for _, value in values], rel=2 ** -23)
+    client = MlflowClient()
+    [run] = client.search_runs([client.get_experiment_by_name("stages").experiment_id])
+    assert set(run.data.metrics) == tags
+    for tag, values in expected.items():
+        assert [(metric.step, metric.value) for metric in client.get_metric_history(run.info.run_id, tag)] == values

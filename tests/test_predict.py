@@ -216,3 +216,20 @@ def test_a_full_disk_while_predicting_a_file_is_one_line_and_leaves_only_whole_r
     assert error.strip().splitlines()[-1].startswith(
         f"error: --output {out}: no space left on the device; it holds the first 5 predictions, every row whole (")
     assert out.read_bytes() == "".join(lines[:6]).encode()  # the header and the first chunk's rows
+
+
+def test_a_checkpoint_of_non_default_head_flags_predicts_as_it_was_trained(tiny_model, course_data, tmp_path):
+    """--sts-target score with bi-encoding (auto would be cosine-range): predict.py's similarity of each dev pair is
+    the score the run itself computed for it at its best evaluation (best/outputs-sts-dev.pt), not another head's."""
+    from minbert.evaluation.outputs import read_outputs
+    from minbert.predictor import MultitaskPredictor
+    from tests.conftest import multitask_argv, rows_of
+
+    multitask_classifier.main(multitask_argv(tiny_model, course_data, tmp_path, "--tasks", "sts", "--epochs", "1",
+                                             "--pair-encoding", "bi", "--sts-target", "score"))
+    saved = read_outputs(tmp_path / "run" / "best" / "outputs-sts-dev.pt", "sts")
+    rows = {row["id"]: (row["sentence1"], row["sentence2"]) for row in rows_of(course_data / "sts-dev.csv")}
+    predictor = MultitaskPredictor.from_run(tmp_path / "run", device="cpu")
+    assert predictor.config.sts_target == "score"
+    predicted = predictor.soft_outputs("sts", [rows[id_] for id_ in saved["ids"]])
+    torch.testing.assert_close(torch.as_tensor(predicted).float(), saved["outputs"].float(), atol=1e-5, rtol=1e-4)

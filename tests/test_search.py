@@ -72,7 +72,7 @@ def test_a_bad_space_file_is_one_line_naming_file_and_line(what, text, line, rec
     space.write_text(text)
     config, _, base = search.parse_flags(["--config", str(recipe), "--space", str(space)])
     with pytest.raises(UsageError) as error:
-        search.read_checked_space(config.space, base)
+        search.read_checked_space(config.space, base, config.objective)
     assert str(error.value).startswith(f"{space}:{line}")
     assert "\n" not in str(error.value)
 

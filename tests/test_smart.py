@@ -100,3 +100,39 @@ def test_smart_trains_in_every_schedule_and_changes_the_run(tiny_model, tmp_path
     # A radius large enough to matter for a random tiny model; the paper's 1e-5 suits pretrained weights.
     smart = run("smart", "--smart", "--smart-epsilon", "0.5", "--smart-step-size", "1")
     assert plain != smart
+
+
+def test_the_loss_is_the_task_loss_plus_the_weighted_smoothness_term():
+    """multitask's task_loss with SMART: the task's loss plus lambda_s R_s (the Bregman term off), with R_s computed
+    by hand for a linear model f(x + nu) = (x + nu) w with the squared error, as above: its sign (added, never
+    subtracted) and its size (lambda_s times the term, not once, not squared)."""
+    from types import SimpleNamespace
+
+    from minbert.training.multitask import task_loss
+    from minbert.training.smart import Smart, SmartConfig
+
+    class Linear(torch.nn.Module):
+        def __init__(self, w):
+            super().__init__()
+            self.w, self.encoder = torch.nn.Parameter(w), SimpleNamespace(config=SimpleNamespace(hidden_size=4))
+
+        def forward(self, task, inputs, perturbation=None):
+            x = inputs["x"] if perturbation is None else inputs["x"] + perturbation[:, 0]
+            return x @ self.w
+
+    torch.manual_seed(0)
+    x, w, labels = torch.randn(3, 4), torch.tensor([0.5, -2.0, 1.0, 0.1]), torch.tensor([1.0, 4.0, 2.5])
+    batch = {"inputs": {"input_ids": torch.zeros(3, 1, dtype=torch.long), "x": x}, "labels": labels}
+    torch.manual_seed(1)
+    nu0 = (torch.randn(3, 1, 4) * 0.1)[:, 0]
+    gradient = 2 * (nu0 @ w)[:, None] * w[None, :] / 3
+    nu = (nu0 + 0.05 * gradient / gradient.abs().amax(-1, keepdim=True)).clamp(-10.0, 10.0)
+    smoothness = ((nu @ w) ** 2).mean()
+    task = REGISTRY["sts"].loss(x @ w, labels)
+    for weight in (1.0, 3.0):
+        smart = Smart(SmartConfig(smart_weight=weight, smart_epsilon=10.0, smart_noise=0.1, smart_step_size=0.05,
+                                  bregman_weight=0.0), Linear(w))
+        torch.manual_seed(1)
+        loss = task_loss(Linear(w), "sts", batch, smart)
+        torch.testing.assert_close(loss, task + weight * smoothness)
+        assert loss > task

@@ -16,7 +16,7 @@ from minbert.common.errors import DataError
 from minbert.common.files import in_repository
 from minbert.common.run_folder import RunFolder
 from minbert.common.tables import markdown_table
-from minbert.tasks import REGISTRY, Classification, Paraphrase, Similarity
+from minbert.tasks import REGISTRY, Classification, Paraphrase, Similarity, selection_score
 
 log = logging.getLogger(__name__)
 METRIC_AXES = {"accuracy": "accuracy (fraction of dev examples)", "pearson": "Pearson r of predicted and gold scores"}
@@ -105,13 +105,24 @@ def _series(lines: list[dict], key: str) -> dict[str, list[tuple[int, float]]]:
     return {metric: sorted(values.items()) for metric, values in by_metric.items()}
 
 
+def with_overall(evals: list[dict], dev: dict[str, list[tuple[int, float]]]) -> dict[str, list[tuple[int, float]]]:
+    """The dev series with the overall score each evaluation picked best/ by, where its lines do not hold it (a run
+    of fewer than the three course tasks): the mean of its tasks' scores on [0, 1], as its trainer computed it."""
+    if "overall" in dev:
+        return dev
+    scored = [{"step": line["step"], "scores": {"overall": selection_score(line["dev"])}} for line in evals
+              if any(name in REGISTRY for name in line["dev"])]
+    return dev | _series(scored, "scores") if scored else dev
+
+
 def run_curves(train: list[dict], evals: list[dict]) -> RunCurves:
     """Train loss per task from the train lines, or from the eval lines' train_loss when there are none;
     dev metrics from the eval lines."""
     from_train = bool(train)
     return RunCurves(train_loss=_series(train, "loss") if from_train else
                      _series([e for e in evals if isinstance(e.get("train_loss"), dict)], "train_loss"),
-                     dev=_series(evals, "dev"), train_loss_from="train lines" if from_train else "eval lines",
+                     dev=with_overall(evals, _series(evals, "dev")),
+                     train_loss_from="train lines" if from_train else "eval lines",
                      train_lines=len(train), eval_lines=len(evals))
 
 

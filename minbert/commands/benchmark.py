@@ -14,6 +14,7 @@ from pathlib import Path
 
 from minbert.common import cli
 from minbert.common.cli import AT_LEAST_0, AT_LEAST_1, flag
+from minbert.common.outputs import check_place
 from minbert.common.files import DEFAULT_DATA, check_writable_file, without_local_paths, write_json
 from minbert.common.tables import markdown_table
 from minbert.evaluation.sts_benchmark import TABLE_COLUMNS, sts_benchmark
@@ -44,6 +45,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     config = cli.parse_config(StsBenchmarkConfig, __doc__, argv,
                               program=cli.program("-m minbert benchmark", "benchmark"))
     if config.out:
+        # The one exception to the rule of outputs: the benchmark file added to the model's own folder, which its
+        # model card reads.
+        in_model = Path(config.out).expanduser().resolve().parent == Path(config.model).expanduser().resolve()
+        check_place(config.out, "--out", own_run=Path(config.model) if in_model else None)
         check_writable_file(config.out, "--out")
     model = SentenceEncoder.from_pretrained(config.model, config.pooling, config.max_length,
                                             cli.resolve_device(config.device))

@@ -59,6 +59,7 @@ class EnsembleConfig:
     out: str = flag(in_repository("predictions/ensemble.json"),
                     "dev metrics of every member and of the ensemble, and the weights")
     overwrite: bool = flag(False, "replace the leaderboard files of another run or ensemble in --predictions-dir")
+    COMMAND_LINE_ONLY = ("overwrite",)  # typed each time, never taken from a --config file
 
     def __post_init__(self):
         self.member_list = [m.strip() for m in self.members.split(",") if m.strip()]
@@ -140,6 +141,9 @@ def ensemble(config: EnsembleConfig) -> dict:
     out = Path(config.out)
     folder = LeaderboardFolder(config.predictions_dir, "--predictions-dir",
                                f"the ensemble reported in {out.expanduser().resolve()}")
+    if out.expanduser().resolve() == folder.path.expanduser().resolve():
+        raise UsageError(f"--out {out}: the --predictions-dir itself; give a file for the report, e.g. --out "
+                         f"{out / 'ensemble.json'}")
     report_in_set = out.expanduser().resolve().parent == folder.path.expanduser().resolve()
     with nullcontext() if report_in_set else output_file(out, "--out"):
         check_report(out)

@@ -54,8 +54,12 @@ class InputFile:
 
     def __init__(self, path: Path, task: Task):
         self.path, self.task = path, task
-        header = next(text_lines(path), "").rstrip("\r\n").split("\t")
-        self.course_format = "id" in (name.strip() for name in header)
+        first = next(text_lines(path), "").rstrip("\r\n")
+        self.course_format = "id" in (name.strip() for name in first.split("\t"))
+        if not self.course_format and "id" in (name.strip() for name in first.split(",")):
+            raise DataError(f"{path}: line 1 is a header of comma-separated columns ({first}); predict.py reads the "
+                            f"course's tab-separated files, or one example a line: separate the columns by tabs, or "
+                            f"remove the header")
         report = ReadReport(path)
         self.count = sum(1 for _ in self.examples(report))
         if not self.count:
@@ -217,7 +221,8 @@ def write_chunk(out, results: list[dict], header: bool, output: str, done: int) 
 
 
 def write_rows(file, results: list[dict], header: bool) -> None:
-    writer = csv.DictWriter(file, list(dict.fromkeys(key for result in results for key in result)), delimiter="\t")
+    writer = csv.DictWriter(file, list(dict.fromkeys(key for result in results for key in result)), delimiter="\t",
+                            lineterminator="\n")  # every line as the rows of a chunk end: LF
     if header:
         writer.writeheader()
     writer.writerows(results)

@@ -38,9 +38,16 @@ from minbert.commands import train as train_command
 from minbert.common import cli
 from minbert.common.cli import AT_LEAST_0, AT_LEAST_1, SEED, flag
 from minbert.common.errors import UsageError, UserError
-from minbert.common.files import RECIPES, atomic_file, in_repository, packaged_recipes, recipe_file
+from minbert.common.files import (RECIPES, atomic_file, check_writable, in_repository, make_folders, packaged_recipes,
+                                  recipe_file, remove_empty)
+from minbert.common.outputs import check_place, owning
 from minbert.common.progress import duration
+from minbert.common.cli import resolve_device
+from minbert.data.batching import check_token_budget
 from minbert.engine.callbacks import Callback
+from minbert.engine.precision import Precision
+from minbert.models.loading import looks_local
+from minbert.tasks import REGISTRY
 from minbert.training.multitask_config import BEST_METRICS, MultitaskConfig, best_metric
 from minbert.tuning import confirm, report
 from minbert.tuning.space import OWNED, Param, as_dict, read_space
@@ -144,14 +151,41 @@ def fixed_values(space: list[Param]) -> dict:
     return {param.name: param.value for param in space if param.kind == "fixed"}
 
 
-def read_checked_space(path: str, base: MultitaskConfig) -> list[Param]:
-    """The space file, each value checked with the recipe's other flags as multitask_classifier.py checks them."""
-    values = {field.name: getattr(base, field.name) for field in fields(MultitaskConfig)}
+def read_checked_space(path: str, base: MultitaskConfig, objective: str) -> list[Param]:
+    """The space file, each value a trial could draw checked with the recipe's other flags and the study's
+    --objective as multitask_classifier.py checks them before it trains (check_runnable): a value that cannot run
+    stops the command before the first trial, not three failed trials later."""
+    given = base.command.given  # the flags given, not what the recipe resolved (task weights of its own tasks)
+    values = {field.name: getattr(base, field.name) for field in fields(MultitaskConfig)
+              if given is None or field.name in given} | {"metric_for_best": objective}
 
     def check(name, value):
-        MultitaskConfig(**{**values, name: value})
+        try:
+            check_runnable(MultitaskConfig(**{**values, name: value}))
+        except UserError as error:
+            raise ValueError(str(error).removeprefix("error: ")) from None
 
+    try:  # the recipe itself, with --objective
+        check_runnable(MultitaskConfig(**values))
+    except ValueError as error:
+        raise UsageError(f"--objective {objective}: {error}") from None
     return read_space(recipe_file(path, SPACES), cli.build_parser(MultitaskConfig, ""), check)
+
+
+def check_runnable(config: MultitaskConfig) -> None:
+    """What a run checks of its flags before it trains, without loading a model: the device and precision on this
+    machine, a local --model folder that exists, the course files of its tasks in --data-dir, and a --max-tokens that
+    holds one input of --max-length."""
+    Precision(config.precision, resolve_device(config.device))
+    model = Path(config.model).expanduser()
+    if not model.is_dir() and looks_local(config.model):
+        raise UsageError(f"--model {config.model}: checkpoint folder not found")
+    for task in config.task_list:
+        for file in REGISTRY[task].files:
+            if not (Path(config.data_dir) / file).is_file():
+                raise UsageError(f"--data-dir {config.data_dir}: no {file} (the {task} task's)")
+    if config.max_tokens:
+        check_token_budget(config.max_tokens, config.max_length)
 
 
 class ReportToTrial(Callback):
@@ -289,24 +323,45 @@ def write_reports(study: optuna.Study, config: SearchConfig, base: MultitaskConf
 
 def main(argv: list[str] | None = None) -> optuna.Study:
     config, trial_argv, base = parse_flags(sys.argv[1:] if argv is None else argv)
-    space = read_checked_space(config.space, base)
+    space = read_checked_space(config.space, base, config.objective)
     folder = Path(config.study_dir)
-    folder.mkdir(parents=True, exist_ok=True)
+    check_study_dir(config)
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # the study's progress is this command's lines
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # heartbeat, plots
     name = config.study_name or folder.resolve().name
-    with one_at_a_time(folder):  # workers started together: one creates the storage's tables and the study
-        storage, where = open_storage(config.storage, folder)
-        study = open_study(storage, name, recipe_values(base), as_dict(space),
-                           config.resume or config.report or bool(config.confirm), build_sampler(config.sampler),
-                           build_pruner(config), baseline(space, base))
-    if config.confirm:
-        confirm_best(config, study, space, trial_argv, base)
-        return study
-    if not config.report:
-        run_trials(config, study, space, trial_argv, base, where)
-    write_reports(study, config, base, space)
+    made = make_folders(folder)
+    try:
+        with one_at_a_time(folder):  # workers started together: one creates the storage's tables and the study
+            storage, where = open_storage(config.storage, folder, must_exist=config.report or bool(config.confirm))
+            study = open_study(storage, name, recipe_values(base), as_dict(space),
+                               config.resume or config.report or bool(config.confirm), build_sampler(config.sampler),
+                               build_pruner(config), baseline(space, base), config.objective,
+                               must_exist=config.report or bool(config.confirm))
+    except BaseException:
+        remove_empty(made)  # a refused command leaves no folder behind
+        raise
+    with owning(folder):  # its trials' run folders lie inside it
+        if config.confirm:
+            confirm_best(config, study, space, trial_argv, base)
+            return study
+        if not config.report:
+            run_trials(config, study, space, trial_argv, base, where)
+        write_reports(study, config, base, space)
     return study
+
+
+def check_study_dir(config: SearchConfig) -> None:
+    """Before anything is written: --study-dir a folder outside other commands' run, checkpoint and study folders
+    (a study folder itself), and, for a command that runs trials, a study that has a limit."""
+    folder = Path(config.study_dir)
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"--study-dir {folder}: a file; give a folder for the study")
+    check_place(folder, "--study-dir", itself=("a study folder",))
+    if config.storage and "://" not in config.storage and config.storage not in ("sqlite", "journal"):
+        check_place(config.storage, "--storage")
+    check_writable(folder, "--study-dir")
+    if not (config.report or config.confirm or config.trials or config.timeout):
+        raise UsageError("give --trials N, --timeout SECONDS or both: how long the study runs")
 
 
 def confirm_best(config: SearchConfig, study: optuna.Study, space: list[Param], trial_argv: list[str],
@@ -346,8 +401,6 @@ def baseline(space: list[Param], base: MultitaskConfig) -> dict | None:
 
 def run_trials(config: SearchConfig, study: optuna.Study, space: list[Param], trial_argv: list[str],
                base: MultitaskConfig, where: str) -> None:
-    if not (config.trials or config.timeout):
-        raise UsageError("give --trials N, --timeout SECONDS or both: how long the study runs")
     failed = fail_dead_workers(study)
     if failed:
         print(f"trial(s) {', '.join(map(str, failed))} of a worker that is gone: failed, and queued again")

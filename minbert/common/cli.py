@@ -115,6 +115,9 @@ class Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line and a pointer to --help, not the whole usage (some 40 lines, which
     bury the one that says what is wrong); --help still prints everything."""
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **{"allow_abbrev": False, **kwargs})  # --se is not --seed: a flag is typed whole
+
     def error(self, message: str):
         # Named as a user knows the command (multitask_classifier.py, minbert train); its help as they run it.
         name = self.prog.removeprefix(shown_path(sys.executable)).strip().removeprefix("-m ")
@@ -228,7 +231,8 @@ def parse_config(config_class: type, description: str, argv: list[str] | None = 
     argv = sys.argv[1:] if argv is None else argv
     config_file = parser.parse_known_args(argv)[0].config
     config_file = config_file and recipe_file(config_file)
-    file_values = config_file_values(parser, config_file, renamed_flags(config_class)) if config_file else {}
+    file_values = config_file_values(parser, config_file, renamed_flags(config_class),
+                                     command_line_only(config_class)) if config_file else {}
     parser.set_defaults(**file_values)
     args = vars(parser.parse_args(argv))
     args.pop("config")
@@ -284,11 +288,19 @@ def spelled_out(parser: argparse.ArgumentParser, file_values: dict, argv: list[s
     return words + rest
 
 
-def config_file_values(parser: argparse.ArgumentParser, path: str, renamed: dict[str, str]) -> dict:
+def command_line_only(config_class: type) -> tuple[str, ...]:
+    """The flags of a config class that remove or continue files (--overwrite, --resume): typed on the command line
+    each time, never recorded in a run config nor taken from a --config file (its COMMAND_LINE_ONLY)."""
+    return getattr(config_class, "COMMAND_LINE_ONLY", ())
+
+
+def config_file_values(parser: argparse.ArgumentParser, path: str, renamed: dict[str, str],
+                       only_typed: tuple[str, ...] = ()) -> dict:
     """--config FILE: its flags as the parser's defaults, each value converted and checked as on the command line.
     Keys are flag names, with dashes or underscores (a leading -- is allowed), or a renamed flag's old name (renamed:
     old -> new; a line names the new one); what a run config records beside the flags (RECORD_KEYS) is ignored; any
-    other key is a usage error naming the file and the key (exit code 2)."""
+    other key is a usage error naming the file and the key (exit code 2). only_typed: flags that remove or continue
+    files, which a file never sets (a true one is refused; false, as older run configs record them, is ignored)."""
     import yaml  # JSON is YAML: a run's run config is a config file too
 
     class Loader(yaml.SafeLoader):
@@ -329,6 +341,11 @@ def config_file_values(parser: argparse.ArgumentParser, path: str, renamed: dict
         if name not in actions or name in ("help", "config"):
             parser.error(f"--config {path}: unknown flag {key!r}")
         action = actions[name]
+        if name in only_typed:
+            if value not in (None, False):
+                parser.error(f"--config {path}: {key}: a file never sets it, since it removes or continues files; "
+                             f"type --{name.replace('_', '-')} on the command line if you mean it")
+            continue
         if value is None and action.default is not None:  # `epochs:` with nothing after it
             parser.error(f"--config {path}: {key} has no value; give one, or leave the key out for the default "
                          f"({action.default})")

@@ -256,21 +256,34 @@ def remove_entry(path: str | Path) -> None:
     shutil.rmtree(doomed)
 
 
+_made: set[Path] = set()  # the folders this command created and may take back (made_here)
+
+
 def make_folders(folder: str | Path) -> list[Path]:
     """Create `folder` and its missing parents; the ones created, deepest first (for remove_empty)."""
     folder = Path(folder)
     missing = [path for path in (folder, *folder.parents) if not path.exists()]
     folder.mkdir(parents=True, exist_ok=True)
+    _made.update(path.resolve() for path in missing)
     return missing
 
 
+def made_here(folder: str | Path) -> bool:
+    """Whether this command created `folder` (an output folder it takes back if refused): not the user's, so not
+    what a hint about the user's folders names."""
+    return Path(folder).resolve() in _made
+
+
 def remove_empty(folders: list[Path]) -> None:
-    """Remove those of `folders` (deepest first) that hold nothing: what a refused command created, it takes back."""
-    for folder in folders:
+    """Remove those of `folders` (deepest first) that hold nothing: what a refused command created, it takes back.
+    Those that stay hold what the command wrote: from then on the user's (made_here no longer names them)."""
+    for index, folder in enumerate(folders):
         try:
             folder.rmdir()
         except OSError:  # it holds something (or is gone): it stays, and so do its parents
+            _made.difference_update(path.resolve() for path in folders[index:])
             return
+        _made.discard(folder.resolve())
 
 
 def check_writable(folder: str | Path, flag: str, shown: Path | None = None) -> None:
@@ -303,8 +316,20 @@ def load_or_fail(path: str | Path, load, what: str):
     try:
         return load(path)
     except Exception as error:  # whatever the loader raises on a bad file, the user gets its name and the reason
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise CheckpointError(f"{path}: cannot read {what} ({type(error).__name__}: {reason[:200]})") from None
+        raise CheckpointError(f"{path}: cannot read {what} ({load_failure(error)})") from None
+
+
+def load_failure(error: Exception) -> str:
+    """Why a file did not load, in one whole line: torch's refusal of a pickle holding more than tensors said as
+    what it is (never its advice to load it with weights_only=False, which would run the file's code), any other
+    error's first line, cut at a word with an ellipsis, not in the middle of one."""
+    text = str(error).strip()
+    if text.startswith("Weights only load failed"):
+        return "it holds Python objects, not only tensors, and such a file is never unpickled: its code could run"
+    reason = text.splitlines()[0] if text else ""
+    if len(reason) > 200:
+        reason = reason[:200].rsplit(" ", 1)[0] + " ..."
+    return f"{type(error).__name__}: {reason}" if reason else type(error).__name__
 
 
 def write_json(path: str | Path, value) -> None:

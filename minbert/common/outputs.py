@@ -31,32 +31,55 @@ def _resolved(path: str | Path) -> Path:
     return Path(path).expanduser().resolve()
 
 
-def check_place(path: str | Path, flag: str, inputs: dict[str, str] | None = None, own_run: Path | None = None) -> None:
-    """Refuse an output that is one of the command's inputs (flag -> path), or lies inside a run folder or a
-    checkpoint folder other than own_run, the command's own run."""
+# The study folders of search.py (tuning/study.py's default storages name them): no other command writes there.
+STUDY_FILES = ("study.db", "study.journal")
+_own: list[Path] = []  # folders this process writes in as their owner (owning): its own runs may lie inside them
+
+
+@contextmanager
+def owning(path: str | Path):
+    """While the block runs, `path` is this process's own (search.py's study folder, whose trials are runs inside
+    it): check_place lets outputs lie inside it."""
+    _own.append(_resolved(path))
+    try:
+        yield
+    finally:
+        _own.pop()
+
+
+def check_place(path: str | Path, flag: str, inputs: dict[str, str] | None = None, own_run: Path | None = None,
+                itself: tuple[str, ...] = ()) -> None:
+    """The one rule of every output a command writes (a file or a folder, whatever its flag): refuse one that is
+    one of the command's inputs (flag -> path), or lies inside a checkpoint folder (best/, last/, an encoder's), a
+    run folder or a study folder, other than own_run (the command's own run; a file that a command adds to the
+    model folder it was given, as `minbert benchmark --out` does, names that folder as its own), or a folder this
+    process owns (owning). itself: the kinds the output may be itself (a trainer's --output-dir is a run folder; a
+    --study-dir, a study folder): only the folders above it are checked."""
     target = _resolved(path)
     for source_flag, source in (inputs or {}).items():
         if source and target == _resolved(source):
             raise UsageError(f"{flag} {path}: the file {source_flag} reads; writing it would destroy it before it "
                              f"is read; choose another {flag}")
     for folder in (target, *target.parents):
-        if own_run is not None and folder == _resolved(own_run):
+        if (own_run is not None and folder == _resolved(own_run)) or folder in _own:
             return
         kind = _kind(folder)
-        if kind:
+        if kind and not (folder == target and kind in itself):
             raise UsageError(f"{flag} {path}: inside {folder}, {kind}, whose files its own commands write and "
                              f"replace; choose a place outside it")
 
 
 def _kind(folder: Path) -> str:
     """"a checkpoint folder" (a model's config with its weights or our run config), "a run folder" (our run config
-    with a trainer's files beside it), or "" for any other folder."""
+    with a trainer's files beside it), "a study folder" (search.py's storage), or "" for any other folder."""
     if (folder / "config.json").is_file() and any((folder / name).is_file() for name in (
             RUN_CONFIG, "model.safetensors", "pytorch_model.bin")):
         return "a checkpoint folder"
     if (folder / RUN_CONFIG).is_file() and any((folder / name).exists() for name in (
             METRICS, BEST, LAST, LOCK)) or (folder / RUN_CONFIG).is_file() and RunFolder(folder).encoders() != [folder]:
         return "a run folder"
+    if any((folder / name).is_file() for name in STUDY_FILES):
+        return "a study folder"
     return ""
 
 
@@ -73,6 +96,8 @@ def output_file(path: str | Path, flag: str, inputs: dict[str, str] | None = Non
     it), leftover temporaries of a killed writer removed; unlocked when the block ends."""
     path = Path(path)
     check_place(path, flag, inputs)
+    if path.exists() and not path.is_file() and not path.is_dir():  # /dev/full, a pipe: nothing to write whole
+        raise UsageError(f"{flag} {path}: not a regular file (a device or a pipe); give the path of a file to write")
     check_writable_file(path, flag)
     made, lock_file = make_folders(path.parent), path.with_name(f".{path.name}.lock")
     try:

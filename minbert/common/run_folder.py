@@ -55,6 +55,13 @@ def read_config(checkpoint: str | Path) -> dict:
     return config
 
 
+def run_id(config: dict) -> str | None:
+    """The id a run config's run got at its start (provenance.run_id): its training states carry it, so that one
+    copied from another run is told apart whenever it was copied. None in a run config from before ids were given."""
+    record = config.get("provenance")
+    return record.get("run_id") if isinstance(record, dict) else None
+
+
 def write_config(checkpoint: str | Path, config: dict) -> None:
     write_json(config_file(checkpoint), config)
 
@@ -239,6 +246,13 @@ class RunFolder:
         start = read_config(self.path).get("provenance", {})
         return [start, *start.get("resumed", [])][-1]
 
+    def started_with(self) -> str:
+        """The command line the run started with (its run config's), or "" where none is recorded."""
+        if not has_config(self.path):
+            return ""
+        command = read_config(self.path).get("provenance", {}).get("command", "")
+        return command if isinstance(command, str) else ""
+
     def mark_finished(self, run_config: dict, step: int, stopped_early: bool) -> None:
         """The command ended: --resume has nothing left to do."""
         write_config(self.path, {**run_config, "finished": {"step": step, "stopped_early": stopped_early}})
@@ -269,15 +283,15 @@ class RunFolder:
                 record = json.loads(text)
             except json.JSONDecodeError:
                 record = None
-            if isinstance(record, dict) and isinstance(record.get("step"), int):
+            if is_record(record):
                 records.append((line, record))
             else:
                 foreign.append(number)
         if foreign:
             shown = ", ".join(map(str, foreign[:10])) + (f" and {len(foreign) - 10} more" if len(foreign) > 10 else "")
             raise CheckpointError(f"{self.metrics_log}: line{'s' if len(foreign) > 1 else ''} {shown}: not the run's "
-                                  f"(each of its lines is a JSON object with its step); move them out of the file "
-                                  f"to resume")
+                                  f"(each of its lines is a JSON object with its step and event); move them out of the "
+                                  f"file to resume")
         return records
 
     def keep_records_until(self, step: int, stage: str = "") -> None:
@@ -296,6 +310,16 @@ class RunFolder:
         if self.metrics_log.read_bytes() != b"".join(line + b"\n" for line in kept):
             with atomic_file(self.metrics_log) as temp:
                 temp.write_bytes(b"".join(line + b"\n" for line in kept))
+
+
+EVENTS = ("train", "eval", "finish")  # what each line of metrics.jsonl is (engine/engine.py writes them)
+
+
+def is_record(record) -> bool:
+    """Whether a line's JSON is one the run wrote: an object with its step and its event (an evaluation of a run from
+    before events were written: its dev metrics), not a note of the user's that happens to hold a step."""
+    return (isinstance(record, dict) and isinstance(record.get("step"), int)
+            and (record.get("event") in EVENTS or ("event" not in record and isinstance(record.get("dev"), dict))))
 
 
 def _inside(path: Path, folder: Path) -> bool:

@@ -5,20 +5,22 @@ that its run finished. The training loop (engine/engine.py) is built on it."""
 import logging
 import sys
 import time
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
 from minbert.common import distributed
 from minbert.common.cli import resolve_device
+from minbert.common.outputs import check_place
 from minbert.common.provenance import provenance
-from minbert.common.run_folder import RunFolder
+from minbert.common.run_folder import RunFolder, run_id
 from minbert.common.seeding import seed_everything
 from minbert.models.bert import resolve_attention
 from minbert.models.compile import check_can_compile, compile_encoder
 from minbert.engine.callbacks import Callback, Control, EngineState
 from minbert.engine.config import TrainingConfig
 from minbert.engine.precision import Precision
-from minbert.engine.reporting import reporters
+from minbert.engine.reporting import mlflow_store, reporters
 from minbert.engine.resume import Resumption, find_resumption, flags_after_restart, start_again, with_values
 
 
@@ -57,7 +59,7 @@ class Command:
                 stopped = " (stopped early by --patience)" if self.finished["stopped_early"] else ""
                 print(f"--resume: the run in {self.folder} finished at step {self.finished['step']}{stopped}; "
                       f"nothing to resume")
-            self.run_config = self.config.to_dict()
+            self.run_config = self.config.recorded()
             if self.is_main:
                 self.reporters = reporters(self.config.report_to, self.config.tensorboard, self.folder)
         except BaseException:
@@ -90,8 +92,16 @@ class Command:
         """--output-dir claimed (locked; a run in it refused, or replaced with --overwrite unless that would remove
         what the run reads), saves that died half-way recovered. Rank 0 only (torchrun)."""
         config = self.config
+        # Before anything is removed: every output outside the places of other commands' files.
+        check_place(config.output_dir, "--output-dir", itself=config.FOLDER_KINDS)
+        for flag, path in config.as_flags(config.OUTPUT_FOLDERS).items():
+            if path:
+                check_place(path, flag, own_run=config.output_dir)
+        store = mlflow_store(config.report_to)
+        if store:
+            check_place(store, "MLflow's tracking store ($MLFLOW_TRACKING_URI)")
         self.folder.claim(config.OUTPUTS, config.resume, config.overwrite, config.as_flags(config.SOURCES),
-                          start_again(config))
+                          start_again(config, self.folder))
         try:
             for flag, path in config.as_flags(config.OUTPUT_FOLDERS).items():  # their files would go at a save
                 self.folder.check_outside_checkpoints(path, flag)
@@ -108,7 +118,9 @@ class Command:
             record["torchrun_job"] = job
         if self.resumed.provenance:
             record = {**self.resumed.provenance, "resumed": [*self.resumed.provenance.get("resumed", []), record]}
-        self.run_config = {**self.config.to_dict(), "resolved": resolved, "provenance": record}
+        else:  # what its training states carry, told apart from another run's (engine/resume.py)
+            record["run_id"] = run_id(self.run_config) or uuid.uuid4().hex  # one id, however often described
+        self.run_config = {**self.config.recorded(), "resolved": resolved, "provenance": record}
         if self.is_main:
             self.folder.write_config(self.run_config)
         # A flag left to a default chosen later shows that value, not None.

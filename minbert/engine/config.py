@@ -79,6 +79,9 @@ class TrainingConfig:
                       "log_every", "report_to", "tensorboard", "quiet", "dist_timeout", "output_dir", "ddp_bucket_mb")
     # What belongs to one command, not to its run: --resume never takes these from the run's flags.
     COMMAND_FIELDS = ("resume", "overwrite", "allow_changed_data", "device", "quiet", "dist_timeout", "output_dir")
+    # What removes or continues files: typed on the command line each time, never recorded in a run config nor
+    # taken from a --config file (common.cli.command_line_only).
+    COMMAND_LINE_ONLY = ("resume", "overwrite", "allow_changed_data")
     # What a run writes in --output-dir (a command adds its own): --overwrite removes these, and nothing else.
     OUTPUTS = (LAST, METRICS, "tensorboard")
     # Flags that name what the run reads: --resume compares where they point, not how they are spelled, and
@@ -86,6 +89,8 @@ class TrainingConfig:
     SOURCES = ("model",)
     # Folders a command writes besides --output-dir (a command adds its own): none may lie inside best/ or last/.
     OUTPUT_FOLDERS = ("tensorboard",)
+    # What --output-dir may itself be (common.outputs.check_place): a run folder, continued or replaced.
+    FOLDER_KINDS = ("a run folder",)
 
     def __post_init__(self):
         check_ranges(self)
@@ -93,6 +98,10 @@ class TrainingConfig:
     def to_dict(self) -> dict:
         """The flags, by name."""
         return {field.name: getattr(self, field.name) for field in flag_fields(self)}
+
+    def recorded(self) -> dict:
+        """The flags a run config records: all but those typed on the command line each time (COMMAND_LINE_ONLY)."""
+        return {name: value for name, value in self.to_dict().items() if name not in self.COMMAND_LINE_ONLY}
 
     def as_flags(self, names: tuple[str, ...]) -> dict:
         """Some flags' values, by their spelling on the command line (--output-dir)."""

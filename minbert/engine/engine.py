@@ -32,7 +32,7 @@ import torch
 
 from minbert.common import distributed
 from minbert.common.errors import CheckpointError, UserError
-from minbert.common.run_folder import STATE
+from minbert.common.run_folder import STATE, run_id
 from minbert.common.seeding import rng_state, set_rng_state
 from minbert.data.batching import Share
 from minbert.models import AdamW
@@ -254,7 +254,8 @@ class Engine(Command):
                 run.save(temp, self.state.last_record, best=False)
                 torch.save({"engine": self.state.to_dict(), "optimizer": self.optimizer.state_dict(),
                             "scheduler": self.scheduler.state_dict(), "scaler": self.precision.state_dict(),
-                            "rng": rng, "losses": losses, "run": run.state_dict()}, temp / STATE)
+                            "rng": rng, "losses": losses, "run": run.state_dict(),
+                            "run_id": run_id(self.run_config)}, temp / STATE)
             self._event("on_save", self.folder.last, False)
         distributed.barrier()
         return self.folder.last

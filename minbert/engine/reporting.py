@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from minbert.common.errors import UsageError
-from minbert.common.files import check_writable
+from minbert.common.files import check_writable, load_failure
 from minbert.common.run_folder import RunFolder
 from minbert.engine.callbacks import Callback
 
@@ -105,6 +105,18 @@ class MLflow(Reporter):
         self.client.set_terminated(self.run_id, "FAILED" if failed else "FINISHED")
 
 
+def mlflow_store(report_to: str) -> Path | None:
+    """The local path of MLflow's tracking store that --report-to mlflow writes ($MLFLOW_TRACKING_URI: a sqlite:///
+    or file: URI, or a folder; unset, ./mlflow.db), or None: no MLflow, or a store on a server."""
+    if "mlflow" not in report_to.split(","):
+        return None
+    uri = os.environ.get("MLFLOW_TRACKING_URI", "") or "sqlite:///mlflow.db"
+    for scheme in ("sqlite:///", "file://", "file:"):
+        if uri.startswith(scheme):
+            return Path(uri.removeprefix(scheme))
+    return None if "://" in uri else Path(uri)
+
+
 def reporters(report_to: str, tensorboard: str, folder: RunFolder) -> list[Reporter]:
     """The metrics log and the loggers of --report-to NAMES (--tensorboard DIR alone reports to TensorBoard, in
     DIR; --report-to tensorboard without it, in OUTPUT_DIR/tensorboard)."""
@@ -118,5 +130,10 @@ def reporters(report_to: str, tensorboard: str, folder: RunFolder) -> list[Repor
         check_writable(tensorboard, "--tensorboard")
         chosen.append(TensorBoard(tensorboard))
     if "mlflow" in names:
-        chosen.append(MLflow(Path(folder.path).resolve().name))
+        try:
+            chosen.append(MLflow(Path(folder.path).resolve().name))
+        except Exception as error:  # a store that cannot be written, a server that does not answer
+            store = os.environ.get("MLFLOW_TRACKING_URI") or "mlflow.db"
+            raise UsageError(f"--report-to mlflow: cannot write MLflow's tracking store {store} "
+                             f"({load_failure(error)})") from None
     return chosen

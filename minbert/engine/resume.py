@@ -13,7 +13,7 @@ from minbert.common.cli import flag_fields, with_new_names
 from minbert.common.errors import CheckpointError
 from minbert.common.files import load_or_fail
 from minbert.common.provenance import check_data_unchanged
-from minbert.common.run_folder import RUN_CONFIG, RunFolder
+from minbert.common.run_folder import RUN_CONFIG, RunFolder, read_config, run_id
 from minbert.engine.config import TrainingConfig
 
 log = logging.getLogger(__name__)
@@ -24,7 +24,7 @@ def check_resumable(folder: RunFolder, config: TrainingConfig) -> tuple[Path, di
     own flags must not change the run: one that does is refused, naming it), and the provenance it recorded."""
     if folder.stopped_unsaved():
         raise CheckpointError(f"--resume: the run in {folder} stopped before it saved a checkpoint to resume from; "
-                              f"start it again: {start_again(config)}")
+                              f"start it again: {start_again(config, folder)}")
     if not folder.state_file.exists():
         raise CheckpointError(f"--resume: no interrupted run in {folder} (no "
                               f"{folder.state_file.relative_to(folder.path)})")
@@ -51,12 +51,19 @@ def check_resumable(folder: RunFolder, config: TrainingConfig) -> tuple[Path, di
     return folder.last, taken, saved.get("provenance", {})
 
 
-def start_again(config: TrainingConfig) -> str:
-    """The command that starts the run in --output-dir over: the command as given, with --overwrite, not --resume."""
-    if not config.command.text:  # a config built in Python
+def start_again(config: TrainingConfig, folder: RunFolder) -> str:
+    """The command that starts the run in --output-dir over: the command the run started with (recorded in its run
+    config; else the command as given), in this folder, with --overwrite, not --resume. A run's own flags, never a
+    default model: `--resume` alone names none."""
+    text = folder.started_with() or config.command.text
+    if not text:  # a config built in Python
         return "the same command with --overwrite"
-    return shlex.join([word for word in shlex.split(config.command.text) if word not in ("--resume", "--overwrite")]
-                      + ["--overwrite"])
+    words, skip = [], False
+    for word in shlex.split(text):
+        if not skip and word not in ("--resume", "--overwrite") and not word.startswith("--output-dir"):
+            words.append(word)
+        skip = word == "--output-dir"
+    return shlex.join([*words, "--output-dir", str(folder), "--overwrite"])
 
 
 def flags_after_restart(folder: RunFolder) -> dict:
@@ -99,6 +106,11 @@ def load_training_state(folder: RunFolder) -> dict:
     if missing:
         raise CheckpointError(f"{folder.state_file}: not a whole training state (no {', '.join(missing)} entry); put "
                               f"back the run's own last/, or start the run again with --overwrite")
+    own = run_id(read_config(folder.path)) if folder.config_file.is_file() else None
+    if state.get("run_id") and own and state["run_id"] != own:
+        raise CheckpointError(f"{folder.state_file}: another run's training state (it records run {state['run_id']}, "
+                              f"the run config of {folder} run {own}); put back the run's own last/, or start the "
+                              f"run again with --overwrite")
     engine = state.get("engine", state)
     evaluation = engine.get("last_record") if isinstance(engine, dict) else None
     if evaluation and folder.metrics_log.exists() and not any(  # a multi-stage run's lines name their stage too

@@ -15,7 +15,7 @@ import torch
 from safetensors.torch import load_file
 
 from minbert.common.errors import CheckpointError
-from minbert.common.files import load_or_fail
+from minbert.common.files import load_or_fail, made_here
 from minbert.models.bert import BertModel
 from minbert.models.config import BertConfig
 
@@ -67,10 +67,11 @@ def closest_folder(path: Path, shown: int = 5) -> str:
     """What exists nearest a missing folder: its closest existing parent and, first, the entries there most like
     the missing name (runs/multitsak: runs/ holds multitask/)."""
     parent = path.parent
-    while not parent.is_dir():
+    while not parent.is_dir() or made_here(parent):  # folders this command made are not the user's
         parent = parent.parent
     missing = path.relative_to(parent).parts[0]
-    folders = sorted(entry.name for entry in parent.iterdir() if entry.is_dir() and not entry.name.startswith("."))
+    folders = sorted(entry.name for entry in parent.iterdir() if entry.is_dir() and not entry.name.startswith(".")
+                     and not made_here(entry))
     first = difflib.get_close_matches(missing, folders, n=shown, cutoff=0.5)
     names = [f"{name}/" for name in first + [name for name in folders if name not in first]][:shown]
     more = f" and {len(folders) - shown} more" if len(folders) > shown else ""

@@ -82,7 +82,8 @@ def read_space(path: str | Path, parser: argparse.ArgumentParser, check) -> list
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else str(path)
-        raise UsageError(f"{where}: not YAML ({getattr(error, 'problem', None) or error})") from None
+        problem = " ".join(str(getattr(error, "problem", None) or error).split())  # one line, whatever yaml says
+        raise UsageError(f"{where}: not YAML ({problem})") from None
     if root is None or not isinstance(root, yaml.MappingNode) or not root.value:
         raise UsageError(f"{path}:1: a search space is a mapping of flag names to ranges, lists or values, "
                          f"e.g. `lr: {{low: 1e-5, high: 1e-4, log: true}}`")
@@ -100,6 +101,8 @@ def read_space(path: str | Path, parser: argparse.ArgumentParser, check) -> list
         if name in seen:
             raise UsageError(f"{where}: {key} is given twice (first at line {seen[name]})")
         seen[name] = line
+        if isinstance(value_node, yaml.ScalarNode) and value_node.tag == "tag:yaml.org,2002:null":  # `lr:`
+            raise UsageError(f"{where}: {key}: no value; give a range, a list of values or one value")
         value = yaml.safe_load(yaml.serialize(value_node))
         try:
             params.append(_param(name, value, actions[name], check))

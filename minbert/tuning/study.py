@@ -23,10 +23,11 @@ import optuna
 from optuna.trial import TrialState
 
 from minbert.common.errors import UsageError
+from minbert.common.outputs import STUDY_FILES
 
 HEARTBEAT_INTERVAL, HEARTBEAT_GRACE = 60, 180  # seconds (RDB storages only: Optuna's heartbeat)
 COUNTED = (TrialState.COMPLETE, TrialState.PRUNED)
-SQLITE, JOURNAL = "study.db", "study.journal"
+SQLITE, JOURNAL = STUDY_FILES
 
 
 def worker_id() -> str:
@@ -36,16 +37,34 @@ def worker_id() -> str:
 @contextlib.contextmanager
 def one_at_a_time(study_dir: Path):
     """Held by one worker of the study folder at a time: two workers that open a new SQLite storage together both
-    create its tables, and the second fails ("table alembic_version already exists")."""
-    with open(study_dir / ".opening.lock", "a") as lock:
+    create its tables, and the second fails ("table alembic_version already exists"). Its lock file is removed when
+    the block ends (a refused command leaves nothing behind): a worker that locked a file since removed locks the
+    new one."""
+    path = study_dir / ".opening.lock"
+    while True:
+        lock = open(path, "a")
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or when a killed worker's process ends
+        try:
+            if os.stat(path).st_ino == os.fstat(lock.fileno()).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        lock.close()
+    try:
         yield
+    finally:
+        path.unlink(missing_ok=True)  # before unlocking: no one can lock the file we remove
+        lock.close()
 
 
-def open_storage(storage: str, study_dir: Path) -> tuple[optuna.storages.BaseStorage, str]:
-    """The storage that --storage names, and how to say it in a line."""
+def open_storage(storage: str, study_dir: Path, must_exist: bool = False) -> tuple[optuna.storages.BaseStorage, str]:
+    """The storage that --storage names, and how to say it in a line. must_exist: a command that reads a study
+    (--report, --confirm) creates no storage; one that is not there is refused."""
     if storage in ("", "sqlite", "journal"):
         path = study_dir / (JOURNAL if storage == "journal" else SQLITE)
+        if must_exist and not path.is_file():
+            raise UsageError(f"--study-dir {study_dir}: no study there (no {path.name}); give the folder of a study "
+                             f"that has trials")
         storage = str(path) if storage == "journal" else f"sqlite:///{path}"
     if "://" in storage:
         try:
@@ -56,22 +75,56 @@ def open_storage(storage: str, study_dir: Path) -> tuple[optuna.storages.BaseSto
         except Exception as error:  # a driver missing, a server that does not answer, a file that is no database
             raise UsageError(f"--storage {storage}: cannot open it ({error.__class__.__name__}: "
                              f"{str(error).splitlines()[0]})") from None
-    Path(storage).parent.mkdir(parents=True, exist_ok=True)
-    backend = optuna.storages.journal.JournalFileBackend(storage)
+    path = Path(storage)
+    if path.is_dir():
+        raise UsageError(f"--storage {storage}: a folder; give a journal file's path (or an RDB URL)")
+    if must_exist and not path.is_file():
+        raise UsageError(f"--storage {storage}: no study there (no such journal file); give the journal of a study "
+                         f"that has trials")
+    check_journal(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        backend = optuna.storages.journal.JournalFileBackend(storage)
+    except OSError as error:
+        raise UsageError(f"--storage {storage}: cannot write there ({error.strerror or error})") from None
     return optuna.storages.JournalStorage(backend), f"journal file {storage}"
 
 
+def check_journal(path: Path) -> None:
+    """A journal file whose every line is one of Optuna's (a JSON object and its newline), or none: one cut short (a
+    full disk, a kill) or edited is refused, naming the line, before anything is appended to it."""
+    try:
+        lines = path.read_bytes().split(b"\n") if path.is_file() else [b""]
+    except OSError as error:
+        raise UsageError(f"{path}: cannot read it ({error.strerror or error})") from None
+    for number, line in enumerate(lines, start=1):
+        if number == len(lines) and not line:
+            return  # after the last newline
+        try:
+            whole = number < len(lines) and isinstance(json.loads(line), dict)
+        except ValueError:
+            whole = False
+        if not whole:
+            raise UsageError(f"{path}: line {number}: not a line of an Optuna journal (cut short, or edited); the "
+                             f"study cannot be read: put back a whole copy, or remove the line")
+
+
 def open_study(storage, name: str, recipe: dict, space: dict, resume: bool, sampler, pruner,
-               baseline: dict | None) -> optuna.Study:
-    """The study `name`, created if there is none (with baseline, the recipe's own values, as its first trial). A
-    study that has trials is continued only with --resume, and only with the recipe and space it was started with
-    (UsageError otherwise): two recipes in one study would rank their trials together."""
+               baseline: dict | None, objective: str = "overall", must_exist: bool = False) -> optuna.Study:
+    """The study `name`, created if there is none (with baseline, the recipe's own values, as its first trial), unless
+    must_exist (--report, --confirm). A study that has trials is continued only with --resume, and only with the
+    recipe, space and objective it was started with (UsageError otherwise): two recipes in one study would rank
+    their trials together, and two objectives would rank values of two metrics."""
     recipe, space = json.loads(json.dumps(recipe)), json.loads(json.dumps(space))
+    if must_exist and name not in optuna.get_all_study_names(storage):
+        raise UsageError(f"no study {name!r} in {storage_name(storage)}; give the --study-dir (or --study-name) of a "
+                         f"study that has trials")
     try:  # of workers started together, one creates the study (the storage decides which) and queues its baseline
         study = optuna.create_study(storage=storage, study_name=name, direction="maximize", sampler=sampler,
                                     pruner=pruner)
         study.set_user_attr("recipe", recipe)
         study.set_user_attr("space", space)
+        study.set_user_attr("objective", objective)
         if baseline:
             study.enqueue_trial(baseline, user_attrs={"baseline": True})
         return study
@@ -80,6 +133,10 @@ def open_study(storage, name: str, recipe: dict, space: dict, resume: bool, samp
     if study.get_trials(deepcopy=False) and not resume:
         raise UsageError(f"the study {name!r} in {storage_name(storage)} has {len(study.trials)} trial(s) already; "
                          f"add --resume to continue it (or to join its other workers), or give another --study-dir")
+    saved = study.user_attrs.get("objective", objective)  # a study from before objectives were kept takes ours
+    if saved != objective:
+        raise UsageError(f"the study {name!r} was started with --objective {saved}, not {objective}: its values are "
+                         f"{saved} scores; give --objective {saved}, or another --study-dir")
     for key, value in (("recipe", recipe), ("space", space)):
         saved = study.user_attrs.get(key, value)  # a study made another way takes ours
         if saved != value:
