@@ -53,10 +53,19 @@ def check_resumable(folder: RunFolder, config: TrainingConfig) -> tuple[Path, di
 
 def start_again(config: TrainingConfig) -> str:
     """The command that starts the run in --output-dir over: the command as given, with --overwrite, not --resume."""
+    return _command_with(config, "--overwrite")
+
+
+def resume_command(config: TrainingConfig) -> str:
+    """The command that continues the run in --output-dir: the command as given, with --resume, not --overwrite."""
+    return _command_with(config, "--resume")
+
+
+def _command_with(config: TrainingConfig, flag: str) -> str:
     if not config.command.text:  # a config built in Python
-        return "the same command with --overwrite"
+        return f"the same command with {flag}"
     return shlex.join([word for word in shlex.split(config.command.text) if word not in ("--resume", "--overwrite")]
-                      + ["--overwrite"])
+                      + [flag])
 
 
 def flags_after_restart(folder: RunFolder) -> dict:
