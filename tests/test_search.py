@@ -3,6 +3,7 @@ trial pruned before its end, a study resumed after its worker was killed, and th
 Trials are tiny: a random 2-layer BERT on tiny course files (MiniLM on a sample of the real data where a trial must
 learn something)."""
 import json
+import logging
 import os
 import shlex
 import signal
@@ -21,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 import multitask_classifier  # noqa: E402
 from minbert.commands import search  # noqa: E402
 from minbert.tuning import confirm, report  # noqa: E402
-from minbert.common import cli  # noqa: E402
+from minbert.common import cli, progress  # noqa: E402
 from minbert.common.errors import UsageError  # noqa: E402
 from tests.conftest import multitask_argv  # noqa: E402
 from minbert.training.multitask_config import MultitaskConfig  # noqa: E402
@@ -370,3 +371,19 @@ def test_the_best_command_trains_into_a_folder_of_its_own(tmp_path):
     train_it = (tmp_path / "best.yaml").read_text().splitlines()[1].removeprefix("# Train it: ")
     assert shlex.split(train_it)[-6:] == ["--config", str(tmp_path / "best.yaml"), "--output-dir", str(run),
                                           "--predictions-dir", str(run / "predictions")]
+
+
+def test_a_trials_progress_lines_reach_the_commands_output_too(tmp_path, caplog):
+    """A trial's output goes to its log file, but its progress lines (a line every 30 s off a terminal: the
+    trainers' timer, tests/test_progress.py) also to the search's own output, which otherwise says nothing for the
+    minutes a trial trains."""
+    caplog.set_level(logging.INFO)
+    with search.output_to(tmp_path / "trial-0000.log"):
+        logging.getLogger("minbert.engine.engine").info("step 40: saved last/")
+        progress.log.info("multitask: 40/192 steps (21%), 30 s, about 1.9 min left")
+    assert caplog.messages == ["multitask: 40/192 steps (21%), 30 s, about 1.9 min left"]
+    logged = (tmp_path / "trial-0000.log").read_text().splitlines()  # in the command's format
+    assert [line.endswith(end) for line, end in zip(logged, ("step 40: saved last/", "about 1.9 min left"))] == \
+        [True, True] and len(logged) == 2
+    progress.log.info("after the trial")  # the command's own output again, once
+    assert caplog.messages[-1] == "after the trial" and len(caplog.records) == 2
