@@ -163,7 +163,8 @@ def test_the_quick_start_stopped_by_a_signal_saves_and_its_printed_command_resum
     assert last.startswith(told), last
     again = shlex.split(last[len(told):])
     assert again == [interpreter(), "multitask_classifier.py", *args, "--resume"]
-    resumed = subprocess.run(again, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    resumed = subprocess.run(again, cwd=ROOT, capture_output=True, text=True,
+                             env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "resuming at step 7 of 30" in resumed.stderr
     for folder in ("best", "last"):
