@@ -3,9 +3,11 @@
     python benchmarks/encoder_speed.py --model all-MiniLM-L6-v2 --batch-size 32 --tokens 128
 
 Prints each side's median seconds per forward+backward step (and forward-only inference) and the
-ratio ours / transformers, measured alternately in one process so both see the same machine load.
+ratio ours / transformers, measured alternately in one process so both see the same machine load. Off a terminal,
+a progress line at least every 30 seconds while it measures.
 """
 import argparse
+import logging
 import statistics
 import sys
 import time
@@ -16,6 +18,7 @@ import transformers
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from minbert.common.cli import HelpFormatter  # noqa: E402
+from minbert.common.progress import Progress, log_to_stderr  # noqa: E402
 from minbert.models import ATTENTION, from_pretrained  # noqa: E402
 from minbert.models.bert import resolve_attention  # noqa: E402
 from minbert.models.loading import resolve_checkpoint  # noqa: E402
@@ -36,7 +39,7 @@ def step_seconds(model, batch, train: bool) -> float:
     return time.perf_counter() - start
 
 
-def main():
+def main(argv: list[str] | None = None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--model", default="all-MiniLM-L6-v2",
                         help="checkpoint both sides load: hub id, checkpoint folder, or all-MiniLM-L6-v2")
@@ -49,7 +52,8 @@ def main():
                              "padded, packed, unpadded, or auto (packed on a CPU, padded on a GPU)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
                         help="where to run: cpu, cuda, cuda:1, ... (cuda when present)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    log_to_stderr(logging.WARNING, progress_lines=True)
     folder = resolve_checkpoint(args.model)
     models = {"ours": from_pretrained(folder).to(args.device),
               "transformers": transformers.BertModel.from_pretrained(folder).to(args.device)}
@@ -61,18 +65,21 @@ def main():
     print(f"{args.model}, batch {args.batch_size} x {args.tokens} tokens, {args.device}, our attention "
           f"{resolve_attention(args.attention, args.device)}, "
           f"{torch.get_num_threads()} threads, median of {args.repeats}")
+    bar = Progress(2 * len(models) * (args.repeats + 1), "encoder_speed", unit="step")
     for train in (True, False):
         times = {name: [] for name in models}
         for name, model in models.items():
             step_seconds(model, batch, train)  # warm-up
+            bar.update()
         for _ in range(args.repeats):
             for name, model in models.items():  # alternate, so load changes hit both sides
                 times[name].append(step_seconds(model, batch, train))
+                bar.update()
         median = {name: statistics.median(t) for name, t in times.items()}
         kind = "train step (fwd+bwd)" if train else "inference (fwd)"
         print(f"{kind:22s} ours {median['ours']:.3f} s  transformers {median['transformers']:.3f} s  "
-              f"ratio {median['ours'] / median['transformers']:.2f}")
-
+              f"ratio {median['ours'] / median['transformers']:.2f}", flush=True)
+    bar.close()
 
 if __name__ == "__main__":
     main()

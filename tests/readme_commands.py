@@ -24,6 +24,8 @@ What does not run, and says why:
 - a command tagged [manual]: it needs what no automatic run has (another machine, a person at a terminal);
 - `bash setup.sh` (installs from PyPI; the copy's .venv is this environment) and `-m pytest` (this check is
   part of the test suite).
+A command that closes with the next step to take (a line "fine-tune it: COMMAND") must be followed on the page by
+that command, which then runs: the hint works as printed, in the page's flow.
 Prints a line per command (ok and seconds, skipped and why, or FAILED with its output's tail); exit code 1
 when any command failed.
 """
@@ -31,6 +33,7 @@ import argparse
 import os
 import random
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -45,6 +48,7 @@ ROWS = 40  # lines kept of each data file: every SST class (in train and dev), b
 # Flags appended to the commands of these scripts: sizes that are the benchmark's own, not the data's.
 SMALLER = {"benchmarks/encoder_speed.py": "--batch-size 4 --tokens 16", "search": "--trials 2"}
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
+HINT = re.compile(r"^fine-tune it[^:]*: (.+)$", re.MULTILINE)  # a command's closing hint: what to run next
 ASSIGNMENTS = re.compile(r"^(export\s+)?[A-Za-z_]\w*=\S*(\s+[A-Za-z_]\w*=\S*)*$")
 
 
@@ -61,6 +65,7 @@ class Result:
     status: str  # ok | skipped | FAILED
     detail: str = ""
     seconds: float = 0.0
+    output: str = ""  # what it printed (stdout and stderr), when it ran
 
 
 def commands(markdown: str) -> list[Command]:
@@ -194,7 +199,15 @@ def run(command: Command, repo: Path, timeout: int) -> Result:
     if done.returncode != 0:
         tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
         return Result(command, "FAILED", f"exit code {done.returncode}:\n{tail}", seconds)
-    return Result(command, "ok", seconds=seconds)
+    return Result(command, "ok", seconds=seconds, output=done.stdout + done.stderr)
+
+
+def words(command: Command) -> list[str]:
+    """The command's words, without its comment and the variables set before it (OMP_NUM_THREADS=1)."""
+    found = shlex.split(command.text.replace("\\\n", " "), comments=True)
+    while found and re.match(r"^[A-Za-z_]\w*=", found[0]):
+        found.pop(0)
+    return found
 
 
 def run_page(pages: list[Path], timeout: int = 600, keep: bool = False, log=print) -> list[Result]:
@@ -209,9 +222,14 @@ def run_page(pages: list[Path], timeout: int = 600, keep: bool = False, log=prin
     results = []
     try:
         for page in pages:
+            hint = None
             for command in commands(page.read_text(encoding="utf-8")):
                 reason = skip_reason(command, cuda)
                 result = Result(command, "skipped", reason) if reason else run(command, repo, timeout)
+                if hint is not None and shlex.split(hint) != words(command):
+                    result = Result(command, "FAILED", f"the command before printed the next step {hint}; the page's "
+                                    f"next command is not it", result.seconds)
+                hint = next(iter(HINT.findall(result.output)), None)
                 results.append(result)
                 shown = smaller(command.text) if command.kind == "bash" else command.text
                 first_line = shown.strip().splitlines()[0][:110]

@@ -125,3 +125,9 @@ def test_every_example_in_a_commands_help_is_accepted(command, program, config, 
     recipes = re.findall(r"\(e\.g\. ([\w-]+)", help_entries(command)["--config"][1])
     assert all((RECIPES / f"{recipe}.yaml").is_file() and f"--config {recipe}" in " ".join(map(" ".join, examples))
                for recipe in recipes)
+
+
+@pytest.mark.parametrize("command", ["multitask_classifier.py", "pretrain_contrastive.py"])
+def test_the_default_model_is_said_to_come_from_the_hub(command):
+    invocation, text = help_entries(command)["--model"]
+    assert "from the hub" in text and "all-MiniLM-L6-v2" in text and "offline" in text, text

@@ -27,6 +27,8 @@ def test_hub_id_offline_says_how_to_use_a_local_folder(monkeypatch, tmp_path):
         from_pretrained("bert-base-uncased")
     message = str(error.value)
     assert "could not get 'bert-base-uncased'" in message and "--local-dir" in message
+    # One line, naming the flag value that runs without the network.
+    assert "\n" not in message and "without the network, run with `--model all-MiniLM-L6-v2`" in message
 
 
 def test_missing_folder_is_named(tmp_path):

@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -262,6 +263,7 @@ def test_a_contrastive_tension_run_lists_what_it_wrote_and_its_init_line_fine_tu
     sentences = tmp_path / "sentences.txt"
     sentences.write_text("".join(f"sentence number {i} is here\n" for i in range(24)))
     out = tmp_path / "ct"
+    (tmp_path / "from-ct-model1").mkdir()  # taken: the hint names the next free folder
     pretrain_contrastive.main(["--model", str(tiny_model), "--method", "ct", "--data", str(sentences),
                                "--output-dir", str(out), "--max-steps", "2", "--batch-size", "8", "--device", "cpu"])
     printed = capsys.readouterr().out
@@ -269,15 +271,17 @@ def test_a_contrastive_tension_run_lists_what_it_wrote_and_its_init_line_fine_tu
     listed = [Path(line.strip()) for line in written if line.startswith("  ")]
     assert listed and all(path.exists() for path in listed), listed
     assert {out / "model1", out / "model2"} <= set(listed)
-    init_line = next(line for line in written if line.startswith("fine-tune it: "))
-    assert init_line == (f"fine-tune it: {shown_path(sys.executable)} multitask_classifier.py --init {out / 'model1'} "
-                         f"or --init {out / 'model2'}")
-    # The line, run: the first of its two checkpoints fine-tuned for a step.
-    multitask_classifier.main(["--init", init_line.split("--init ")[1].split(" or ")[0], "--data-dir",
-                               str(course_data), "--output-dir", str(tmp_path / "tuned"), "--predictions-dir",
-                               str(tmp_path / "predictions"), "--max-steps", "1", "--batch-size", "8", "--device",
-                               "cpu", "--tasks", "sst"])
-    assert (tmp_path / "tuned" / "best" / "model.safetensors").is_file()
+    hints = [line for line in written if line.startswith("fine-tune it")]
+    assert hints[0].startswith("fine-tune it (model1): ") and hints[1].startswith("fine-tune it (model2): ")
+    words = shlex.split(hints[0].partition(": ")[2])
+    tuned = tmp_path / "from-ct-model1-2"
+    assert words[2:] == ["--config", "quick-start", "--init", str(out / "model1"), "--pooling", "mean",
+                         "--output-dir", str(tuned), "--predictions-dir", str(tuned / "predictions")]
+    # The line, run (after the program's words), on the tiny data for a step: the first checkpoint fine-tuned.
+    multitask_classifier.main([*words[2:], "--data-dir", str(course_data), "--max-steps", "1", "--batch-size", "8",
+                               "--device", "cpu", "--max-train-examples", "16"])
+    assert (tuned / "best" / "model.safetensors").is_file()
+    assert (tuned / "predictions" / "sst-test-output.csv").is_file()
 
 
 def test_every_test_docs_bad_input_names_exists():

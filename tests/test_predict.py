@@ -233,3 +233,28 @@ def test_a_checkpoint_of_non_default_head_flags_predicts_as_it_was_trained(tiny_
     assert predictor.config.sts_target == "score"
     predicted = predictor.soft_outputs("sts", [rows[id_] for id_ in saved["ids"]])
     torch.testing.assert_close(torch.as_tensor(predicted).float(), saved["outputs"].float(), atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("task", ["sst", "para", "sts", "cfimdb"])
+def test_an_output_named_csv_is_the_courses_leaderboard_file_the_run_wrote(run, data, tmp_path, task):
+    """--output *.csv (or --format leaderboard): byte for byte the leaderboard file of the dev set that the run's own
+    evaluation wrote; --format table keeps the table whatever the name."""
+    written = tmp_path / f"{task}-dev-output.csv"
+    predict.main([str(run), "--task", task, "--input", str(data / REGISTRY[task].files[1]), "--output", str(written),
+                  "--device", "cpu"])
+    assert written.read_bytes() == (run.parent / "predictions" / f"{task}-dev-output.csv").read_bytes()
+    named = tmp_path / "dev.txt"
+    predict.main([str(run), "--task", task, "--input", str(data / REGISTRY[task].files[1]), "--output", str(named),
+                  "--format", "leaderboard", "--device", "cpu"])
+    assert named.read_bytes() == written.read_bytes()
+    predict.main([str(run), "--task", task, "--input", str(data / REGISTRY[task].files[1]), "--output", str(written),
+                  "--format", "table", "--device", "cpu"])
+    assert written.read_text().startswith("id\t")
+
+
+def test_the_help_says_which_columns_each_format_has(capsys):
+    with pytest.raises(SystemExit):
+        predict.main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "table: tab-separated" in text and "class, name, probabilities" in text
+    assert "leaderboard: the course's leaderboard file" in text and "Predicted_Is_Paraphrase" in text

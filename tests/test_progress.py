@@ -2,19 +2,24 @@
 of a run: training (after a start line that says what will run), evaluation and prediction, and from a timer, so
 that a step slower than INTERVAL still shows life; on a terminal, log lines are printed above the bars instead of
 into them."""
+import importlib.util
 import io
 import logging
 import re
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from tqdm import tqdm
 
 import multitask_classifier
+from minbert.analysis import layers
 from minbert.common import progress
+from minbert.models import sentence_embedding
 from tests.conftest import multitask_argv
 
+ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
@@ -153,3 +158,66 @@ def test_a_run_says_what_it_will_train_then_reports_training_evaluation_and_pred
     assert messages.index(start) < messages.index(next(m for m in messages if m.startswith("multitask: 1/3 steps")))
     for task in ("sst", "para", "sts"):  # the dev evaluation and the test predictions, each with its own lines
         assert sum(m.startswith(f"predicting {task}: ") for m in messages) >= 2
+
+
+class Lines(logging.Handler):
+    """The progress lines, each with the fake clock's time when it was written."""
+
+    def __init__(self, clock):
+        super().__init__(logging.INFO)
+        self.clock, self.lines = clock, []
+
+    def emit(self, record):
+        self.lines.append((self.clock.now, record.getMessage()))
+
+
+@pytest.fixture
+def lines(clock):
+    handler = Lines(clock)
+    progress.log.addHandler(handler)
+    level = progress.log.level
+    yield handler
+    progress.log.removeHandler(handler)
+    progress.log.setLevel(level)  # as log_to_stderr(progress_lines=True) left it
+
+
+def assert_a_line_every_interval(lines: list[tuple[float, str]], started: float, ended: float) -> None:
+    times = [started, *(time for time, _ in lines), ended]
+    assert max(later - earlier for earlier, later in zip(times, times[1:])) <= progress.INTERVAL, lines
+
+
+def test_a_benchmark_off_a_terminal_writes_a_line_at_least_every_interval(clock, lines, tiny_model, monkeypatch):
+    spec = importlib.util.spec_from_file_location("encoder_speed", ROOT / "benchmarks" / "encoder_speed.py")
+    encoder_speed = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(encoder_speed)
+
+    def step_seconds(model, batch, train):  # a step of 40 s
+        clock.advance(40)
+        return 1.0
+
+    monkeypatch.setattr(encoder_speed, "step_seconds", step_seconds)
+    started = clock.now
+    encoder_speed.main(["--model", str(tiny_model), "--device", "cpu", "--repeats", "2", "--tokens", "8"])
+    # 2 sides x (a warm-up and 2 repeats) x training and inference: 12 steps of 40 s
+    assert clock.now - started == 12 * 40
+    assert_a_line_every_interval(lines.lines, started, clock.now)
+    assert lines.lines[0][1] == "encoder_speed: 0/12 steps (0%), 30 s"
+
+
+def test_analyze_layers_off_a_terminal_writes_a_line_at_least_every_interval(clock, lines, tiny_model,
+                                                                             contrastive_data, monkeypatch, caplog):
+    caplog.set_level(logging.INFO)
+    batches = sentence_embedding._length_sorted_batches
+
+    def slow_batches(*args):  # a batch of 40 s
+        for batch in batches(*args):
+            clock.advance(40)
+            yield batch
+
+    monkeypatch.setattr(sentence_embedding, "_length_sorted_batches", slow_batches)
+    started = clock.now
+    layers.build(layers.LayersConfig(models=str(tiny_model), data_dir=str(contrastive_data), sets="sts12,sts-dev",
+                                     batch_size=4))
+    assert clock.now - started >= 4 * 40  # several batches
+    assert_a_line_every_interval(lines.lines, started, clock.now)
+    assert all(line.startswith(f"layers of {tiny_model.name}, ") for _, line in lines.lines)

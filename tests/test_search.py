@@ -3,7 +3,9 @@ trial pruned before its end, a study resumed after its worker was killed, and th
 Trials are tiny: a random 2-layer BERT on tiny course files (MiniLM on a sample of the real data where a trial must
 learn something)."""
 import json
+import logging
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -19,8 +21,8 @@ sys.path.insert(0, str(ROOT))
 
 import multitask_classifier  # noqa: E402
 from minbert.commands import search  # noqa: E402
-from minbert.tuning import confirm  # noqa: E402
-from minbert.common import cli  # noqa: E402
+from minbert.tuning import confirm, report  # noqa: E402
+from minbert.common import cli, progress  # noqa: E402
 from minbert.common.errors import UsageError  # noqa: E402
 from tests.conftest import multitask_argv  # noqa: E402
 from minbert.training.multitask_config import MultitaskConfig  # noqa: E402
@@ -310,3 +312,78 @@ def test_confirm_waits_for_no_run_that_has_its_result(tmp_path):
 def test_confirm_needs_two_seeds(recipe, tmp_path):
     with pytest.raises(SystemExit):
         search.parse_flags(["--config", str(recipe), "--space", "x.yaml", "--confirm", "2", "--seeds", "1"])
+
+
+def a_study(trials: int) -> optuna.Study:
+    """An in-memory study of `trials` complete trials over two flags."""
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=0))
+    for _ in range(trials):
+        trial = study.ask()
+        lr, warmup = trial.suggest_float("lr", 1e-5, 1e-3, log=True), trial.suggest_float("warmup", 0.0, 0.2)
+        study.tell(trial, 0.6 + lr * 100 - warmup / 10)
+    return study
+
+
+def contrast(first, second) -> float:
+    """WCAG's contrast ratio of two RGB(A) colours (1 to 21; 4.5 is its minimum for text)."""
+    def luminance(colour):
+        linear = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in colour[:3]]
+        return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+    light, dark = sorted((luminance(first), luminance(second)), reverse=True)
+    return (light + 0.05) / (dark + 0.05)
+
+
+def test_importances_wait_for_enough_complete_trials_and_say_so(tmp_path, caplog):
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    few = report.IMPORTANCE_TRIALS - 1
+    report.write_pictures(a_study(few), tmp_path, "overall")
+    assert not (tmp_path / "importance.png").exists() and (tmp_path / "history.png").exists()
+    assert f"no importance.png: importances need {report.IMPORTANCE_TRIALS} complete trials, and {few} are" in \
+        caplog.text
+    report.write_pictures(a_study(report.IMPORTANCE_TRIALS), tmp_path, "overall")
+    assert (tmp_path / "importance.png").exists()
+
+
+def test_every_marker_of_the_pictures_stands_out_from_the_background(tmp_path, monkeypatch):
+    import matplotlib.figure
+    from matplotlib.collections import PathCollection
+    saved, savefig = [], matplotlib.figure.Figure.savefig
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda self, *a, **k: (saved.append(self),
+                                                                                   savefig(self, *a, **k)))
+    report.write_pictures(a_study(4), tmp_path, "overall")
+    markers = [(ax, collection) for figure in saved for ax in figure.axes for collection in ax.collections
+               if isinstance(collection, PathCollection) and len(collection.get_offsets())]
+    assert len(markers) >= 3  # history, and a slice a flag
+    for ax, collection in markers:
+        background = ax.get_facecolor()
+        for face, edge in zip(collection.get_facecolors(), collection.get_edgecolors()):
+            assert max(contrast(face, background), contrast(edge, background)) >= 4.5, (face, edge, background)
+
+
+def test_the_best_command_trains_into_a_folder_of_its_own(tmp_path):
+    study = a_study(2)
+    command = report.write_best(tmp_path / "best.yaml", study, {"config": "quick-start"}, {}, "overall")
+    words = shlex.split(command)
+    run = tmp_path / "best-run"
+    assert words[-4:] == ["--output-dir", str(run), "--predictions-dir", str(run / "predictions")]
+    config = cli.parse_config(MultitaskConfig, "", words[2:])  # what the command runs: after the program's words
+    assert (config.output_dir, config.predictions_dir) == (str(run), str(run / "predictions"))
+    train_it = (tmp_path / "best.yaml").read_text().splitlines()[1].removeprefix("# Train it: ")
+    assert shlex.split(train_it)[-6:] == ["--config", str(tmp_path / "best.yaml"), "--output-dir", str(run),
+                                          "--predictions-dir", str(run / "predictions")]
+
+
+def test_a_trials_progress_lines_reach_the_commands_output_too(tmp_path, caplog):
+    """A trial's output goes to its log file, but its progress lines (a line every 30 s off a terminal: the
+    trainers' timer, tests/test_progress.py) also to the search's own output, which otherwise says nothing for the
+    minutes a trial trains."""
+    caplog.set_level(logging.INFO)
+    with search.output_to(tmp_path / "trial-0000.log"):
+        logging.getLogger("minbert.engine.engine").info("step 40: saved last/")
+        progress.log.info("multitask: 40/192 steps (21%), 30 s, about 1.9 min left")
+    assert caplog.messages == ["multitask: 40/192 steps (21%), 30 s, about 1.9 min left"]
+    logged = (tmp_path / "trial-0000.log").read_text().splitlines()  # in the command's format
+    assert [line.endswith(end) for line, end in zip(logged, ("step 40: saved last/", "about 1.9 min left"))] == \
+        [True, True] and len(logged) == 2
+    progress.log.info("after the trial")  # the command's own output again, once
+    assert caplog.messages[-1] == "after the trial" and len(caplog.records) == 2

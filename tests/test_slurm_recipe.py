@@ -7,8 +7,10 @@ import json
 import os
 import random
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -131,3 +133,38 @@ def test_a_batch_that_does_not_split_over_the_gpus_is_refused_in_one_line(cluste
     result, srun = sbatch("--epochs", "1", SLURM_GPUS_PER_NODE="3")
     assert result.returncode == 2 and srun is None
     assert result.stderr == "error: the recipe's batch of 32 does not split over 6 GPUs; give --batch-size\n"
+
+
+# srun that waits for its job's end, as a long training does; what signal it got, it records, and ends as killed by it.
+WAITING_SRUN = """#!{python}
+import os, signal, sys, time
+def end(number, frame):
+    open(os.path.join(os.environ["RECORD"], "signal"), "w").write(signal.Signals(number).name)
+    sys.exit(128 + number)
+for number in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):
+    signal.signal(number, end)
+open(os.path.join(os.environ["RECORD"], "started"), "w").close()
+time.sleep(300)
+"""
+
+
+def test_the_time_limits_signal_reaches_the_training_as_sigterm(tmp_path):
+    """--signal=B:USR1@300: SLURM signals the batch script, which passes SIGTERM to srun (then torchrun, then the
+    training, which saves last/: tests/test_timed_save.py); the job ends with srun's exit code."""
+    directives = dict(re.findall(r"^#SBATCH --([\w-]+)=(\S+)", SCRIPT.read_text(), re.MULTILINE))
+    assert directives["signal"] == "B:USR1@300"
+    stand_ins, record = tmp_path / "bin", tmp_path / "record"
+    stand_ins.mkdir(), record.mkdir()
+    for path, text in ((stand_ins / "srun", WAITING_SRUN.format(python=sys.executable)),
+                       (stand_ins / "scontrol", SCONTROL)):
+        path.write_text(text)
+        path.chmod(0o755)
+    env = {**os.environ, **JOB, "RECORD": str(record), "PATH": f"{stand_ins}{os.pathsep}{os.environ['PATH']}"}
+    job = subprocess.Popen(["bash", str(SCRIPT)], cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
+    for _ in range(600):  # srun started (a step of a test, not a timing)
+        if (record / "started").exists() or job.poll() is not None:
+            break
+        time.sleep(0.1)
+    job.send_signal(signal.SIGUSR1)
+    assert job.wait(timeout=60) == 128 + signal.SIGTERM, job.stderr.read()
+    assert (record / "signal").read_text() == "SIGTERM"

@@ -46,22 +46,26 @@ class LayersConfig(EncoderFlags):
 # ---- compute ----
 
 def layer_cosines(encoder: BertModel, tokenizer: Tokenizer, pairs: list[PairExample], poolings: Sequence[str],
-                  max_length: int = 128, batch_size: int = 64) -> dict[str, torch.Tensor]:
-    """pooling -> [layers + 1, pairs]: the cosine similarity of each pair's two sentences at every layer."""
+                  max_length: int = 128, batch_size: int = 64, progress: str = "") -> dict[str, torch.Tensor]:
+    """pooling -> [layers + 1, pairs]: the cosine similarity of each pair's two sentences at every layer;
+    progress: what a progress bar calls the work ("" for none)."""
     sentences, first, second = distinct_sentences(pairs)
-    embeddings = embed_sentences_every_layer(encoder, tokenizer, sentences, tuple(poolings), batch_size, max_length)
+    embeddings = embed_sentences_every_layer(encoder, tokenizer, sentences, tuple(poolings), batch_size, max_length,
+                                             progress)
     return {pooling: F.cosine_similarity(e[:, first], e[:, second], dim=-1) for pooling, e in embeddings.items()}
 
 
 def layer_spearman(encoder: BertModel, tokenizer: Tokenizer, sets: dict[str, list[PairExample]],
                    poolings: Sequence[str], max_length: int = 128,
-                   batch_size: int = 64) -> dict[str, list[dict[str, float]]]:
+                   batch_size: int = 64, model_name: str = "") -> dict[str, list[dict[str, float]]]:
     """pooling -> one row per layer (0 = embeddings): Spearman x 100 of cosine against gold per set, and "mean"
-    (over the sets)."""
+    (over the sets); model_name: the encoder's, for the progress lines ("" for none)."""
     rows = {pooling: [{} for _ in range(encoder.config.num_hidden_layers + 1)] for pooling in poolings}
-    for name, pairs in sets.items():
+    for number, (name, pairs) in enumerate(sets.items(), 1):
         gold = [p.label for p in pairs]
-        for pooling, cosines in layer_cosines(encoder, tokenizer, pairs, poolings, max_length, batch_size).items():
+        progress = model_name and f"layers of {model_name}, {name} ({number}/{len(sets)})"
+        for pooling, cosines in layer_cosines(encoder, tokenizer, pairs, poolings, max_length, batch_size,
+                                              progress).items():
             for layer, layer_cosine in enumerate(cosines):
                 rows[pooling][layer][name] = spearman_x100(layer_cosine, gold)
     for layer_rows in rows.values():
@@ -100,7 +104,7 @@ def build(config: LayersConfig) -> Report:
     sets = {name: sample_records(pairs, config.max_pairs)
             for name, pairs in read_sets(config.data_dir, tuple(config.set_list)).items()}
     results = {name: layer_spearman(encoder, tokenizer, sets, config.pooling_list, config.max_length,
-                                    config.batch_size)
+                                    config.batch_size, name)
                for name, encoder, tokenizer in encoders(config)}
     y_name = "STS dev" if list(sets) == ["sts-dev"] else f"mean over {len(sets)} STS sets"
     sizes = sorted({len(pairs) for pairs in sets.values()})

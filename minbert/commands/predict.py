@@ -3,12 +3,15 @@
     minbert predict runs/multitask --sst "A gorgeous, witty film." --para "How do I learn Python?" "What is
         the best way to learn Python?" --sts "A man plays a guitar." "Someone plays guitar."
     minbert predict runs/multitask --task sst --input my-sentences.txt --output predictions.tsv
+    minbert predict runs/multitask --task sst --input data/ids-sst-test-student.csv --output sst-test-output.csv
 
 RUN is a run folder (its best/ checkpoint is used) or a checkpoint folder of multitask_classifier.py. --input
 reads the course's CSV formats (the columns id, sentence or id, sentence1, sentence2) or plain text: one sentence
 a line, or for pair tasks the two sentences of a pair on one line separated by a tab. The file is checked whole
 before anything is predicted, then predicted a chunk at a time, each chunk's predictions written before the next
 is read: memory stays bounded whatever the file's size, and an interrupted command keeps what it predicted.
+--output writes a table (tab-separated, the columns printed) or, named *.csv or with --format leaderboard, the
+course's leaderboard file (the id and the prediction, as multitask_classifier.py writes them).
 
 In Python:
     from minbert.commands.predict import MultitaskPredictor
@@ -38,11 +41,19 @@ from minbert.common.errors import DataError, DiskFullError, UsageError
 from minbert.common.files import atomic_file, free_space
 from minbert.common.outputs import output_file
 from minbert.data.readers import ReadReport, text_lines
+from minbert.evaluation.predictions import header_line, row_line
 from minbert.predictor import MultitaskPredictor
 from minbert.tasks import REGISTRY, Task
 
 log = logging.getLogger(__name__)
 CHUNK = 4096  # examples of an --input file predicted and written at a time
+# --format: what each writes (its help).
+FORMATS = {"table": "tab-separated, a header and a row an example: id, then the columns printed (sst and cfimdb: "
+                    "class, name, probabilities; para: paraphrase, probability; sts: similarity)",
+           "leaderboard": "the course's leaderboard file, as multitask_classifier.py writes it: the header "
+                          "'id \\t Predicted_Sentiment' (para: Predicted_Is_Paraphrase, sts: Predicted_Similarity), "
+                          "then 'id , prediction' rows (sst and cfimdb: the class 0-4 or 0-1; para: 0 or 1; sts: "
+                          "the score 0-5); with --input only"}
 M_MMAP_THRESHOLD, GLIBC_DEFAULT_MMAP_THRESHOLD = -3, 128 * 1024  # glibc's mallopt parameter, and its default
 
 
@@ -106,8 +117,11 @@ def parse_args(argv: list[str] | None):
         f"{name}, {task.description}" for name, task in REGISTRY.items()))
     parser.add_argument("--input", help="a file of examples: the course's CSV format, or one example a line "
                                         "(a pair's two sentences separated by a tab)")
-    parser.add_argument("--output", help="write the predictions here (tab-separated) instead of printing them; a "
-                                         "file that exists is replaced only if predict.py wrote it")
+    parser.add_argument("--output", help="write the predictions here in --format's format instead of printing them; "
+                                         "a file that exists is replaced only if predict.py wrote it")
+    parser.add_argument("--format", choices=["auto", *FORMATS], default="auto", help="the --output file's columns. "
+                        + " ".join(f"{name}: {text}." for name, text in FORMATS.items())
+                        + " auto: leaderboard for an --output named *.csv with --input, else table")
     parser.add_argument("--batch-size", type=int, default=128, help="examples per batch")
     parser.add_argument("--device", default="auto", help="cpu, cuda, ... (auto: cuda when present)")
     args = parser.parse_args(argv)
@@ -121,6 +135,11 @@ def parse_args(argv: list[str] | None):
             parser.error(f"--{task}: an empty sentence; give the text to predict")
     if args.batch_size < 1:
         parser.error("--batch-size must be at least 1")
+    if args.format == "leaderboard" and not (args.input and args.output):
+        parser.error("--format leaderboard: needs --input and --output (a leaderboard file's rows are the ids of a "
+                     "file's examples)")
+    if args.format == "auto":
+        args.format = "leaderboard" if args.input and args.output and args.output.endswith(".csv") else "table"
     return args
 
 
@@ -158,7 +177,7 @@ def predict(args) -> list[dict] | None:
             raise UsageError(f"{flag}: {args.run} was trained on {', '.join(model.tasks)}, not {task}")
     if source:
         keep_large_blocks_out_of_the_heap()
-        predict_file(model, source, args.output)
+        predict_file(model, source, args.output, args.format == "leaderboard")
         return None
     results = [{"task": task, "input": " | ".join(example) if isinstance(example, list) else example,
                 **model.predictions(task, [example])[0]} for task, example in examples_given(args).items()]
@@ -177,25 +196,34 @@ def check_ours(output: Path) -> None:
         return
     with open(output, "rb") as f:
         first = f.readline(200)
-    if not first.startswith((b"id\t", b"task\tinput\t")):
+    if not first.startswith((b"id\t", b"task\tinput\t", b"id \t Predicted_")):
         raise UsageError(f"--output {output}: a file predict.py did not write (its first line is not a header of "
                          f"predictions); choose another --output, or remove it first")
 
 
-def predict_file(model: MultitaskPredictor, source: InputFile, output: str | None) -> None:
+def predict_file(model: MultitaskPredictor, source: InputFile, output: str | None, leaderboard: bool = False) -> None:
     """Every example of the file, a chunk at a time, each chunk's predictions written (or printed) before the next
-    chunk is read; progress on a terminal's bar, or a log line a chunk."""
+    chunk is read; progress on a terminal's bar, or a log line a chunk. leaderboard: --output in the course's
+    leaderboard format."""
+    task = source.task
     started, done = time.time(), 0
     with (open(output, "wb", buffering=0) if output else nullcontext(sys.stdout)) as out, \
             tqdm(total=source.count, unit="example", disable=not (output and sys.stderr.isatty())) as bar:
         for ids, examples in source.chunks(CHUNK):
-            results = [{"id": i, **r} for i, r in zip(ids, model.predictions(source.task.name, examples))]
-            if output:
-                write_chunk(out, results, header=not done, output=output, done=done)
+            if leaderboard:
+                hard = task.hard(model.soft_outputs(task.name, examples)).tolist()
+                write_chunk(out, (header_line(task.name) if not done else "")
+                            + "".join(row_line(task.name, i, value) for i, value in zip(ids, hard)), output, done)
             else:
-                print_rows(results)
-            done += len(results)
-            bar.update(len(results))
+                results = [{"id": i, **r} for i, r in zip(ids, model.predictions(task.name, examples))]
+                if output:
+                    text = io.StringIO(newline="")
+                    write_rows(text, results, header=not done)
+                    write_chunk(out, text.getvalue(), output, done)
+                else:
+                    print_rows(results)
+            done += len(ids)
+            bar.update(len(ids))
             if not sys.stderr.isatty():
                 log.info("predicted %s of %s examples (%.0f s)", f"{done:,}", f"{source.count:,}",
                          time.time() - started)
@@ -203,12 +231,10 @@ def predict_file(model: MultitaskPredictor, source: InputFile, output: str | Non
         print(f"{done} predictions in {output}", file=sys.stderr)
 
 
-def write_chunk(out, results: list[dict], header: bool, output: str, done: int) -> None:
+def write_chunk(out, text: str, output: str, done: int) -> None:
     """A chunk's rows, whole or not at all: a disk that fills up cuts the file back to the rows before the chunk
     (as a kill leaves it, every row whole) and is one line."""
-    text = io.StringIO(newline="")
-    write_rows(text, results, header)
-    data, kept = memoryview(text.getvalue().encode("utf-8")), out.tell()
+    data, kept = memoryview(text.encode("utf-8")), out.tell()
     try:
         while data:
             data = data[out.write(data):]

@@ -35,7 +35,7 @@ import optuna
 import torch
 
 from minbert.commands import train as train_command
-from minbert.common import cli
+from minbert.common import cli, progress
 from minbert.common.cli import AT_LEAST_0, AT_LEAST_1, SEED, flag
 from minbert.common.errors import UsageError, UserError
 from minbert.common.files import (RECIPES, atomic_file, check_writable, in_repository, make_folders, packaged_recipes,
@@ -210,19 +210,25 @@ class TrialFailed(Exception):
 
 @contextmanager
 def output_to(path: Path):
-    """A trial's prints, log lines and progress go to its log file (trial-NNNN.log), not between the study's
-    progress lines."""
+    """A trial's prints and log lines go to its log file (trial-NNNN.log), not between the study's lines; its
+    progress lines go there and to the command's own output too, so that a study or --confirm says something at
+    least every 30 seconds (common/progress.py) while a trial trains."""
     root = logging.getLogger()
     handlers = root.handlers[:]
+    progress_log = logging.getLogger(progress.__name__)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a", encoding="utf-8") as file, redirect_stdout(file), redirect_stderr(file):
         handler = logging.StreamHandler(file)
         handler.setFormatter(handlers[0].formatter if handlers else None)
         root.handlers = [handler]
+        for console in handlers:
+            progress_log.addHandler(console)
         try:
             yield
         finally:
             root.handlers = handlers
+            for console in handlers:
+                progress_log.removeHandler(console)
 
 
 def train(trial_argv: list[str], values: dict, run: Path, seed: int, objective: str,

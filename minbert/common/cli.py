@@ -24,9 +24,9 @@ from typing import Any, Callable
 import torch
 
 from minbert.common import distributed
-from minbert.common.errors import UsageError, UserError
+from minbert.common.errors import Interrupted, UsageError, UserError
 from minbert.common.files import packaged_recipes, recipe_file
-from minbert.common.progress import LogHandler
+from minbert.common.progress import log_to_stderr
 from minbert.common.run_folder import RECORD_KEYS, RUN_CONFIG
 
 log = logging.getLogger(__name__)
@@ -408,8 +408,7 @@ def run(main: Callable[[], Any]) -> None:
     """Run a command: user errors (bad files, missing checkpoints) become one clear line and exit code 2."""
     # Under torchrun every process would print the same lines: only rank 0 talks, unless something goes wrong.
     quiet = os.environ.get("RANK", "0") != "0"
-    logging.basicConfig(level=logging.WARNING if quiet else logging.INFO,
-                        format="%(levelname)s %(name)s: %(message)s", handlers=[LogHandler()])
+    log_to_stderr(logging.WARNING if quiet else logging.INFO)
     try:
         main()
         distributed.exit_finished_process()  # torchrun: every process leaves the group, then exits; else nothing
@@ -418,6 +417,10 @@ def run(main: Callable[[], Any]) -> None:
     except distributed.ProcessStopped as error:
         print(f"torchrun: {error}", file=sys.stderr)
         distributed.exit_process(1)
+    except Interrupted as stopped:
+        if not quiet:  # every process stops alike (torchrun): rank 0 alone says so
+            print(stopped, file=sys.stderr, flush=True)
+        distributed.exit_process(128 + stopped.signal_number)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         distributed.exit_process(130)

@@ -26,3 +26,12 @@ class FlagError(UsageError, ValueError):
 
 class DiskFullError(UserError):
     """A write that found no space left on its device (the message names the file or folder and the space needed)."""
+
+
+class Interrupted(Exception):
+    """A command stopped by a signal after saving what lets it go on (the trainers' last/): the message says how.
+    cli.run prints it and exits with 128 + the signal's number, as a shell reports a command a signal ended."""
+
+    def __init__(self, message: str, signal_number: int):
+        super().__init__(message)
+        self.signal_number = signal_number

@@ -4,6 +4,7 @@ work is under way, from a timer: a step slower than INTERVAL still shows life. L
 bars (LogHandler), never glued into them.
 
     for rows in progress(batches, "predicting sst", unit="batch"): ...
+    log_to_stderr(logging.WARNING, progress_lines=True)   # a script of its own: its log, and the lines
     with Progress(total=steps, desc="multitask", unit="step") as bar: ... bar.update()
 """
 import logging
@@ -128,6 +129,14 @@ def progress(items: Iterable, desc: str, total: int | None = None, unit: str = "
         for item in items:
             yield item
             bar.update(weight(item) if weight else 1)
+
+
+def log_to_stderr(level: int, progress_lines: bool = False) -> None:
+    """A command's log on stderr: lines of `level` and up, through LogHandler; progress_lines: also the progress
+    lines below that level (a benchmark that prints its own results and only warnings besides)."""
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", handlers=[LogHandler()])
+    if progress_lines:
+        log.setLevel(logging.INFO)
 
 
 class LogHandler(logging.StreamHandler):

@@ -15,12 +15,15 @@ saved; on_train_end once the last step is done (before the run's finish: its tes
 callbacks set is what every process does.
 
 The callbacks that ship with the project are here too: the progress bar, best/ when the score improves, early
-stopping (--patience) and the timed save of last/ (--save-every-minutes); the loggers (--report-to) are in
+stopping (--patience), the timed save of last/ (--save-every-minutes) and a graceful stop on a signal
+(Interruption); the loggers (--report-to) are in
 engine/reporting.py.
 """
 import dataclasses
 import logging
 import math
+import signal
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -59,6 +62,7 @@ class Control:
     should_evaluate: bool = False
     should_save: bool = False  # last/, the resumable checkpoint
     should_stop: bool = False  # the run ends as early stopping ends it: best/ kept, the run's finish runs
+    should_interrupt: int = 0  # a signal's number: last/ saved, then the command stops (Interruption)
 
 
 class Callback:
@@ -136,18 +140,65 @@ class EarlyStopping(Callback):
 
 class TimedSave(Callback):
     """--save-every-minutes: asks for a save of last/ once that many minutes have passed since the last one (or the
-    start), so that a run killed in its first minutes can still --resume."""
+    start), so that a run stopped in its first minutes can still --resume; and never sooner than SAVE_SHARE of the
+    time would go to saving: after a save of S seconds the next waits at least S / SAVE_SHARE."""
+
+    SAVE_SHARE = 0.02
 
     def __init__(self, minutes: float):
-        self.seconds = 60 * minutes
+        self.seconds, self.wait, self.asked = 60 * minutes, 60 * minutes, None
 
     def on_train_begin(self, state, control):
         self.last = time.monotonic()
 
     def on_step_end(self, state, control, losses):
-        if self.seconds and time.monotonic() - self.last >= self.seconds:
-            control.should_save = True
+        if self.seconds and time.monotonic() - self.last >= self.wait:
+            control.should_save, self.asked = True, time.monotonic()
 
     def on_save(self, state, control, folder, best):
-        if not best:
-            self.last = time.monotonic()
+        if best:
+            return
+        self.last = time.monotonic()
+        if self.asked is not None:  # a save this callback asked for: it took from the request to now
+            self.wait = max(self.seconds, (self.last - self.asked) / self.SAVE_SHARE)
+            self.asked = None
+
+
+class Interruption(Callback):
+    """Ctrl-C (SIGINT), SIGTERM (kill, a batch job's end, torchrun passing either on) and SIGUSR1 (SLURM's
+    --signal=USR1@SECONDS before a time limit): the step under way finishes, last/ is saved, and the command stops
+    saying how to resume. The same signal again stops at once (another is held back: torchrun passes Ctrl-C on to its
+processes as SIGTERM). Used as a context around the loop on every process, whose
+    signals it holds back (torchrun signals each); rank 0's, as its callback, asks the loop to stop."""
+
+    SIGNALS = ("SIGINT", "SIGTERM", "SIGUSR1")
+
+    def __init__(self):
+        self.received, self.previous = 0, {}
+
+    def __enter__(self) -> "Interruption":
+        if threading.current_thread() is threading.main_thread():  # Python's signal handlers live there only
+            for name in self.SIGNALS:
+                if hasattr(signal, name):  # SIGUSR1: not on Windows
+                    number = getattr(signal, name)
+                    self.previous[number] = signal.signal(number, self.on_signal)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for number, handler in self.previous.items():
+            signal.signal(number, handler)
+        self.previous = {}
+
+    def on_signal(self, number, frame) -> None:
+        if self.received == number:  # the second: at once
+            self.__exit__()
+            raise KeyboardInterrupt
+        if self.received:
+            return
+        self.received = number
+        log.warning("%s: finishing the step under way, then saving last/ (again to stop at once)",
+                    signal.Signals(number).name)
+
+    def on_step_end(self, state, control, losses):
+        if self.received:
+            control.should_save, control.should_interrupt = True, self.received

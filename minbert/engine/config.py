@@ -17,7 +17,10 @@ MIN_LENGTH = Range(8)
 @dataclass
 class TrainingConfig:
     """The flags every trainer has. A command's config extends it (and may change a default)."""
-    model: str = flag("bert-base-uncased", "starting weights: hub id, checkpoint folder, or all-MiniLM-L6-v2")
+    model: str = flag("bert-base-uncased", "starting weights: a Hugging Face hub id (the default, bert-base-uncased, "
+                                           "is downloaded from the hub: it needs the network the first time), a "
+                                           "checkpoint folder, or all-MiniLM-L6-v2 (installed with the toolkit: "
+                                           "works offline)")
     epochs: int = flag(3, "training epochs", range=AT_LEAST_1)
     batch_size: int = flag(32, "examples per batch (per task, per process)", range=AT_LEAST_1)
     grad_accum: int = flag(1, "gradient accumulation: add up the gradients of this many batches before each "
@@ -35,9 +38,10 @@ class TrainingConfig:
     allow_changed_data: bool = flag(False, "--resume although a data file changed since the run started")
     save_every: int = flag(0, "also save the resumable checkpoint OUTPUT_DIR/last/ every N steps (0 = only when "
                               "the command saves anyway)", range=AT_LEAST_0)
-    save_every_minutes: float = flag(10.0, "also save OUTPUT_DIR/last/ when this many minutes have passed since it "
-                                           "was last saved, so that a run killed early can still --resume (0 = "
-                                           "off)", range=AT_LEAST_0)
+    save_every_minutes: float = flag(1.0, "also save OUTPUT_DIR/last/ when this many minutes have passed since it "
+                                          "was last saved, so that a run stopped early can still --resume; and never "
+                                          "sooner than 50 times the last save's duration after it, which keeps "
+                                          "saving to 2 percent of the time (0 = off)", range=AT_LEAST_0)
     log_every: int = flag(50, f"write each task's mean training loss and the learning rate to {METRICS} "
                               "every N steps", range=AT_LEAST_0)
     max_steps: int = flag(0, "stop after this many optimizer steps (a contrastive run: each stage); the learning-rate "

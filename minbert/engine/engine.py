@@ -25,23 +25,25 @@ on this evaluation), a "finish" line (a scored run: the seconds of run.finish(),
 import itertools
 import logging
 import math
+import signal
 import time
 from pathlib import Path
 
 import torch
 
 from minbert.common import distributed
-from minbert.common.errors import CheckpointError, UserError
+from minbert.common.errors import CheckpointError, Interrupted, UserError
 from minbert.common.run_folder import STATE, run_id
 from minbert.common.seeding import rng_state, set_rng_state
 from minbert.data.batching import Share
 from minbert.models import AdamW
 from minbert.models.checkpoint import tensor_bytes
-from minbert.engine.callbacks import (BestCheckpoint, Callback, Control, EarlyStopping, EngineState, ProgressBar,
-                                      TimedSave)
+from minbert.engine.callbacks import (BestCheckpoint, Callback, Control, EarlyStopping, EngineState, Interruption,
+                                      ProgressBar, TimedSave)
 from minbert.engine.command import Command
 from minbert.engine.ddp import DataParallel
 from minbert.engine.loss_tracker import LossTracker
+from minbert.engine.resume import resume_command
 from minbert.engine.run import Run
 
 log = logging.getLogger(__name__)
@@ -68,23 +70,39 @@ class Engine(Command):
         if self.is_main:
             log.info("%s: %d steps in %d epoch(s) on %s, %s; %s", run.name, len(steps), len(epoch_ends), self.device,
                      self.precision.name, run.describe())
-        callbacks = [ProgressBar(run.name), TimedSave(config.save_every_minutes)]
+        interruption = Interruption()
+        callbacks = [ProgressBar(run.name), TimedSave(config.save_every_minutes), interruption]
         if run.evaluate is not None:
             callbacks += [BestCheckpoint(lambda: self._save_best(run), run.score_name),
                           EarlyStopping(run.patience, run.score_name)]
         self.callbacks = callbacks + self.reporters + self.user_callbacks
-        wants_losses = any(type(callback).on_step_end is not Callback.on_step_end for callback in self.user_callbacks)
+        self.wants_losses = any(type(callback).on_step_end is not Callback.on_step_end
+                                for callback in self.user_callbacks)
         self._event("on_train_begin")
+        with interruption:
+            self._loop(run, steps[state.step:], epoch_ends)
+        self._event("on_train_end")
+        started = time.time()
+        result = run.finish()
+        if run.evaluate is not None:  # a scored run's finish predicts the test sets: their time apart
+            self._log({"event": "finish", "step": state.step, "finish_seconds": round(time.time() - started, 2),
+                       "seconds": round(time.time() - self.started, 1)})
+        return result
+
+    def _loop(self, run: Run, steps: list, epoch_ends: set[int]) -> None:
+        """The steps left, with their logs, evaluations and saves, until the last or a stop."""
+        config, state = self.config, self.state
         examples, window_started = 0, time.time()
         # Wall seconds of this process's training steps: evaluations and checkpoint saves left out.
         train_seconds, since = 0.0, self._clock()
-        for epoch, item in steps[state.step:]:
+        for epoch, item in steps:
             losses, step_examples = self._train_step(run, item)
             self.losses.add(losses)
             state.epoch, examples = epoch + 1, examples + step_examples
             run.after_update()
             # Read from the device (a wait for the GPU) only for a callback of the user's that wants them.
-            self._event("on_step_end", {name: float(loss) for name, loss in losses.items()} if wants_losses else {})
+            self._event("on_step_end", {name: float(loss) for name, loss in losses.items()} if self.wants_losses
+                        else {})
             if config.log_every and state.step % config.log_every == 0:
                 examples = distributed.sum_over_processes([examples])[0]  # torchrun: every process's rows
                 self._log(self._train_line(examples / (time.time() - window_started)))
@@ -99,17 +117,14 @@ class Engine(Command):
                     control = self._evaluate(run, epoch_end, train_seconds)
                 self.save_last(run)
                 since = self._clock()
+            if control.should_interrupt:
+                signal_name = signal.Signals(control.should_interrupt).name
+                raise Interrupted(f"{signal_name}: stopped after step {state.step} of {state.total_steps}, saved in "
+                                  f"{self.folder.last}; to go on: {resume_command(config)}", control.should_interrupt)
             if control.should_stop:
                 state.stopped_early = True
                 break
             self.control = Control()  # acted on
-        self._event("on_train_end")
-        started = time.time()
-        result = run.finish()
-        if run.evaluate is not None:  # a scored run's finish predicts the test sets: their time apart
-            self._log({"event": "finish", "step": state.step, "finish_seconds": round(time.time() - started, 2),
-                       "seconds": round(time.time() - self.started, 1)})
-        return result
 
     def _event(self, name: str, *values) -> None:
         """Each callback's method `name` (rank 0 only: torchrun's other processes follow rank 0's control)."""
@@ -247,6 +262,7 @@ class Engine(Command):
         self.check_finite_weights()
         rng = distributed.all_gather_objects(rng_state())  # every process's own random state
         losses = self.losses.state_dict()  # a collective: before rank 0 alone writes
+        started = time.time()
         if self.is_main:
             # About the size of last/: the weights, and AdamW's two moments of each in the training state.
             with self.folder.save_checkpoint(False, self.run_config,
@@ -256,6 +272,8 @@ class Engine(Command):
                             "scheduler": self.scheduler.state_dict(), "scaler": self.precision.state_dict(),
                             "rng": rng, "losses": losses, "run": run.state_dict(),
                             "run_id": run_id(self.run_config)}, temp / STATE)
+            log.info("step %d: saved %s in %.1f s (--resume goes on from here)", self.state.step, self.folder.last,
+                     time.time() - started)
             self._event("on_save", self.folder.last, False)
         distributed.barrier()
         return self.folder.last

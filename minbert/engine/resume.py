@@ -66,6 +66,14 @@ def start_again(config: TrainingConfig, folder: RunFolder) -> str:
     return shlex.join([*words, "--output-dir", str(folder), "--overwrite"])
 
 
+def resume_command(config: TrainingConfig) -> str:
+    """The command that continues the run in --output-dir: the command as given, with --resume, not --overwrite."""
+    if not config.command.text:  # a config built in Python
+        return "the same command with --resume"
+    return shlex.join([word for word in shlex.split(config.command.text) if word not in ("--resume", "--overwrite")]
+                      + ["--resume"])
+
+
 def flags_after_restart(folder: RunFolder) -> dict:
     """torchrun --max-restarts, in a restarted attempt (rank 0): the run its job's last attempt began in the folder
     goes on from its last checkpoint (resume), or starts again where it saved none (overwrite); a run of another

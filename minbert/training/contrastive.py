@@ -151,8 +151,13 @@ class Pretraining:
         folder = self.engine.folder
         files = [folder.path / name for name in encoders] + [folder.metrics_log, folder.config_file]
         print("written:\n" + "\n".join(f"  {path}" for path in files if path.exists()))
-        print(f"fine-tune it: {shlex.join(cli.program('multitask_classifier.py', 'train'))} " + " or ".join(
-            f"--init {folder.path / name}" for name in encoders))
+        for name in encoders:  # the README's next step: the quick start from it, into a folder of its own
+            given = Path(self.config.output_dir)
+            out = free_folder(given.parent / "-".join(["from", given.name, *([name] if name else [])]))
+            print(f"fine-tune it{f' ({name})' if name else ''}: " + shlex.join([
+                *cli.program("multitask_classifier.py", "train"), "--config", "quick-start", "--init",
+                str(given / name), "--pooling", self.config.pooling, "--output-dir", str(out), "--predictions-dir",
+                str(out / "predictions")]))
 
     def _save_final(self, encoders: dict, metrics: dict) -> None:
         """The encoder folder(s), written into the output folder as one set (its other files stay); last/ goes: the
@@ -271,3 +276,12 @@ class StageRun(Run):
         state = engine.state
         return {"steps": state.total_steps, "updates": state.step + self.fusion_updates, "lr": self.stage.lr,
                 "mean_loss": engine.losses.period_means().get("loss")}
+
+
+def free_folder(folder: Path) -> Path:
+    """`folder`, or where it exists the first of folder-2, folder-3, ... that does not."""
+    number = 2
+    free = folder
+    while free.exists():
+        free, number = folder.with_name(f"{folder.name}-{number}"), number + 1
+    return free

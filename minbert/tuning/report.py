@@ -3,7 +3,8 @@
     trials.md                      a Markdown table of the trials, best first
     best.yaml                      the best trial's flags: a recipe that multitask_classifier.py --config takes
     history.png                    the objective of every trial, in order, and the best so far
-    importance.png                 how much of the objective's spread each searched flag explains (fANOVA)
+    importance.png                 how much of the objective's spread each searched flag explains (fANOVA), once
+                                   IMPORTANCE_TRIALS trials are complete
     slice-FLAG.png                 the objective against each searched flag's value
 """
 import logging
@@ -22,6 +23,10 @@ from minbert.common.tables import cell
 
 log = logging.getLogger(__name__)
 TRAIN = program("multitask_classifier.py", "train")  # how the printed commands run a trial's recipe
+# Complete trials before importance.png is drawn: fANOVA's ranking from fewer, over a dozen flags, is noise (the
+# quick start's study ranked another flag first at 12 trials than at 24: docs/results.md).
+IMPORTANCE_TRIALS = 10
+MARKER_EDGE = "0.15"  # every marker outlined in near-black: Optuna's colour map draws the first trials near white
 
 
 def flag_name(name: str) -> str:
@@ -72,16 +77,19 @@ def shown(value) -> str:
 def write_recipe(path: Path, study: optuna.Study, trial: optuna.trial.FrozenTrial, recipe: dict, fixed: dict,
                  objective: str, what: str) -> str:
     """A trial's flags as a recipe file (the study's recipe, the space's fixed values, the trial's values) that
-    multitask_classifier.py --config takes; returns the command line that trains it. what: which trial it is."""
+    multitask_classifier.py --config takes; returns the command line that trains it, into a run folder of its own
+    beside the file (PATH-run/, its leaderboard files in PATH-run/predictions/). what: which trial it is."""
     flags = {flag_name(name): value for name, value in {**recipe, **fixed, **trial.params}.items()}
     seeds = trial.user_attrs.get("seeds")
     over = f", the mean over seeds {seeds}" if seeds and len(seeds) > 1 else ""
+    run = path.parent / f"{path.stem}-run"
+    place = ["--output-dir", str(run), "--predictions-dir", str(run / "predictions")]
     header = (f"# {what} of search.py's study {study.study_name!r}: trial {trial.number}, {objective} "
-              f"{trial.value:.4f} on dev{over}.\n# Train it: {shlex.join(TRAIN)} --config {path}\n")
+              f"{trial.value:.4f} on dev{over}.\n# Train it: {shlex.join([*TRAIN, '--config', str(path), *place])}\n")
     with atomic_file(path) as temp:
         temp.write_text(header + yaml.safe_dump(flags, sort_keys=False, allow_unicode=True))
     words = [word for name, value in flags.items() for word in flag_words(name, value)]
-    return shlex.join([*TRAIN, *words])
+    return shlex.join([*TRAIN, *words, *place])
 
 
 def write_best(path: Path, study: optuna.Study, recipe: dict, fixed: dict, objective: str) -> str | None:
@@ -91,12 +99,14 @@ def write_best(path: Path, study: optuna.Study, recipe: dict, fixed: dict, objec
 
 
 def write_pictures(study: optuna.Study, folder: Path, objective: str) -> list[Path]:
-    """history.png, importance.png and a slice-FLAG.png per searched flag, with Optuna's matplotlib backend; a
-    picture that the trials so far cannot give (importances need two complete trials that differ) is left out."""
+    """history.png, importance.png and a slice-FLAG.png per searched flag, with Optuna's matplotlib backend, every
+    marker outlined; a picture that the trials so far cannot give is left out, and so is importance.png before
+    IMPORTANCE_TRIALS complete trials (a line says so)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.collections import PathCollection
     from matplotlib.ticker import NullFormatter
     from optuna.visualization import matplotlib as plots
 
@@ -105,8 +115,11 @@ def write_pictures(study: optuna.Study, folder: Path, objective: str) -> list[Pa
         return []
     searched = sorted({name for trial in complete for name in trial.params})
     pictures = {"history": lambda: plots.plot_optimization_history(study, target_name=objective)}
-    if len(complete) > 1 and searched:
+    if len(complete) >= IMPORTANCE_TRIALS and searched:
         pictures["importance"] = lambda: plots.plot_param_importances(study, target_name=objective)
+    elif searched:
+        log.warning("no importance.png: importances need %d complete trials, and %d are", IMPORTANCE_TRIALS,
+                    len(complete))
     for name in searched:
         pictures[f"slice-{flag_name(name)}"] = lambda name=name: plots.plot_slice(study, params=[name],
                                                                                   target_name=objective)
@@ -123,6 +136,10 @@ def write_pictures(study: optuna.Study, folder: Path, objective: str) -> list[Pa
         figure = (axes.flat[0] if hasattr(axes, "flat") else axes).figure
         for ax in figure.axes:  # a log axis's minor ticks labelled too run into each other
             ax.xaxis.set_minor_formatter(NullFormatter())
+            for markers in ax.collections:
+                if isinstance(markers, PathCollection):
+                    markers.set_edgecolor(MARKER_EDGE)
+                    markers.set_linewidth(0.8)
         if stem.startswith("slice-"):
             figure.axes[0].set_title(f"{objective} against --{stem.removeprefix('slice-')}")
         figure.tight_layout()
