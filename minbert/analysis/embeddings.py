@@ -64,7 +64,8 @@ def build(config: EmbeddingsConfig) -> Report:
     points = {}
     for name, encoder, tokenizer in encoders(config):
         for pooling in config.pooling_list:
-            first, second = pair_cosines(encoder, tokenizer, pairs, pooling, config.max_length, config.batch_size)
+            first, second = pair_cosines(encoder, tokenizer, pairs, pooling, config.max_length, config.batch_size,
+                                         config.precision)
             points.setdefault(name, {})[pooling] = {
                 **alignment_and_uniformity(first, second, pairs),
                 "sts-dev": spearman_x100((first * second).sum(-1), [p.label for p in pairs])}

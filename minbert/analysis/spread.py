@@ -112,7 +112,8 @@ def build(config: SpreadConfig) -> Report:
     by_encoder, lowest_by_encoder = {}, {}  # encoder -> pooling -> bucket_statistics, M
     for name, encoder, tokenizer in encoders(config):
         for pooling in config.pooling_list:
-            first, second = pair_cosines(encoder, tokenizer, pairs, pooling, config.max_length, config.batch_size)
+            first, second = pair_cosines(encoder, tokenizer, pairs, pooling, config.max_length, config.batch_size,
+                                         config.precision)
             cosines = (first * second).sum(-1)
             statistics = bucket_statistics(cosines, gold)
             by_encoder.setdefault(name, {})[pooling] = statistics

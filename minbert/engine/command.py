@@ -17,9 +17,11 @@ from minbert.models.bert import resolve_attention
 from minbert.models.compile import check_can_compile, compile_encoder
 from minbert.engine.callbacks import Callback, Control, EngineState
 from minbert.engine.config import TrainingConfig
-from minbert.engine.precision import Precision
+from minbert.common.precision import Precision
 from minbert.engine.reporting import reporters
 from minbert.engine.resume import Resumption, find_resumption, flags_after_restart, start_again, with_values
+
+log = logging.getLogger(__name__)
 
 
 class Command:
@@ -59,6 +61,7 @@ class Command:
                       f"nothing to resume")
             self.run_config = self.config.to_dict()
             if self.is_main:
+                log.info("precision %s", self.precision.describe())
                 self.reporters = reporters(self.config.report_to, self.config.tensorboard, self.folder)
         except BaseException:
             self.__exit__(*sys.exc_info())
@@ -108,6 +111,7 @@ class Command:
             record["torchrun_job"] = job
         if self.resumed.provenance:
             record = {**self.resumed.provenance, "resumed": [*self.resumed.provenance.get("resumed", []), record]}
+        resolved = {"precision": self.precision.name, "precision_reason": self.precision.reason, **resolved}
         self.run_config = {**self.config.to_dict(), "resolved": resolved, "provenance": record}
         if self.is_main:
             self.folder.write_config(self.run_config)
