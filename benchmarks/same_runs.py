@@ -8,7 +8,8 @@ The runs: the README's multi-task recipe, small (MT-DNN, Quora cross-encoded, co
 PCGrad with a common layer; round-robin with --grad-accum 2 --eval-every 3 --smart; SimCSE on NLI; Contrastive
 Tension; ConSERT's two stages (sup-unsup); SimCSE with --fusion and gradient caching. Each run's SHA-256 covers
 its weights (safetensors files), its leaderboard CSVs and its saved soft outputs (their ids and tensor bytes:
-torch.save's bytes depend on the temporary file's name).
+torch.save's bytes depend on the temporary file's name). Every run is pinned to --precision fp32 (which every
+revision with these commands accepts): --precision auto picks bf16 on a processor that computes it natively.
 """
 import argparse
 import hashlib
@@ -79,7 +80,8 @@ def hashes(revision: str, data_dir: str, names: list[str]) -> dict[str, str]:
         results = {}
         for name in names:
             argv = [stages_flag if a == "CONSERT_STAGES" else a for a in RUNS[name]]
-            subprocess.run([sys.executable, *argv, "--model", "all-MiniLM-L6-v2", "--device", "cpu", "--quiet",
+            subprocess.run([sys.executable, *argv, "--model", "all-MiniLM-L6-v2", "--device", "cpu",
+                            "--precision", "fp32", "--quiet",
                             "--data-dir", data_dir, "--output-dir", str(out / name)]
                            + (["--predictions-dir", str(out / name / "predictions")] if argv[0] == MULTITASK[0]
                               else []),

@@ -15,6 +15,7 @@ import torch
 from minbert import checkpoint
 from minbert.common import cli, run_folder
 from minbert.common.errors import CheckpointError
+from minbert.common.precision import Precision
 from minbert.common.run_folder import RunFolder
 from minbert.data.splits import TaskSplit, encode_views
 from minbert.evaluation.inference import soft_outputs
@@ -26,12 +27,16 @@ from minbert.tasks import PARAPHRASE, REGISTRY, SENTIMENT, SIMILARITY
 class MultitaskPredictor:
     """A trained multitask model that takes text. Every method takes a list and returns one dict an example."""
 
-    def __init__(self, model, tokenizer: Tokenizer, config: ModelConfig, max_length: int, batch_size: int = 128):
+    def __init__(self, model, tokenizer: Tokenizer, config: ModelConfig, max_length: int, batch_size: int = 128,
+                 precision: str = "auto"):
+        """precision: common/precision.py's PRECISIONS (auto: bf16 autocast where the device computes bf16)."""
         self.model, self.tokenizer, self.config, self.batch_size = model.eval(), tokenizer, config, batch_size
         self.max_length = max_length
+        self.precision = Precision(precision, next(model.parameters()).device)
 
     @classmethod
-    def from_run(cls, run: str | Path, device: str = "auto", batch_size: int = 128) -> "MultitaskPredictor":
+    def from_run(cls, run: str | Path, device: str = "auto", batch_size: int = 128,
+                 precision: str = "auto") -> "MultitaskPredictor":
         folder = RunFolder(run).checkpoint()
         if not Path(run).exists():
             raise CheckpointError(f"{run}: not found")
@@ -57,7 +62,7 @@ class MultitaskPredictor:
             raise CheckpointError(f"{run_folder.config_file(folder)}: not a multitask run's configuration "
                                   f"({error})") from None
         model = checkpoint.load(folder, config, device=cli.resolve_device(device))
-        return cls(model, Tokenizer.from_pretrained(folder), config, max_length, batch_size)
+        return cls(model, Tokenizer.from_pretrained(folder), config, max_length, batch_size, precision)
 
     @property
     def tasks(self) -> list[str]:
@@ -74,7 +79,7 @@ class MultitaskPredictor:
         views = encode_views(self.tokenizer, texts, self.config.head_options.encoding(spec), self.max_length,
                              source=f"{task} input")
         split = TaskSplit(task, [str(i) for i in range(len(texts))], views, None)
-        return soft_outputs(self.model, split, self.tokenizer.pad_id, self.batch_size)
+        return soft_outputs(self.model, split, self.tokenizer.pad_id, self.batch_size, self.precision.autocast)
 
     def predictions(self, task: str, examples: list) -> list[dict]:
         """One dict an example, in words (tasks.Task.describe)."""

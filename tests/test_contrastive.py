@@ -28,7 +28,7 @@ from minbert.training.methods import ContrastiveConfig
 from minbert.training.multitask import MultitaskRun
 from minbert.training.multitask_config import MultitaskConfig
 from minbert.training.objectives import ContrastiveTension, SimCSE, max_pooled_layers
-from minbert.engine.precision import Precision
+from minbert.common.precision import Precision
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -18,7 +18,6 @@ import pytest
 from minbert.commands import ensemble
 from minbert.commands import predict
 from minbert.common import cli
-from minbert.common.cli import shown_path
 from tests.test_ensemble import dev_dir, make_member, random_outputs  # noqa: F401 (dev_dir: a fixture)
 
 ROOT = Path(__file__).resolve().parents[1]

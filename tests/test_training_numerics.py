@@ -25,7 +25,7 @@ import pretrain_contrastive
 from minbert.common.errors import UsageError
 from minbert.models.optimizer import AdamW
 from tests.conftest import multitask_argv
-from minbert.engine.precision import Precision
+from minbert.common.precision import Precision
 
 
 def record_steps(monkeypatch) -> list[dict]:

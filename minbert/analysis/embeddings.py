@@ -65,7 +65,7 @@ def build(config: EmbeddingsConfig) -> Report:
     for name, encoder, tokenizer in encoders(config):
         for pooling in config.pooling_list:
             first, second = pair_cosines(encoder, tokenizer, pairs, pooling, config.max_length, config.batch_size,
-                                         f"{name}, {pooling} pooling")
+                                         f"{name}, {pooling} pooling", config.precision)
             points.setdefault(name, {})[pooling] = {
                 **alignment_and_uniformity(first, second, pairs),
                 "sts-dev": spearman_x100((first * second).sum(-1), [p.label for p in pairs])}

@@ -14,6 +14,7 @@ from minbert.analysis.figures import (POOLING_NAMES, integer_ticks, legend_outsi
 from minbert.analysis.report import EncoderFlags, Report, distinct, encoders, items, short_names, spearman_x100
 from minbert.common.cli import flag
 from minbert.common.files import in_repository
+from minbert.common.precision import Precision
 from minbert.common.tables import markdown_table
 from minbert.data.readers import PairExample, sample_records
 from minbert.evaluation.sts_benchmark import EVAL_SETS, distinct_sentences, read_sets
@@ -46,18 +47,21 @@ class LayersConfig(EncoderFlags):
 # ---- compute ----
 
 def layer_cosines(encoder: BertModel, tokenizer: Tokenizer, pairs: list[PairExample], poolings: Sequence[str],
-                  max_length: int = 128, batch_size: int = 64, progress: str = "") -> dict[str, torch.Tensor]:
+                  max_length: int = 128, batch_size: int = 64, progress: str = "",
+                  precision: str = "fp32") -> dict[str, torch.Tensor]:
     """pooling -> [layers + 1, pairs]: the cosine similarity of each pair's two sentences at every layer;
     progress: what a progress bar calls the work ("" for none)."""
     sentences, first, second = distinct_sentences(pairs)
+    autocast = Precision(precision, next(encoder.parameters()).device).autocast
     embeddings = embed_sentences_every_layer(encoder, tokenizer, sentences, tuple(poolings), batch_size, max_length,
-                                             progress)
+                                             progress, autocast)
     return {pooling: F.cosine_similarity(e[:, first], e[:, second], dim=-1) for pooling, e in embeddings.items()}
 
 
 def layer_spearman(encoder: BertModel, tokenizer: Tokenizer, sets: dict[str, list[PairExample]],
                    poolings: Sequence[str], max_length: int = 128,
-                   batch_size: int = 64, model_name: str = "") -> dict[str, list[dict[str, float]]]:
+                   batch_size: int = 64, model_name: str = "",
+                   precision: str = "fp32") -> dict[str, list[dict[str, float]]]:
     """pooling -> one row per layer (0 = embeddings): Spearman x 100 of cosine against gold per set, and "mean"
     (over the sets); model_name: the encoder's, for the progress lines ("" for none)."""
     rows = {pooling: [{} for _ in range(encoder.config.num_hidden_layers + 1)] for pooling in poolings}
@@ -65,7 +69,7 @@ def layer_spearman(encoder: BertModel, tokenizer: Tokenizer, sets: dict[str, lis
         gold = [p.label for p in pairs]
         progress = model_name and f"layers of {model_name}, {name} ({number}/{len(sets)})"
         for pooling, cosines in layer_cosines(encoder, tokenizer, pairs, poolings, max_length, batch_size,
-                                              progress).items():
+                                              progress, precision).items():
             for layer, layer_cosine in enumerate(cosines):
                 rows[pooling][layer][name] = spearman_x100(layer_cosine, gold)
     for layer_rows in rows.values():
@@ -104,7 +108,7 @@ def build(config: LayersConfig) -> Report:
     sets = {name: sample_records(pairs, config.max_pairs)
             for name, pairs in read_sets(config.data_dir, tuple(config.set_list)).items()}
     results = {name: layer_spearman(encoder, tokenizer, sets, config.pooling_list, config.max_length,
-                                    config.batch_size, name)
+                                    config.batch_size, name, config.precision)
                for name, encoder, tokenizer in encoders(config)}
     y_name = "STS dev" if list(sets) == ["sts-dev"] else f"mean over {len(sets)} STS sets"
     sizes = sorted({len(pairs) for pairs in sets.values()})

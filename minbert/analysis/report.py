@@ -16,6 +16,7 @@ from minbert.common import cli
 from minbert.common.cli import flag
 from minbert.common.files import DEFAULT_DATA, atomic_files, write_json
 from minbert.common.metrics import spearman
+from minbert.common.precision import PRECISION_HELP, PRECISIONS
 from minbert.common.run_folder import BEST, LAST
 from minbert.models import POOLINGS, Tokenizer, from_pretrained
 
@@ -47,6 +48,7 @@ class EncoderFlags:
     max_length: int = flag(128, "tokens per sentence")
     batch_size: int = flag(64, "sentences per batch")
     device: str = flag("auto", "cpu, cuda, ... (auto: cuda when present)")
+    precision: str = flag("auto", PRECISION_HELP, choices=PRECISIONS)
     POOLING_CHOICES = (*POOLINGS, "max")
     poolings: str = flag("mean", f"sentence embeddings, comma-separated: any of {', '.join(POOLING_CHOICES)}")
 

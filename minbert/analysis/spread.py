@@ -113,7 +113,7 @@ def build(config: SpreadConfig) -> Report:
     for name, encoder, tokenizer in encoders(config):
         for pooling in config.pooling_list:
             first, second = pair_cosines(encoder, tokenizer, pairs, pooling, config.max_length, config.batch_size,
-                                         f"{name}, {pooling} pooling")
+                                         f"{name}, {pooling} pooling", config.precision)
             cosines = (first * second).sum(-1)
             statistics = bucket_statistics(cosines, gold)
             by_encoder.setdefault(name, {})[pooling] = statistics

@@ -16,6 +16,7 @@ from minbert.common import cli
 from minbert.common.cli import AT_LEAST_0, AT_LEAST_1, flag
 from minbert.common.outputs import check_place
 from minbert.common.files import DEFAULT_DATA, check_writable_file, without_local_paths, write_json
+from minbert.common.precision import PRECISION_HELP, PRECISIONS
 from minbert.common.tables import markdown_table
 from minbert.evaluation.sts_benchmark import TABLE_COLUMNS, sts_benchmark
 from minbert.models import POOLINGS, SentenceEncoder
@@ -37,6 +38,7 @@ class StsBenchmarkConfig:
                               "it; else the encoder's positions)", range=AT_LEAST_0)
     batch_size: int = flag(128, "sentences per batch", range=AT_LEAST_1)
     device: str = flag("auto", "cpu, cuda, ... (auto: cuda when present)")
+    precision: str = flag("auto", PRECISION_HELP, choices=PRECISIONS)
     out: str = flag("", "also write the results as JSON to this file (left out: printed only); a file in the "
                         "model's own folder also adds them to the folder's model card (README.md)")
 
@@ -51,9 +53,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         check_place(config.out, "--out", own_run=Path(config.model) if in_model else None)
         check_writable_file(config.out, "--out")
     model = SentenceEncoder.from_pretrained(config.model, config.pooling, config.max_length,
-                                            cli.resolve_device(config.device))
-    log.info("STS benchmark of %s: %s pooling%s, up to %d tokens a sentence", config.model, model.pooling,
-             ", length 1" if model.normalize else "", model.max_length)
+                                            cli.resolve_device(config.device), config.precision)
+    log.info("STS benchmark of %s: %s pooling%s, up to %d tokens a sentence; precision %s", config.model,
+             model.pooling, ", length 1" if model.normalize else "", model.max_length, model.precision.describe())
     results = sts_benchmark(model, config.data_dir, config.batch_size)
     print(markdown_table({f"{config.model} ({model.pooling})": results}, TABLE_COLUMNS))
     if config.out:

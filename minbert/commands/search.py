@@ -45,7 +45,7 @@ from minbert.common.progress import duration
 from minbert.common.cli import resolve_device
 from minbert.data.batching import check_token_budget
 from minbert.engine.callbacks import Callback
-from minbert.engine.precision import Precision
+from minbert.common.precision import Precision
 from minbert.models.loading import looks_local
 from minbert.tasks import REGISTRY
 from minbert.training.multitask_config import BEST_METRICS, MultitaskConfig, best_metric

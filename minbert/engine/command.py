@@ -19,9 +19,11 @@ from minbert.models.bert import resolve_attention
 from minbert.models.compile import check_can_compile, compile_encoder
 from minbert.engine.callbacks import Callback, Control, EngineState
 from minbert.engine.config import TrainingConfig
-from minbert.engine.precision import Precision
+from minbert.common.precision import Precision
 from minbert.engine.reporting import mlflow_store, reporters
 from minbert.engine.resume import Resumption, find_resumption, flags_after_restart, start_again, with_values
+
+log = logging.getLogger(__name__)
 
 
 class Command:
@@ -61,6 +63,7 @@ class Command:
                       f"nothing to resume")
             self.run_config = self.config.recorded()
             if self.is_main:
+                log.info("precision %s", self.precision.describe())
                 self.reporters = reporters(self.config.report_to, self.config.tensorboard, self.folder)
         except BaseException:
             self.__exit__(*sys.exc_info())
@@ -120,6 +123,7 @@ class Command:
             record = {**self.resumed.provenance, "resumed": [*self.resumed.provenance.get("resumed", []), record]}
         else:  # what its training states carry, told apart from another run's (engine/resume.py)
             record["run_id"] = run_id(self.run_config) or uuid.uuid4().hex  # one id, however often described
+        resolved = {"precision": self.precision.name, "precision_reason": self.precision.reason, **resolved}
         self.run_config = {**self.config.recorded(), "resolved": resolved, "provenance": record}
         if self.is_main:
             self.folder.write_config(self.run_config)

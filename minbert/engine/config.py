@@ -8,7 +8,7 @@ from minbert.common.files import in_repository
 from minbert.common.run_folder import LAST, METRICS
 from minbert.models.bert import ATTENTION
 from minbert.engine.ddp import COMPRESSIONS
-from minbert.engine.precision import PRECISIONS
+from minbert.common.precision import PRECISION_HELP, PRECISIONS
 
 # A pair cross-encoded as [CLS] s1 [SEP] s2 [SEP] needs room for its three special tokens and some of each sentence.
 MIN_LENGTH = Range(8)
@@ -55,8 +55,7 @@ class TrainingConfig:
     quiet: bool = flag(False, "print only warnings, errors and the summary at the end (no progress, no log lines)")
     device: str = flag("auto", "cpu, cuda, cuda:1, ... (auto: cuda when present; under torchrun each process "
                                "takes its own GPU)")
-    precision: str = flag("auto", "auto: bf16 (or fp16) autocast on GPUs, fp32 on CPU; tf32: fp32 with TF32 matrix "
-                                  "products on a GPU", choices=PRECISIONS)
+    precision: str = flag("auto", PRECISION_HELP, choices=PRECISIONS)
     attention: str = flag("auto", "how the encoder runs a padded batch: padded, every sentence padded to the "
                                   "batch's longest, with an additive mask; packed, only the real tokens through "
                                   "every layer but attention, which runs padded; unpadded, only the real tokens, "

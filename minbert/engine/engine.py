@@ -3,7 +3,7 @@
 A run (engine/run.py) says what it trains and what a step is; the engine says when things happen, and owns the
 rest, from the flags every trainer has (engine/config.py):
 
-    device and precision      --device, --precision (bf16/fp16 autocast on GPUs, fp32 on CPU)
+    device and precision      --device, --precision (bf16/fp16 autocast on GPUs, bf16 on CPUs that compute it)
     seeding                   --seed; each process's random state is saved with every checkpoint
     schedule                  linear warm-up over --warmup of the steps, then linear decay to 0 (or the run's own)
     accumulation              each step's batch is shared out between the processes and --grad-accum parts

@@ -47,10 +47,11 @@ def pair_embeddings(model: SentenceEncoder, pairs: list[PairExample], batch_size
 
 
 def pair_cosines(encoder: BertModel, tokenizer: Tokenizer, pairs: list[PairExample], pooling: str,
-                 max_length: int = 128, batch_size: int = 128, progress: str = "") -> tuple[torch.Tensor, torch.Tensor]:
-    """pair_embeddings of an encoder with this pooling and max_length."""
-    return pair_embeddings(SentenceEncoder(encoder, tokenizer, pooling, max_length=max_length), pairs, batch_size,
-                           progress)
+                 max_length: int = 128, batch_size: int = 128, progress: str = "",
+                 precision: str = "fp32") -> tuple[torch.Tensor, torch.Tensor]:
+    """pair_embeddings of an encoder with this pooling, max_length and precision."""
+    return pair_embeddings(SentenceEncoder(encoder, tokenizer, pooling, max_length=max_length, precision=precision),
+                           pairs, batch_size, progress)
 
 
 def alignment(x: torch.Tensor, y: torch.Tensor, alpha: float = 2) -> float:

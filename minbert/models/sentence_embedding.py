@@ -1,6 +1,6 @@
 """Sentence embeddings from the encoder's output: the last layer's (embed_sentences) or every layer's."""
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import torch
 
@@ -65,14 +65,19 @@ def _length_sorted_batches(encoder: BertModel, tokenizer: Tokenizer, sentences: 
 
 @torch.no_grad()
 def embed_sentences(encoder: BertModel, tokenizer: Tokenizer, sentences: list[str], pooling: str = "mean",
-                    batch_size: int = 64, max_length: int = 128, progress: str = "") -> torch.Tensor:
+                    batch_size: int = 64, max_length: int = 128, progress: str = "", autocast=None) -> torch.Tensor:
     """[len(sentences), hidden] embeddings, computed in eval mode in batches of similar length; progress: what
-    to call the work in a progress bar (common/progress.py; "" for none)."""
+    to call the work in a progress bar (common/progress.py; "" for none); autocast: the encoder's passes run
+    within it (common/precision.py's Precision.autocast), the pooling in fp32."""
     result = torch.empty(len(sentences), encoder.config.hidden_size)
     with _eval_mode(encoder), Progress(len(sentences) if progress else 0, progress, "sentence",
                                        shown=bool(progress)) as bar:
         for rows, batch in _length_sorted_batches(encoder, tokenizer, sentences, batch_size, max_length):
-            result[rows] = pool(encoder(**batch), batch["attention_mask"], pooling).float().cpu()
+            with autocast() if autocast else nullcontext():
+                output = encoder(**batch)
+            # Pooled in fp32 (the encoder's outputs are bf16 under autocast): sums and means in fp32.
+            output = BertOutput(output.last_hidden_state.float(), output.pooler_output.float())
+            result[rows] = pool(output, batch["attention_mask"], pooling).cpu()
             bar.update(len(rows))
     return result
 
@@ -80,9 +85,10 @@ def embed_sentences(encoder: BertModel, tokenizer: Tokenizer, sentences: list[st
 @torch.no_grad()
 def embed_sentences_every_layer(encoder: BertModel, tokenizer: Tokenizer, sentences: list[str],
                                 poolings: tuple[str, ...] = TOKEN_POOLINGS, batch_size: int = 64,
-                                max_length: int = 128, progress: str = "") -> dict[str, torch.Tensor]:
+                                max_length: int = 128, progress: str = "", autocast=None) -> dict[str, torch.Tensor]:
     """pooling -> [layers + 1, len(sentences), hidden]: every layer's sentence embeddings, 0 = the embedding
-    layer's output, from one encoder pass per batch; progress: as embed_sentences's."""
+    layer's output, from one encoder pass per batch (within autocast, as embed_sentences); progress: as
+    embed_sentences's."""
     for pooling in poolings:
         if pooling not in TOKEN_POOLINGS:
             raise ValueError(f"pooling {pooling!r} is not one of {TOKEN_POOLINGS} (the pooler has no per-layer form)")
@@ -91,9 +97,10 @@ def embed_sentences_every_layer(encoder: BertModel, tokenizer: Tokenizer, senten
     with _eval_mode(encoder), Progress(len(sentences) if progress else 0, progress, "sentence",
                                        shown=bool(progress)) as bar:
         for rows, batch in _length_sorted_batches(encoder, tokenizer, sentences, batch_size, max_length):
-            layers = encoder(**batch, output_hidden_states=True).hidden_states
+            with autocast() if autocast else nullcontext():
+                layers = encoder(**batch, output_hidden_states=True).hidden_states
             for pooling in poolings:
-                pooled = [pool_tokens(hidden, batch["attention_mask"], pooling) for hidden in layers]
-                result[pooling][:, rows] = torch.stack(pooled).float().cpu()
+                pooled = [pool_tokens(hidden.float(), batch["attention_mask"], pooling) for hidden in layers]
+                result[pooling][:, rows] = torch.stack(pooled).cpu()
             bar.update(len(rows))
     return result

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from minbert.common.errors import CheckpointError
+from minbert.common.precision import Precision
 from minbert.models.bert import BertModel
 from minbert.models.loading import from_pretrained
 from minbert.models.sentence_embedding import POOLINGS, embed_sentences
@@ -24,15 +25,17 @@ class SentenceEncoder:
     the vector is scaled to length 1, and up to how many tokens of a sentence are read."""
 
     def __init__(self, encoder: BertModel, tokenizer: Tokenizer, pooling: str = "mean", normalize: bool = False,
-                 max_length: int = 128):
+                 max_length: int = 128, precision: str = "fp32"):
+        """precision: as --precision (common/precision.py; auto: bf16 autocast where the device computes bf16)."""
         if pooling not in POOLINGS:
             raise ValueError(f"pooling {pooling!r} is not one of {POOLINGS}")
         self.encoder, self.tokenizer, self.pooling = encoder, tokenizer, pooling
         self.normalize, self.max_length = normalize, max_length
+        self.precision = Precision(precision, next(encoder.parameters()).device)
 
     @classmethod
     def from_pretrained(cls, model: str | Path, pooling: str | None = None, max_length: int = 0,
-                        device: str | torch.device = "cpu") -> "SentenceEncoder":
+                        device: str | torch.device = "cpu", precision: str = "fp32") -> "SentenceEncoder":
         """A folder, hub id or all-MiniLM-L6-v2 with its sentence-transformers settings; pooling and max_length
         (0: the model's) replace the model's own."""
         convention = sentence_convention(str(model))
@@ -43,11 +46,11 @@ class SentenceEncoder:
         encoder = from_pretrained(model).to(device)
         positions = encoder.config.max_position_embeddings
         max_length = min(max_length or convention.max_seq_length or positions, positions)
-        return cls(encoder, Tokenizer.from_pretrained(model), pooling, convention.normalize, max_length)
+        return cls(encoder, Tokenizer.from_pretrained(model), pooling, convention.normalize, max_length, precision)
 
     def encode(self, sentences: list[str], batch_size: int = 64, progress: str = "") -> torch.Tensor:
         """[len(sentences), hidden] embeddings (in eval mode, on the CPU); progress: what a progress bar calls
         the work ("" for none)."""
         embeddings = embed_sentences(self.encoder, self.tokenizer, sentences, self.pooling, batch_size,
-                                     self.max_length, progress)
+                                     self.max_length, progress, self.precision.autocast)
         return F.normalize(embeddings, dim=-1) if self.normalize else embeddings

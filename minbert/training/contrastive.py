@@ -32,7 +32,7 @@ from minbert.engine.engine import Engine
 from minbert.training.grad_cache import grad_cache_backward
 from minbert.training.methods import METHODS, ContrastiveConfig
 from minbert.training.objectives import Objective, SentimentFusion
-from minbert.engine.precision import Precision
+from minbert.common.precision import Precision
 from minbert.engine.run import Run, check_max_length
 
 log = logging.getLogger(__name__)
@@ -184,7 +184,8 @@ class Pretraining:
         log.info("saved %s", ", ".join(str(output_dir / name) for name in encoders))
 
     def _benchmark(self, encoder) -> dict:
-        return sts_benchmark(SentenceEncoder(encoder, self.tokenizer, self.config.pooling), self.config.data_dir,
+        return sts_benchmark(SentenceEncoder(encoder, self.tokenizer, self.config.pooling,
+                                             precision=self.engine.precision.name), self.config.data_dir,
                              self.config.eval_batch_size)
 
 
