@@ -8,8 +8,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from minbert.commands import search
 from minbert.commands import silver as silver_command
 from minbert.common import cli
+from minbert.common.errors import UsageError
 from minbert.data import retrieval
 from minbert.data.retrieval import BankEmbeddings, nearest_in_chunks
 from minbert.data.silver import SilverSet, normalise
@@ -236,3 +238,16 @@ def test_silver_flags_without_a_folder_or_with_a_task_it_lacks_are_refused(tiny_
         with pytest.raises(SystemExit) as exit_:
             cli.run(lambda: multitask_classifier.main(multitask_argv(tiny_model, course_data, tmp_path, *extra)))
         assert exit_.value.code == 2 and message in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_a_search_space_may_vary_how_a_run_uses_silver_data(silver_folder, course_data, tiny_model, tmp_path):
+    recipe, space = tmp_path / "recipe.yaml", tmp_path / "space.yaml"
+    recipe.write_text(f"model: {tiny_model}\ndata-dir: {course_data}\ndevice: cpu\nsilver: {silver_folder}\n")
+    space.write_text("silver-ratio: {low: 0.25, high: 1.0}\nsilver-weight: [0.5, 1.0]\n")
+    config, _, base = search.parse_flags(["--config", str(recipe), "--space", str(space)])
+    params = {param.name: param for param in search.read_checked_space(config.space, base)}
+    assert (params["silver_ratio"].low, params["silver_ratio"].high) == (0.25, 1.0)
+    assert params["silver_weight"].choices == (0.5, 1.0)
+    space.write_text("silver-ratio: {low: 0.0, high: 1.0}\n")
+    with pytest.raises(UsageError, match=r":1: silver-ratio: --silver-ratio must be > 0"):
+        search.read_checked_space(config.space, base)

@@ -74,11 +74,17 @@ class HeldOut:
         self.sentences.discard("")
 
     def holds(self, texts: tuple[str, ...]) -> bool:
-        return any(normalise(text) in self.sentences or not normalise(text) for text in texts)
+        return any(normalise(text) in self.sentences for text in texts)
+
+
+def wordless(texts: tuple[str, ...]) -> bool:
+    """A sentence without a letter or a digit (punctuation alone): nothing to learn from."""
+    return any(not normalise(text) for text in texts)
 
 
 def sentence_silver(task: Task, train: list, teacher: Teacher, retriever: SentenceEncoder, bank: list[str],
-                    cache: BankEmbeddings, held_out: HeldOut, neighbours: int, per_class: int) -> tuple[SilverSet, dict]:
+                    cache: BankEmbeddings, held_out: HeldOut, neighbours: int,
+                    per_class: int) -> tuple[SilverSet, dict]:
     """SentAugment: each training sentence's `neighbours` nearest bank sentences, labelled by the teacher; of each
     class (the teacher's), the `per_class` the teacher is most sure of, with their soft labels."""
     sentences = [record.sentence for record in train]
@@ -90,7 +96,8 @@ def sentence_silver(task: Task, train: list, teacher: Teacher, retriever: Senten
     own = {normalise(sentence) for sentence in sentences}
     dev_test = {row for row in found if held_out.holds((bank[row],))}
     training = {row for row in found if row not in dev_test and normalise(bank[row]) in own}
-    removed = dev_test | training
+    empty = {row for row in found if wordless((bank[row],))}
+    removed = dev_test | training | empty
     candidates = [row for row in found if row not in removed]
     soft = teacher.soft(task.name, [bank[row] for row in candidates])
     confidence, classes = soft.max(-1)
@@ -105,7 +112,8 @@ def sentence_silver(task: Task, train: list, teacher: Teacher, retriever: Senten
                        soft[kept])
     counts = {"training_sentences": len(sentences), "retrieved": len(found),
               "removed_dev_or_test": len(dev_test), "removed_in_training": len(training),
-              "labelled": len(candidates), "per_class": per_class_counts, "kept": len(silver)}
+              "removed_without_words": len(empty - dev_test - training), "labelled": len(candidates),
+              "per_class": per_class_counts, "kept": len(silver)}
     return silver, counts
 
 
@@ -114,7 +122,7 @@ def pair_silver(task: Task, train: list, teacher: Teacher, retriever: SentenceEn
     """Augmented SBERT: up to `sentences_used` training sentences (a random sample), each paired with its nearest
     neighbour among them and with a random one of them; pairs that are training pairs, repeats, or hold a dev or
     test sentence are left out; the rest labelled by the teacher."""
-    pool = list(dict.fromkeys(text for record in train for text in task.texts(record)))
+    pool = list(dict.fromkeys(text for record in train for text in task.texts(record) if not wordless((text,))))
     generator = random.Random(seed)
     pool = generator.sample(pool, min(sentences_used, len(pool)))
     embeddings = torch.nn.functional.normalize(
