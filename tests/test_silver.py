@@ -1,8 +1,9 @@
 """Silver data: the bank's search against a brute-force one, its cache, the soft losses by hand, the files, and
 `minbert silver` then `minbert train --silver` end to end on a tiny teacher, tiny data and a tiny bank."""
-import csv
 import json
 import random
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -251,3 +252,31 @@ def test_a_search_space_may_vary_how_a_run_uses_silver_data(silver_folder, cours
     space.write_text("silver-ratio: {low: 0.0, high: 1.0}\n")
     with pytest.raises(UsageError, match=r":1: silver-ratio: --silver-ratio must be > 0"):
         search.read_checked_space(config.space, base)
+
+
+def test_the_teacher_may_be_a_mean_ensembles_report_and_not_one_whose_weights_differ_a_task(tmp_path):
+    report = tmp_path / "ensemble.json"
+    report.write_text(json.dumps({"method": "mean", "members": {"runs/a": {}, "runs/b": {}}, "ensemble": {},
+                                  "weights": {}}))
+    assert silver_command.SilverConfig(teacher=str(report)).teacher_runs() == ["runs/a", "runs/b"]
+    assert silver_command.SilverConfig(teacher="runs/a, runs/b").teacher_runs() == ["runs/a", "runs/b"]
+    report.write_text(json.dumps({"method": "best", "members": {"runs/a": {}}, "ensemble": {}, "weights": {}}))
+    with pytest.raises(UsageError, match="--method best"):
+        silver_command.SilverConfig(teacher=str(report)).teacher_runs()
+
+
+def test_a_silver_folder_another_command_writes_is_refused(teacher, bank_file, course_data, tiny_model, tmp_path,
+                                                           one_thread):
+    out = tmp_path / "silver"
+    out.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'a+'); "
+                               "fcntl.flock(f, fcntl.LOCK_EX); f.write('4242'); f.flush(); print('held', flush=True); "
+                               "time.sleep(120)", str(out / ".lock")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(UsageError, match=r"--out .* is in use by another command \(pid 4242\)"):
+            silver_command.main(silver_argv(teacher, bank_file, course_data, tiny_model, out))
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not (out / "sst-silver.csv").exists()
