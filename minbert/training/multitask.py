@@ -183,19 +183,19 @@ class MultitaskRun(Run):
         return self.streams
 
     def _silver_stream(self, task: str, task_index: int, epoch: int) -> TaskStream:
-        """A task's silver batches: --silver-ratio times the gold batch, its own shuffle; the gold batch k of an epoch
-        takes silver batch k."""
-        ratio = self.config.silver_ratio
-        return TaskStream(self.silver[task], max(1, round(self.batch_size() * ratio)), self.config.seed, epoch,
-                          len(REGISTRY) + task_index, max_tokens=round(self.max_tokens() * ratio))
+        """A task's silver batches: --silver-ratio times the gold batch (or its token budget, raised to the longest
+        silver example where that is more), its own shuffle; the gold batch k of an epoch takes silver batch k."""
+        ratio, split = self.config.silver_ratio, self.silver[task]
+        budget = max(round(self.max_tokens() * ratio), max(split.token_lengths())) if self.max_tokens() else 0
+        return TaskStream(split, max(1, round(self.batch_size() * ratio)), self.config.seed, epoch,
+                          len(REGISTRY) + task_index, max_tokens=budget)
 
-    def _silver_batch(self, task: str, k: int, share: Share) -> tuple[dict, float]:
-        """This share of the task's silver batch for gold batch k, on the device, and its weight."""
-        rows, weight = share.of(self.silver_streams[task].batch_indices(k))
-        batch = self.silver[task].batch(rows, self.tokenizer.pad_id)
-        device = self.engine.device
-        return {"inputs": {name: to_device(v, device) for name, v in batch["inputs"].items()},
-                "labels": to_device(batch["labels"], device), "padded": batch["padded"]}, weight
+    def _batch(self, split: TaskSplit, rows: list[int]) -> dict:
+        """The rows of a split as a batch on the device."""
+        batch = split.batch(rows, self.tokenizer.pad_id)
+        batch["inputs"] = {name: to_device(v, self.engine.device) for name, v in batch["inputs"].items()}
+        batch["labels"] = to_device(batch["labels"], self.engine.device)
+        return batch
 
     def module(self) -> nn.Module:
         return TaskLosses(self.model, self.smart)
@@ -203,17 +203,17 @@ class MultitaskRun(Run):
     def step(self, item, share: Share):
         """Each task of the step: this share of its batch, its mean loss weighted by the share; one backward."""
         epoch, batches = item
-        streams, device = self._streams(epoch), self.engine.device
+        streams = self._streams(epoch)
         weights, task_batches, examples, silver_weights = {}, {}, 0, {}
         for task, k in batches:
             rows, weights[task] = share.of(streams[task].batch_indices(k))
             if not rows:  # a single process's part without rows: nothing to compute
                 continue
-            batch = self.splits[task]["train"].batch(rows, self.tokenizer.pad_id)
-            batch["inputs"] = {name: to_device(v, device) for name, v in batch["inputs"].items()}
-            batch["labels"] = to_device(batch["labels"], device)
-            if task in self.silver:
-                batch["silver"], silver_weights[task] = self._silver_batch(task, k, share)
+            batch = self._batch(self.splits[task]["train"], rows)
+            silver_rows, silver_weight = share.of(self.silver_streams[task].batch_indices(k)) if task in self.silver \
+                else ([], 0.0)
+            if silver_rows:  # --silver: this share of the task's silver batch k, weighted by its share
+                batch["silver"], silver_weights[task] = self._batch(self.silver[task], silver_rows), silver_weight
             task_batches[task] = batch
             examples += len(rows) if weights[task] else 0  # a stand-in row (torchrun) is no example
         if not task_batches:
