@@ -30,6 +30,7 @@ from minbert.common.errors import DataError
 from minbert.common.metrics import accuracy, mean_score, overall_score, pearson
 from minbert.data.contrastive import ContrastiveData, Encode, PairSet, SentenceSet, Source, usable
 from minbert.data.readers import QUORA, STS, ReadReport, collect, pair_records, sample_records, sentiment_records
+from minbert.data.silver import SilverSet, read_silver, write_silver
 from minbert.data.splits import TaskSplit, encode_views
 from minbert.heads import MLP
 from minbert.heads.paraphrase import CrossEncodedPairHead, ParaphraseHead
@@ -169,6 +170,29 @@ class Task:
         """The metric on [0, 1], as the course's overall score counts it."""
         return metric
 
+    # ---- silver data, labelled by a teacher (data/silver.py) ----
+    label_column = ""  # the label's column in its files
+
+    def soft_loss(self, raw: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """The training loss against a teacher's soft outputs (soft()), averaged over the batch."""
+        return self.loss(raw, target)
+
+    def silver_range(self) -> tuple[int, float, float]:
+        """A soft label's probabilities (0: one number), and the range of that number."""
+        return 0, 0.0, 1.0
+
+    def write_silver(self, path: Path, silver: SilverSet) -> None:
+        write_silver(path, silver, self.label_column, self.hard(silver.soft), self.format)
+
+    def read_silver(self, path: Path) -> SilverSet:
+        return read_silver(path, self.pair, *self.silver_range())
+
+    def load_silver(self, path: Path, tokenizer: Tokenizer, max_length: int, encoding: str) -> TaskSplit:
+        """A silver file as a training split whose labels are the soft labels."""
+        silver = self.read_silver(path)
+        views = encode_views(tokenizer, silver.texts, encoding, max_length, source=path.name)
+        return TaskSplit(self.name, silver.ids, views, silver.soft)
+
     # ---- contrastive pretraining on its training file (pretrain_contrastive.py --data) ----
     columns = frozenset()  # the header columns of its files, which tell a --data FILE of its kind
 
@@ -204,6 +228,15 @@ class Classification(Task):
 
     def loss(self, raw, labels):
         return F.cross_entropy(raw.float(), labels)
+
+    label_column = "sentiment"
+
+    def soft_loss(self, raw, target):
+        """KL(teacher || student) of the class distributions."""
+        return F.kl_div(raw.float().log_softmax(-1), target, reduction="batchmean")
+
+    def silver_range(self):
+        return self.num_classes, 0.0, 1.0
 
     def divergence(self, raw, other):
         return symmetric_kl(raw.float().log_softmax(-1), other.float().log_softmax(-1))
@@ -256,7 +289,9 @@ class Paraphrase(Task):
         return ParaphraseHead(mlp)
 
     def loss(self, raw, labels):
-        return F.binary_cross_entropy_with_logits(raw.float(), labels)
+        return F.binary_cross_entropy_with_logits(raw.float(), labels)  # soft labels too: KL plus a constant
+
+    label_column = QUORA[0]
 
     def divergence(self, raw, other):
         # The two-outcome distributions (not paraphrase, paraphrase) of each logit.
@@ -341,6 +376,11 @@ class Similarity(Task):
 
     def loss(self, raw, labels):
         return F.mse_loss(raw.float(), labels)
+
+    label_column = STS[0]
+
+    def silver_range(self):
+        return 0, 0.0, MAX_SCORE
 
     def divergence(self, raw, other):
         return F.mse_loss(raw.float(), other.float())

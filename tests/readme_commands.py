@@ -11,7 +11,8 @@ Tiny sizes: beside the copy lies a tiny shared/data, every file of ../shared/dat
 a 3-epoch run stays 3 epochs, of ROWS examples a task. The exceptions, SMALLER, get flags appended to their command
 (after the README's own, so they win), everything else as written: a benchmark whose sizes are not the data's
 (benchmarks/encoder_speed.py times random batches of 32 x 128 tokens) smaller sizes, its repeats kept; search.py's
-study 2 of its trials (each a tiny run as any other, 24 of them some 15 minutes).
+study 2 of its trials (each a tiny run as any other, 24 of them some 15 minutes); `minbert silver` a K of 2 (its 500
+sentences of each class are more than the tiny bank holds).
 
 What runs: each line of a ```bash block (with its `\\` continuations) as one command, through bash with
 `set -euo pipefail`; lines that only set variables (`models=a,b`) are kept for the block's later commands.
@@ -46,7 +47,8 @@ DATA = ROOT.parent / "shared" / "data"
 ROWS = 40  # lines kept of each data file: every SST class (in train and dev), both Quora labels and a spread of
 # STS scores from 0 to 5 turn up, and it is quick (at 32, SST train has no class 0)
 # Flags appended to the commands of these scripts: sizes that are the benchmark's own, not the data's.
-SMALLER = {"benchmarks/encoder_speed.py": "--batch-size 4 --tokens 16", "search": "--trials 2"}
+SMALLER = {"benchmarks/encoder_speed.py": "--batch-size 4 --tokens 16", "search": "--trials 2",
+           "silver": "--per-class 2"}
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
 HINT = re.compile(r"^fine-tune it[^:]*: (.+)$", re.MULTILINE)  # a command's closing hint: what to run next
 ASSIGNMENTS = re.compile(r"^(export\s+)?[A-Za-z_]\w*=\S*(\s+[A-Za-z_]\w*=\S*)*$")

@@ -22,10 +22,12 @@ from safetensors.torch import load_file
 from minbert import checkpoint
 from minbert.common import distributed
 from minbert.data.contrastive import PairBatch
+from minbert.data.silver import SilverSet
 from minbert.models import AdamW, BertConfig, BertModel, pool
 from tests.conftest import multitask_argv, sentence, write_course_files
 from minbert.engine.ddp import DataParallel, start_replicas
 from minbert.training.objectives import SimCSE
+from minbert.tasks import REGISTRY
 
 ROOT = Path(__file__).resolve().parents[1]
 PAIRS, WORLD = 16, 2
@@ -431,6 +433,24 @@ def test_two_processes_train_like_one_with_the_whole_batch(tiny_model_without_dr
         metrics(tmp_path / "one/run/metrics.jsonl", "eval")) == (3 if schedule == "sequential" else 1)
     assert sorted(p.name for p in (tmp_path / "two" / "predictions").iterdir()) == sorted(
         p.name for p in (tmp_path / "one" / "predictions").iterdir())
+
+
+def test_two_processes_train_with_silver_examples_like_one_with_the_whole_batch(tiny_model_without_dropout, data_48,
+                                                                               tmp_path):
+    """--silver: each step's silver batch (half the gold one) shared out between the ranks as the gold batch is."""
+    rng, silver = random.Random(2), tmp_path / "silver"
+    silver.mkdir()
+    for task in ("sst", "para", "sts"):
+        spec = REGISTRY[task]
+        texts = [tuple(sentence(rng) for _ in range(2 if spec.pair else 1)) for _ in range(20)]
+        soft = (torch.rand(20, 5).softmax(-1) if task == "sst" else torch.rand(20) * (5 if task == "sts" else 1))
+        spec.write_silver(silver / f"{task}-silver.csv", SilverSet([f"s-{i}" for i in range(20)], texts, soft))
+    model, flags = tiny_model_without_dropout, ("--log-every", "1", "--silver", str(silver))
+    torchrun("multitask_classifier.py", *multitask_args(model, data_48, tmp_path / "two", 8, *flags))
+    run(sys.executable, "multitask_classifier.py", *multitask_args(model, data_48, tmp_path / "one", 16, *flags))
+    assert_same_weights(final_weights(tmp_path / "two"), final_weights(tmp_path / "one"))
+    assert_same_losses(metrics(tmp_path / "two/run/metrics.jsonl", "train"),
+                       metrics(tmp_path / "one/run/metrics.jsonl", "train"), scales=output_scales(tmp_path / "one/run"))
 
 
 # 8 tokens: some sentences are truncated, and each process's reader would say so.

@@ -107,7 +107,8 @@ def docstring_examples(module) -> list[list[str]]:
     ("multitask_classifier.py", "minbert.commands.train", "minbert.training.multitask_config.MultitaskConfig"),
     ("pretrain_contrastive.py", "minbert.commands.pretrain", "minbert.training.methods.ContrastiveConfig"),
     ("ensemble.py", "minbert.commands.ensemble", "minbert.commands.ensemble.EnsembleConfig"),
-    ("-m minbert benchmark", "minbert.commands.benchmark", "minbert.commands.benchmark.StsBenchmarkConfig")])
+    ("-m minbert benchmark", "minbert.commands.benchmark", "minbert.commands.benchmark.StsBenchmarkConfig"),
+    ("-m minbert silver", "minbert.commands.silver", "minbert.commands.silver.SilverConfig")])
 def test_every_example_in_a_commands_help_is_accepted(command, program, config, monkeypatch):
     """Each example line of --help parses (its recipe too); --config's help names a packaged recipe that they use."""
     import importlib

@@ -14,6 +14,8 @@ COMMANDS = {
                  "contrastive pretraining of an encoder: SimCSE, MNRL, Contrastive Tension, SG-OPT, ConSERT"),
     "predict": ("minbert.commands.predict", "predict.py", "a finished run's predictions on new text"),
     "ensemble": ("minbert.commands.ensemble", "ensemble.py", "per-task ensembles of finished runs"),
+    "silver": ("minbert.commands.silver", None,
+               "silver data: new training examples labelled by a finished run or an ensemble, for train --silver"),
     "search": ("minbert.commands.search", "search.py", "an Optuna hyperparameter search over train's flags"),
     "analyze": ("minbert.commands.analyze", "analyze.py", "pictures for a report: layers, spread, errors, curves"),
     "benchmark": ("minbert.commands.benchmark", None,

@@ -20,6 +20,7 @@ from minbert.common.outputs import LeaderboardFolder
 from minbert.common.run_folder import RunFolder
 from minbert.common.tables import markdown_table
 from minbert.data.batching import Share, check_token_budget, to_device
+from minbert.data.silver import file_name as silver_file
 from minbert.data.splits import TaskSplit, TaskStream
 from minbert.evaluation.inference import soft_outputs
 from minbert.evaluation.outputs import leaderboard_files, write_outputs
@@ -58,7 +59,17 @@ class TaskLosses(nn.Module):
             # Whether the batch is padded, known on the host: the encoder need not read its mask back from the device.
             with self.model.encoder.padding_known(batch["padded"]):
                 losses[task] = task_loss(self.model, task, batch, self.smart)
+            if "silver" in batch:  # --silver: the task's silver examples, against the teacher's soft labels
+                silver = batch["silver"]
+                with self.model.encoder.padding_known(silver["padded"]):
+                    losses[silver_key(task)] = REGISTRY[task].soft_loss(self.model(task, silver["inputs"]),
+                                                                        silver["labels"])
         return losses
+
+
+def silver_key(task: str) -> str:
+    """The name of a task's silver loss among a step's losses."""
+    return f"{task} silver"
 
 
 def weighted_losses(task_losses: dict[str, torch.Tensor], loss_scale: dict[str, float]) -> list[torch.Tensor]:
@@ -94,6 +105,9 @@ class MultitaskRun(Run):
         self.splits = {name: REGISTRY[name].load_splits(
             config.data_dir, self.tokenizer, config.max_length, config.head_options.encoding(REGISTRY[name]),
             config.max_train_examples, config.max_eval_examples) for name in config.task_list}
+        self.silver = {name: REGISTRY[name].load_silver(
+            Path(config.silver) / silver_file(name), self.tokenizer, config.max_length,
+            config.head_options.encoding(REGISTRY[name])) for name in config.silver_task_list}
         if config.max_tokens:  # FlagError: a budget that the longest input allowed would not fit in
             check_token_budget(config.max_tokens, max(config.max_length * len(self.splits[t]["train"].views)
                                                       for t in config.task_list))
@@ -106,7 +120,8 @@ class MultitaskRun(Run):
         distributed.on_main(calibrate)
         start_replicas([self.model], config.seed)  # torchrun: rank 0's weights, a random stream each
         engine.describe_run([Path(config.data_dir) / file for name in config.task_list
-                             for file in REGISTRY[name].files])
+                             for file in REGISTRY[name].files]
+                            + [Path(config.silver) / silver_file(name) for name in config.silver_task_list])
         self.smart = Smart(config, self.model) if config.smart else None
         self.passes_apart = config.combine != "mean"  # PCGrad's, UPGrad's per-task passes (engine/ddp.py)
         self.dev_outputs, self.stream_epoch = {}, None  # the last evaluation's; the epoch of self.streams
@@ -149,6 +164,10 @@ class MultitaskRun(Run):
     def describe(self) -> str:
         sizes = ", ".join(f"{task} {len(splits['train']):,}" for task, splits in self.splits.items())
         batch = f"up to {self.max_tokens():,} tokens" if self.config.max_tokens else f"{self.batch_size()} examples"
+        if self.silver:
+            batch += ("; silver examples: " + ", ".join(f"{task} {len(split):,}" for task, split in self.silver.items())
+                      + f", {self.config.silver_ratio:g} a gold example in a batch, loss weighted "
+                        f"{self.config.silver_weight:g}")
         return f"training examples: {sizes}; batches of {batch}"
 
     def _stream(self, task: str, task_index: int, epoch: int) -> TaskStream:
@@ -158,8 +177,25 @@ class MultitaskRun(Run):
     def _streams(self, epoch: int) -> dict[str, TaskStream]:
         if self.stream_epoch != epoch:
             self.streams = {t: self._stream(t, i, epoch) for i, t in enumerate(self.config.task_list)}
+            self.silver_streams = {t: self._silver_stream(t, i, epoch) for i, t in enumerate(self.config.task_list)
+                                   if t in self.silver}
             self.stream_epoch = epoch
         return self.streams
+
+    def _silver_stream(self, task: str, task_index: int, epoch: int) -> TaskStream:
+        """A task's silver batches: --silver-ratio times the gold batch (or its token budget, raised to the longest
+        silver example where that is more), its own shuffle; the gold batch k of an epoch takes silver batch k."""
+        ratio, split = self.config.silver_ratio, self.silver[task]
+        budget = max(round(self.max_tokens() * ratio), max(split.token_lengths())) if self.max_tokens() else 0
+        return TaskStream(split, max(1, round(self.batch_size() * ratio)), self.config.seed, epoch,
+                          len(REGISTRY) + task_index, max_tokens=budget)
+
+    def _batch(self, split: TaskSplit, rows: list[int]) -> dict:
+        """The rows of a split as a batch on the device."""
+        batch = split.batch(rows, self.tokenizer.pad_id)
+        batch["inputs"] = {name: to_device(v, self.engine.device) for name, v in batch["inputs"].items()}
+        batch["labels"] = to_device(batch["labels"], self.engine.device)
+        return batch
 
     def module(self) -> nn.Module:
         return TaskLosses(self.model, self.smart)
@@ -167,21 +203,26 @@ class MultitaskRun(Run):
     def step(self, item, share: Share):
         """Each task of the step: this share of its batch, its mean loss weighted by the share; one backward."""
         epoch, batches = item
-        streams, device = self._streams(epoch), self.engine.device
-        weights, task_batches, examples = {}, {}, 0
+        streams = self._streams(epoch)
+        weights, task_batches, examples, silver_weights = {}, {}, 0, {}
         for task, k in batches:
             rows, weights[task] = share.of(streams[task].batch_indices(k))
             if not rows:  # a single process's part without rows: nothing to compute
                 continue
-            batch = self.splits[task]["train"].batch(rows, self.tokenizer.pad_id)
-            batch["inputs"] = {name: to_device(v, device) for name, v in batch["inputs"].items()}
-            batch["labels"] = to_device(batch["labels"], device)
+            batch = self._batch(self.splits[task]["train"], rows)
+            silver_rows, silver_weight = share.of(self.silver_streams[task].batch_indices(k)) if task in self.silver \
+                else ([], 0.0)
+            if silver_rows:  # --silver: this share of the task's silver batch k, weighted by its share
+                batch["silver"], silver_weights[task] = self._batch(self.silver[task], silver_rows), silver_weight
             task_batches[task] = batch
             examples += len(rows) if weights[task] else 0  # a stand-in row (torchrun) is no example
         if not task_batches:
             return {}, examples
         with self.engine.precision.autocast():
-            task_losses = {task: weights[task] * loss for task, loss in self.engine.forward(task_batches).items()}
+            losses = self.engine.forward(task_batches)
+            task_losses = {task: weights[task] * losses[task] for task in task_batches}
+            for task, weight in silver_weights.items():  # --silver: each task's silver loss joins its gold one
+                task_losses[task] = task_losses[task] + self.config.silver_weight * weight * losses[silver_key(task)]
         self._backward(task_losses, len(batches))
         return {task: loss.detach() / share.world for task, loss in task_losses.items()}, examples
 

@@ -5,10 +5,12 @@ before any data is read."""
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from minbert.common.cli import AT_LEAST_0, AT_LEAST_1, POSITIVE, Range, flag, parse_task_order, task_weights_text
 from minbert.common.files import DEFAULT_DATA, in_repository
 from minbert.common.run_folder import BEST
+from minbert.data.silver import file_name as silver_file
 from minbert.model import ModelConfig
 from minbert.tasks import COURSE_TASKS, RECIPE_TASK_WEIGHTS, REGISTRY, TASK_NAMES, selection_score, trained_task_weights
 from minbert.engine.config import TrainingConfig
@@ -88,12 +90,20 @@ class MultitaskConfig(ModelConfig, SmartConfig, EvaluationConfig, TrainingConfig
                               "--batch-size, in order of length (0 = off: --batch-size rows)", range=AT_LEAST_0)
     data_dir: str = flag(str(DEFAULT_DATA), "folder with the course's data files")
     predictions_dir: str = flag(in_repository("predictions"), "leaderboard CSVs of the best checkpoint go here")
+    silver: str = flag("", "a silver folder (`minbert silver`): its teacher-labelled examples of the trained tasks "
+                           "join each of their batches, learnt from the teacher's soft labels (empty: none)")
+    silver_tasks: str = flag("", "with --silver: the tasks that take silver examples, e.g. sst,para (empty: every "
+                                 "trained task the folder has)")
+    silver_ratio: float = flag(0.5, "with --silver: silver examples in a task's batch per gold example",
+                               range=POSITIVE)
+    silver_weight: float = flag(1.0, "with --silver: the weight of the silver loss, added to the gold loss",
+                                range=POSITIVE)
     predict_test: bool = flag(True, "end with the best checkpoint's test predictions (--no-predict-test: only its "
                                     "dev ones, as search.py's trials do: a run scored on dev needs no test pass)")
 
     RUNTIME_FIELDS = TrainingConfig.RUNTIME_FIELDS + ("predictions_dir", "eval_batch_size", "predict_test")
     OUTPUTS = TrainingConfig.OUTPUTS + (BEST,)
-    SOURCES = TrainingConfig.SOURCES + ("init", "data_dir")
+    SOURCES = TrainingConfig.SOURCES + ("init", "data_dir", "silver")
     OUTPUT_FOLDERS = TrainingConfig.OUTPUT_FOLDERS + ("predictions_dir",)
 
     def __post_init__(self):
@@ -119,3 +129,28 @@ class MultitaskConfig(ModelConfig, SmartConfig, EvaluationConfig, TrainingConfig
         self.loss_scale = trained_task_weights(self.loss_weights, self.task_list, "--loss-weights")
         check_plan(self.schedule, self.task_list, self.epochs, self.order, self.weights)
         check_best_metric(self.metric_for_best, self.task_list)
+        self.silver_task_list = self._silver_tasks()
+
+    def _silver_tasks(self) -> tuple[str, ...]:
+        """The tasks that train on silver examples: those of --silver-tasks, or the trained tasks the folder has."""
+        if not self.silver:
+            if self.silver_tasks:
+                raise ValueError(f"--silver-tasks {self.silver_tasks}: give the silver folder (--silver)")
+            return ()
+        folder = Path(self.silver)
+        if not folder.is_dir():
+            raise ValueError(f"--silver {self.silver}: " + ("not found" if not folder.exists() else "not a folder")
+                             + "; give a folder written by `minbert silver`")
+        present = [task for task in self.task_list if (folder / silver_file(task)).is_file()]
+        if not self.silver_tasks:
+            if not present:
+                raise ValueError(f"--silver {self.silver}: no silver file of a trained task ("
+                                 f"{', '.join(silver_file(t) for t in self.task_list)})")
+            return tuple(present)
+        named = parse_task_order(self.silver_tasks, TASK_NAMES, "--silver-tasks")
+        missing = [task for task in named if task not in present]
+        if missing:
+            raise ValueError(f"--silver-tasks {self.silver_tasks}: {', '.join(missing)} "
+                             f"{'is' if len(missing) == 1 else 'are'} not trained or has no silver file in "
+                             f"{self.silver}")
+        return named
