@@ -184,7 +184,7 @@ def run(command: Command, repo: Path, timeout: int) -> Result:
     folder = repo
     if command.kind == "python":
         argv = [str(repo / ".venv" / "bin" / "python"), "-c", command.text]
-        folder = repo.parent / "elsewhere"
+        folder = repo.parent / f"{repo.name}-elsewhere"
         if not folder.exists():
             folder.mkdir()
             (folder / "runs").symlink_to(repo / "runs", target_is_directory=True)

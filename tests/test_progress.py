@@ -191,7 +191,7 @@ def test_a_benchmark_off_a_terminal_writes_a_line_at_least_every_interval(clock,
     encoder_speed = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(encoder_speed)
 
-    def step_seconds(model, batch, train):  # a step of 40 s
+    def step_seconds(model, batch, train, bf16):  # a step of 40 s
         clock.advance(40)
         return 1.0
 

@@ -57,10 +57,13 @@ def test_a_page_is_read_as_commands_with_their_tags_in_order():
 
 def test_commands_run_in_the_copy_and_a_failure_is_seen(tmp_path):
     (tmp_path / ".venv").symlink_to(Path(sys.prefix), target_is_directory=True)
+    # The python block runs outside the copy (no .venv there), where runs/ is the copy's.
     ok, background, failing, python = runner.commands(
-        "```bash\nname=x\necho $name > made.txt\nfalse &\nls missing-file\n```\n"
-        "```python\nimport pathlib; assert pathlib.Path('made.txt').read_text() == 'x\\n'\n```\n")
-    assert runner.run(ok, tmp_path, timeout=60).status == "ok" and (tmp_path / "made.txt").read_text() == "x\n"
+        "```bash\nname=x\nmkdir -p runs && echo $name > runs/made.txt\nfalse &\nls missing-file\n```\n"
+        "```python\nimport pathlib\nassert pathlib.Path('runs/made.txt').read_text() == 'x\\n'\n"
+        "assert not pathlib.Path('.venv').exists()\n```\n")
+    assert runner.run(ok, tmp_path, timeout=60).status == "ok"
+    assert (tmp_path / "runs" / "made.txt").read_text() == "x\n"
     assert runner.run(background, tmp_path, timeout=60).status == "FAILED"  # run in the foreground: its exit is seen
     result = runner.run(failing, tmp_path, timeout=60)
     assert result.status == "FAILED" and "missing-file" in result.detail
