@@ -65,7 +65,8 @@ class RenamedConfig:
 
 def test_a_renamed_flags_old_name_still_works_with_one_line_naming_the_new(caplog):
     with caplog.at_level(logging.WARNING):
-        config = parse_config(RenamedConfig, "", ["--iterations", "3", "--validate"], program=["python", "example.py"])
+        config = parse_config(RenamedConfig, "", ["--iterations", "3", "--validate"],
+                              program=["python", "example.py"])
     assert (config.steps, config.eval) == (3, True)
     assert caplog.messages == ["--iterations: now --steps", "--validate: now --eval"]
     assert config.command.given == {"steps", "eval"}  # --resume takes neither from the run's flags

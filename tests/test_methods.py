@@ -146,7 +146,7 @@ def test_what_a_method_cannot_do_is_a_usage_error(argv, message, capsys):
 ])
 def test_the_default_learning_rate_is_the_methods_for_each_stage_and_data(tiny_model, contrastive_data, tmp_path,
                                                                           method, data, extra, rates):
-    run = pretraining(tiny_model, contrastive_data, tmp_path, "--method", method, "--data", data, *extra)
+    run = pretraining(tiny_model, contrastive_data, tmp_path / "default", "--method", method, "--data", data, *extra)
     assert {stage.name: stage.lr for stage in run.stages} == pytest.approx(rates)
     assert run.engine.run_config["resolved"]["lr"] == pytest.approx(rates)
     again = pretraining(tiny_model, contrastive_data, tmp_path / "given", "--method", method, "--data", data,

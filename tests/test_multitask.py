@@ -13,6 +13,7 @@ from safetensors.torch import load_file
 
 from minbert import checkpoint
 import multitask_classifier
+from minbert.common.cli import shown_path
 from minbert.common import cli
 from minbert.common.errors import CheckpointError
 from minbert.data.readers import read_quora, read_sentiment, read_sts
@@ -84,7 +85,7 @@ def test_resumed_run_ends_with_the_same_weights(tiny_model, course_data, tmp_pat
     assert steps_after_resume[0] == 6, "the resumed run starts after the last checkpoint, not from scratch"
     start = json.loads((tmp_path / "resumed/run/run_config.json").read_text())["provenance"]
     assert [start["command"], *(command["command"] for command in start["resumed"])] == [
-        shlex.join(["python", "multitask_classifier.py", *argv]) for argv in (interrupted, resume)]
+        shlex.join([shown_path(sys.executable), "multitask_classifier.py", *argv]) for argv in (interrupted, resume)]
 
     assert_same_weights(checkpoint_weights(tmp_path / "resumed/run/last"),
                         checkpoint_weights(tmp_path / "full/run/last"))

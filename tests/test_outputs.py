@@ -14,10 +14,12 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from minbert.commands import ensemble
 from minbert.commands import predict
 from minbert.common import cli
+from minbert.common.precision import Precision
 from tests.test_ensemble import dev_dir, make_member, random_outputs  # noqa: F401 (dev_dir: a fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -116,9 +118,12 @@ def test_a_leaderboard_folder_records_its_ensemble_and_another_is_refused_unless
 HELD = """
 import os, pathlib, signal, sys, time
 sys.path.insert(0, {root!r})
+import torch
 from minbert.commands import predict
+from minbert.common.precision import Precision
 class Model:
     tasks = ["sst"]
+    precision = Precision("fp32", torch.device("cpu"))
     def predictions(self, task, examples):
         return [{{"class": 2}} for _ in examples]
 def held(*args, **kwargs):
@@ -190,6 +195,7 @@ def test_the_lock_and_temporaries_a_killed_predict_left_are_taken_over(tmp_path,
 
     class Model:
         tasks = ["sst"]
+        precision = Precision("fp32", torch.device("cpu"))
 
         def predictions(self, task, examples):
             held_by.append(lock.read_text())

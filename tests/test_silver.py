@@ -246,12 +246,12 @@ def test_a_search_space_may_vary_how_a_run_uses_silver_data(silver_folder, cours
     recipe.write_text(f"model: {tiny_model}\ndata-dir: {course_data}\ndevice: cpu\nsilver: {silver_folder}\n")
     space.write_text("silver-ratio: {low: 0.25, high: 1.0}\nsilver-weight: [0.5, 1.0]\n")
     config, _, base = search.parse_flags(["--config", str(recipe), "--space", str(space)])
-    params = {param.name: param for param in search.read_checked_space(config.space, base)}
+    params = {param.name: param for param in search.read_checked_space(config.space, base, config.objective)}
     assert (params["silver_ratio"].low, params["silver_ratio"].high) == (0.25, 1.0)
     assert params["silver_weight"].choices == (0.5, 1.0)
     space.write_text("silver-ratio: {low: 0.0, high: 1.0}\n")
     with pytest.raises(UsageError, match=r":1: silver-ratio: --silver-ratio must be > 0"):
-        search.read_checked_space(config.space, base)
+        search.read_checked_space(config.space, base, config.objective)
 
 
 def test_the_teacher_may_be_a_mean_ensembles_report_and_not_one_whose_weights_differ_a_task(tmp_path):

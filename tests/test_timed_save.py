@@ -83,7 +83,10 @@ def test_a_run_killed_before_its_first_save_says_the_command_that_starts_it_agai
     args = quick_start(tiny_model, course_data, tmp_path)
     args += ["--save-every-minutes", "10"]
     assert killed(tmp_path, [*args, "--log-every", "2"], at=5).returncode == -9  # its metrics log has 2 lines
-    again = shlex.join([interpreter(), "multitask_classifier.py", *args, "--log-every", "2", "--overwrite"])
+    # The run's own command, in its own folder (named last), with --overwrite.
+    at = args.index("--output-dir")
+    own = [*args[:at], *args[at + 2:], "--log-every", "2", "--output-dir", args[at + 1], "--overwrite"]
+    again = shlex.join([interpreter(), "multitask_classifier.py", *own])
     rerun = command([*args, "--log-every", "2"])
     assert rerun.returncode == 2
     assert rerun.stderr.strip().splitlines()[-1] == (

@@ -37,7 +37,7 @@ import torch
 from minbert.commands import train as train_command
 from minbert.common import cli, progress
 from minbert.common.cli import AT_LEAST_0, AT_LEAST_1, SEED, flag
-from minbert.common.errors import UsageError, UserError
+from minbert.common.errors import Interrupted, UsageError, UserError
 from minbert.common.files import (RECIPES, atomic_file, check_writable, in_repository, make_folders, packaged_recipes,
                                   recipe_file, remove_empty)
 from minbert.common.outputs import check_place, owning
@@ -424,7 +424,8 @@ def run_trials(config: SearchConfig, study: optuna.Study, space: list[Param], tr
     try:
         study.optimize(worker.objective, timeout=config.timeout or None, catch=(TrialFailed,),
                        callbacks=[worker.after_trial], gc_after_trial=True)
-    except KeyboardInterrupt:  # the trial under way is failed (by Optuna): its configuration runs again later
+    except (KeyboardInterrupt, Interrupted):  # stopped (Ctrl-C, SIGTERM; in a trial, its run saved last/ first): the
+        # trial under way is failed (by Optuna), and its configuration runs again later
         if worker.current is not None:
             queue_again(study, study.trials[worker.current.number])
         raise
