@@ -40,11 +40,12 @@ def test_every_example_once_and_no_batch_over_budget(make):
 
 
 def test_evaluation_batches_are_sorted_and_each_as_full_as_the_next_example_allows():
+    """Longest batch first; in the order of growing length each batch is as full as the next example allows."""
     lengths = course_like_lengths()
-    batches = sorted_token_budget_batches(lengths, BUDGET)
-    order = [i for rows in batches for i in rows]
+    growing = sorted_token_budget_batches(lengths, BUDGET)[::-1]
+    order = [i for rows in growing for i in rows]
     assert [lengths[i] for i in order] == sorted(lengths)
-    for rows, following in zip(batches, batches[1:]):
+    for rows, following in zip(growing, growing[1:]):
         assert sum(lengths[i] for i in rows) + lengths[following[0]] > BUDGET
 
 
@@ -90,11 +91,13 @@ def test_no_examples_no_batches():
     assert sorted_token_budget_batches([], BUDGET) == []
 
 
-def test_batches_by_count_keep_their_shape():
+def test_batches_by_count_keep_their_shape_and_evaluations_come_longest_first():
     lengths = course_like_lengths(103)
     batches = length_grouped_batches(lengths, 10, torch.Generator().manual_seed(0))
     assert sorted(map(len, batches)) == [3] + [10] * 10
-    assert [len(rows) for rows in sorted_batches(lengths, 10)] == [10] * 10 + [3]
+    evaluation = sorted_batches(lengths, 10)
+    assert [len(rows) for rows in evaluation] == [3] + [10] * 10  # the 3 longest examples first
+    assert [lengths[i] for rows in evaluation[::-1] for i in rows] == sorted(lengths)
 
 
 def test_each_part_of_a_step_weighs_its_rows_and_a_part_without_rows_computes_a_stand_in_weighed_0():

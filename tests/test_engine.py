@@ -1,4 +1,5 @@
 """The training engine both commands share: accumulation, resuming a killed run, the metrics log, TensorBoard."""
+import gc
 import json
 import os
 import random
@@ -14,6 +15,8 @@ import multitask_classifier
 from minbert.common.errors import UsageError
 from tests.conftest import assert_same_weights, checkpoint_weights, multitask_argv
 from minbert.engine.lr_schedule import linear_warmup_decay
+from minbert.models import AdamW
+from minbert.training.multitask import MultitaskRun
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -342,3 +345,20 @@ def test_a_two_stage_run_resumed_in_its_second_stage_keeps_the_first_stages_line
         assert summary[name]["mean_loss"] == pytest.approx(expected[name]["mean_loss"], rel=1e-5)
     card = (tmp_path / "resumed/README.md").read_text()
     assert "| sup.steps | 3 |" in card and "| unsup.steps | 3 |" in card
+
+
+def test_the_test_predictions_run_without_the_optimizers_state(tiny_model, course_data, tmp_path, monkeypatch):
+    """AdamW's two moments of every weight (twice the model's size) are freed before the run's finish predicts the
+    test sets: that memory is not added to the predictions' own."""
+    optimizers_at_finish = []
+    finish = MultitaskRun.finish
+
+    def finish_after_a_look(self):
+        gc.collect()
+        optimizers_at_finish.extend(o for o in gc.get_objects() if type(o) is AdamW)
+        return finish(self)
+
+    monkeypatch.setattr(MultitaskRun, "finish", finish_after_a_look)
+    multitask_classifier.main(multitask_args(tiny_model, course_data, tmp_path, "--batch-size", "8"))
+    assert optimizers_at_finish == []
+    assert (tmp_path / "run/best/outputs-sst-test.pt").is_file()  # and the finish predicted the test sets

@@ -21,7 +21,6 @@ In Python:
     model.similarity([("A man plays.", "Someone plays.")])  # [{"similarity": 4.1}]
 """
 import csv
-import ctypes
 import errno
 import io
 import logging
@@ -37,6 +36,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from minbert.common import cli
+from minbert.common.allocator import keep_large_blocks_out_of_the_heap
 from minbert.common.errors import DataError, DiskFullError, UsageError
 from minbert.common.files import atomic_file, free_space
 from minbert.common.outputs import output_file
@@ -55,7 +55,6 @@ FORMATS = {"table": "tab-separated, a header and a row an example: id, then the 
                           "'id \\t Predicted_Sentiment' (para: Predicted_Is_Paraphrase, sts: Predicted_Similarity), "
                           "then 'id , prediction' rows (sst and cfimdb: the class 0-4 or 0-1; para: 0 or 1; sts: "
                           "the score 0-5); with --input only"}
-M_MMAP_THRESHOLD, GLIBC_DEFAULT_MMAP_THRESHOLD = -3, 128 * 1024  # glibc's mallopt parameter, and its default
 
 
 class InputFile:
@@ -148,16 +147,6 @@ def parse_args(argv: list[str] | None):
 def examples_given(args) -> dict:
     """The examples of the command line: task -> a sentence, or a pair's two."""
     return {task: getattr(args, task) for task in REGISTRY if getattr(args, task) is not None}
-
-
-def keep_large_blocks_out_of_the_heap() -> None:
-    """glibc raises its mmap threshold each time a large block is freed; past that, a batch's activations come from
-    the heap, which fragments as the batches' shapes vary, and a file's prediction grew by some 100 MB a chunk
-    (1.8 GB for 100,000 lines; 0.7 GB with the threshold held at glibc's default). Another C library: nothing."""
-    try:
-        ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, GLIBC_DEFAULT_MMAP_THRESHOLD)
-    except (OSError, AttributeError):
-        pass
 
 
 def main(argv: list[str] | None = None) -> list[dict] | None:

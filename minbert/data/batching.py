@@ -35,17 +35,23 @@ def token_budget_batches(lengths: list[int], max_tokens: int, generator: torch.G
     return _length_grouped(lengths, generator, group, lambda chunk: _fill(chunk, lengths, max_tokens))
 
 
+# Evaluation's batches come longest first: each batch's blocks then fit where a longer batch's were freed. In the
+# order of growing length, each batch needs larger blocks than any freed so far, and glibc's heap grows batch by
+# batch (predicting Quora's dev set peaked at 1,263 MB that way, 815 MB longest first; docs/results.md, "Memory").
+
+
 def sorted_batches(lengths: list[int], batch_size: int) -> list[list[int]]:
-    """Batches in order of length, for evaluation: the least padding, no randomness."""
+    """Batches of examples of similar length, the longest first, for evaluation: the least padding, no
+    randomness."""
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-    return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+    return [order[i:i + batch_size] for i in range(0, len(order), batch_size)][::-1]
 
 
 def sorted_token_budget_batches(lengths: list[int], max_tokens: int) -> list[list[int]]:
-    """Batches in order of length of at most `max_tokens` real tokens each, for evaluation and prediction.
-    FlagError if one input alone is longer than the budget."""
+    """Batches of examples of similar length of at most `max_tokens` real tokens each, the longest first, for
+    evaluation and prediction. FlagError if one input alone is longer than the budget."""
     check_token_budget(max_tokens, max(lengths, default=0))
-    return _fill(sorted(range(len(lengths)), key=lambda i: lengths[i]), lengths, max_tokens)
+    return _fill(sorted(range(len(lengths)), key=lambda i: lengths[i]), lengths, max_tokens)[::-1]
 
 
 def check_token_budget(max_tokens: int, longest: int) -> None:

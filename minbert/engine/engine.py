@@ -32,6 +32,7 @@ from pathlib import Path
 import torch
 
 from minbert.common import distributed
+from minbert.common.allocator import give_back_free_memory
 from minbert.common.errors import CheckpointError, Interrupted, UserError
 from minbert.common.run_folder import STATE, run_id
 from minbert.common.seeding import rng_state, set_rng_state
@@ -82,6 +83,7 @@ class Engine(Command):
         with interruption:
             self._loop(run, steps[state.step:], epoch_ends)
         self._event("on_train_end")
+        self._release_training_state()
         started = time.time()
         result = run.finish()
         if run.evaluate is not None:  # a scored run's finish predicts the test sets: their time apart
@@ -158,6 +160,14 @@ class Engine(Command):
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self.lr_multiplier)
         self.state, self.control = EngineState(total_steps=total_steps, stage=run.stage_name), Control()
         self.losses = LossTracker()
+
+    def _release_training_state(self) -> None:
+        """Free what only the steps use (AdamW's two moments of every weight, DistributedDataParallel's buckets)
+        and give the heap's free pages back, so that the run's finish (its test predictions) does not add its
+        memory to the training's. A later fit (a run's next stage) prepares its own."""
+        self.optimizer = self.scheduler = self.data_parallel = None
+        self.parameters = []
+        give_back_free_memory()
 
     def _train_step(self, run: Run, item) -> tuple[dict[str, torch.Tensor], int]:
         """The item's batch in --grad-accum parts on this process, then one update."""

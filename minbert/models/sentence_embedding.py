@@ -56,9 +56,10 @@ def _length_sorted_batches(encoder: BertModel, tokenizer: Tokenizer, sentences: 
     """(rows, padded batch on the encoder's device); the caller puts each batch's results back at `rows`."""
     device = next(encoder.parameters()).device
     encoded = tokenizer.encode(sentences, max_length=max_length)
-    # Sorting by length keeps padding small.
+    # Sorting by length keeps padding small; the longest batch first keeps the heap from growing batch by batch
+    # (data/batching.py).
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i].input_ids))
-    for start in range(0, len(order), batch_size):
+    for start in reversed(range(0, len(order), batch_size)):
         rows = order[start:start + batch_size]
         yield rows, {k: v.to(device) for k, v in collate([encoded[i] for i in rows], tokenizer.pad_id).items()}
 

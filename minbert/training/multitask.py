@@ -289,6 +289,7 @@ class MultitaskRun(Run):
         best = self.engine.folder.best
         if distributed.is_main():
             if self.config.predict_test:
+                self.model = None  # the trained weights' memory back before best/'s are loaded
                 self.model = self._load(best)
                 write_outputs(best, "test", self._splits("test"), self._soft_outputs("test"))
             splits = SPLITS if self.config.predict_test else ("dev",)
