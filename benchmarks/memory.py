@@ -8,10 +8,11 @@ The quick start is `minbert train --config quick-start` (about 6 minutes of one 
 --lines Quora pairs (taken from quora-train.csv, written to OUT/pairs.tsv) with the quick start's run. For each it
 prints the peak resident set size (the kernel's high-water mark of the command's process, as /usr/bin/time -v
 reports it), the wall seconds and the CPU seconds. Extra arguments after `--` go to both commands (e.g.
-`-- --precision fp32`).
+`-- --precision fp32`). The commands run quiet; off a terminal, a progress line at least every 30 seconds.
 """
 import argparse
 import csv
+import logging
 import os
 import subprocess
 import sys
@@ -25,6 +26,7 @@ sys.path.insert(0, str(ROOT))
 from minbert.common.cli import HelpFormatter  # noqa: E402
 from minbert.common.files import DEFAULT_DATA  # noqa: E402
 from minbert.common.precision import processor  # noqa: E402
+from minbert.common.progress import Progress, log_to_stderr  # noqa: E402
 
 
 def measured(argv: list[str]) -> dict[str, float]:
@@ -64,14 +66,18 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     minbert = [sys.executable, "-m", "minbert"]
     run = out / "quick-start"
     results = {}
+    log_to_stderr(logging.WARNING, progress_lines=True)
+    bar = Progress(1 if args.skip_train else 2, "memory", unit="command")
     if not args.skip_train:
         results["quick start"] = measured([*minbert, "train", "--config", "quick-start", "--data-dir", args.data_dir,
                                            "--output-dir", str(run), "--predictions-dir", str(out / "predictions"),
                                            "--overwrite", "--quiet", *args.extra])
+        bar.update()
     source = pairs_file(Path(args.data_dir), out / "pairs.tsv", args.lines)
     results[f"predict, {args.lines:,} pairs"] = measured(
         [*minbert, "predict", str(run), "--task", "para", "--input", str(source),
          "--output", str(out / "predicted.tsv"), *args.extra])
+    bar.close()
     print(f"{processor()}, torch {torch.__version__}, one thread\n")
     print("| command | peak resident MB | wall s | CPU s |\n|---|---|---|---|")
     for name, result in results.items():
