@@ -166,10 +166,10 @@ class TimedSave(Callback):
 class Interruption:
     """Ctrl-C (SIGINT), SIGTERM (kill, a batch job's end, torchrun passing either on) and SIGUSR1 (SLURM's
     --signal=USR1@SECONDS before a time limit): the step under way finishes, last/ is saved, and the command stops
-    saying how to resume. The same signal again stops at once; another is held back (a process may get one from its
-    terminal and another from torchrun). Used as a context around the loop on every process: the signal any process
-    received reaches the control they all agree on after each step (Engine._agreed_control), so that every process
-    saves and stops after the same step."""
+    saying how to resume. The same signal again stops at once; another is held back (torchrun, given a second
+    Ctrl-C, sends its processes SIGTERM after the first's SIGINT: they still save). Used as a context around the
+    loop on every process: the signal any process received reaches the control they all agree on after each step
+    (Engine._agreed_control), so that every process saves and stops after the same step."""
 
     SIGNALS = ("SIGINT", "SIGTERM", "SIGUSR1")
 
