@@ -5,10 +5,12 @@
 The zero-shot encoder is scored once; then each method (one pretrain_contrastive.py run with its paper's
 defaults, --pooling P and --max-steps N) and the encoders it saved (CT: both copies) are scored with the same
 pooling. Prints a Markdown table with each run's minutes and writes it as JSON to --output-root/results.json.
-Any other pretrain_contrastive.py flag is passed on to every run.
+Any other pretrain_contrastive.py flag is passed on to every run. Off a terminal, a progress line at least every 30
+seconds (the runs' and the scorings' own, and one as each run ends).
 """
 import argparse
 import json
+import logging
 import sys
 import time
 from pathlib import Path
@@ -17,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import pretrain_contrastive  # noqa: E402
 from minbert.common.cli import HelpFormatter  # noqa: E402
 from minbert.common.files import DEFAULT_DATA, in_repository  # noqa: E402
+from minbert.common.progress import log_to_stderr, progress  # noqa: E402
 from minbert.common.tables import markdown_table  # noqa: E402
 from minbert.evaluation.sts_benchmark import EVAL_SETS, sts_benchmark  # noqa: E402
 from minbert.models import SentenceEncoder  # noqa: E402
@@ -73,9 +76,10 @@ def main(argv: list[str] | None = None) -> dict:
     names = args.runs.split(",")
     if unknown := sorted(set(names) - set(RUNS)):
         parser.error(f"unknown --runs {', '.join(unknown)}; choose from {', '.join(RUNS)}")
+    log_to_stderr(logging.WARNING, progress_lines=True)
     root = args.output_root / args.pooling
     rows = {"zero-shot": {"results": score(args.model, args.pooling, args.data_dir), "seconds": 0}}
-    for name in names:
+    for name in progress(names, "compare_contrastive", unit="run"):
         method, data = RUNS[name]
         started = time.time()
         pretrain_contrastive.main(["--model", args.model, "--method", method, "--data", data,

@@ -6,10 +6,12 @@ Each schedule sees every task's N examples E times (sequential gets 3 x E epochs
 trains one task per epoch; avg and pcgrad, avg's steps with --combine pcgrad, take one batch of every task per
 step, so they take a third of the steps of the others for the same batches). Prints a Markdown table of best dev
 metrics, steps and wall time; each run's files are under --output-root/SCHEDULE. Any other multitask_classifier.py
-flag is passed on to every run.
+flag is passed on to every run. Off a terminal, a progress line at least every 30 seconds (the runs' own, and one as
+each run ends).
 """
 import argparse
 import json
+import logging
 import sys
 import time
 from pathlib import Path
@@ -18,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import multitask_classifier  # noqa: E402
 from minbert.common.cli import HelpFormatter  # noqa: E402
 from minbert.common.files import in_repository  # noqa: E402
+from minbert.common.progress import log_to_stderr, progress  # noqa: E402
 from minbert.common.run_folder import RunFolder  # noqa: E402
 from minbert.common.tables import markdown_table  # noqa: E402
 from minbert.tasks import COURSE_TASKS  # noqa: E402
@@ -28,7 +31,7 @@ VARIANTS = {**{name: ["--schedule", name] for name in SCHEDULES},
             "pcgrad": ["--schedule", "avg", "--combine", "pcgrad"]}
 
 
-def main():
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--model", default="all-MiniLM-L6-v2",
                         help="encoder every run starts from: hub id, checkpoint folder, or all-MiniLM-L6-v2")
@@ -42,9 +45,10 @@ def main():
     parser.add_argument("--output-root", type=Path, default=Path(in_repository("runs/schedules")),
                         help="each schedule's run goes to OUTPUT_ROOT/SCHEDULE/run, its leaderboard files to "
                              "OUTPUT_ROOT/SCHEDULE/predictions")
-    args, passthrough = parser.parse_known_args()  # any other multitask_classifier.py flag is passed on
+    args, passthrough = parser.parse_known_args(argv)  # any other multitask_classifier.py flag is passed on
+    log_to_stderr(logging.WARNING, progress_lines=True)
     rows = []
-    for schedule in args.schedules.split(","):
+    for schedule in progress(args.schedules.split(","), "compare_schedules", unit="run"):
         out = args.output_root / schedule
         epochs = 3 * args.epochs if schedule == "sequential" else args.epochs
         started = time.time()

@@ -10,9 +10,11 @@ either way). The ways alternate step by step, so a load that comes and goes slow
 its steps and the slowest process's time counts (the others wait for it at the next collective). DDP runs as the
 trainers run it (engine/ddp.py: find_unused_parameters, which walks each step's graph to find the heads a step
 leaves unused) and with static_graph (which assumes every step uses the same parameters, as here, and learns the
-order of their gradients in the first step); each way has its own copy of the model.
+order of their gradients in the first step); each way has its own copy of the model. Off a terminal, a progress
+line at least every 30 seconds.
 """
 import argparse
+import logging
 import socket
 import statistics
 import sys
@@ -24,6 +26,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from minbert.common.progress import Progress, log_to_stderr  # noqa: E402
 from minbert.common.tables import markdown_table  # noqa: E402
 from minbert.models import BertConfig, BertModel, pool  # noqa: E402
 from minbert.engine.ddp import average_gradients  # noqa: E402
@@ -55,6 +58,7 @@ def step(models: dict, inputs: dict, way: str) -> float:
 def worker(rank: int, args, port: int, results):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=args.processes)
     torch.set_num_threads(args.threads)
+    log_to_stderr(logging.WARNING, progress_lines=True)  # a process of its own: rank 0 counts the steps
     def model():
         torch.manual_seed(0)
         return Loss(BertModel(BertConfig(hidden_size=args.hidden, num_hidden_layers=args.layers,
@@ -66,6 +70,8 @@ def worker(rank: int, args, port: int, results):
     ids = torch.randint(1000, 30000, (args.batch_size, args.tokens), generator=torch.Generator().manual_seed(rank))
     inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "token_type_ids": torch.zeros_like(ids)}
     times = {way: [] for way in WAYS}  # per repeat, per step
+    bar = Progress(args.repeats * len(WAYS) * (args.warmup + args.steps), "distributed_step", unit="step",
+                   shown=rank == 0)
     for repeat in range(args.repeats):
         for way in WAYS:
             times[way].append([])
@@ -74,6 +80,8 @@ def worker(rank: int, args, port: int, results):
             seconds = step(models, inputs, way)
             if index >= len(WAYS) * args.warmup:
                 times[way][repeat].append(seconds)
+            bar.update()
+    bar.close()
     slowest = [None] * args.processes
     dist.all_gather_object(slowest, times)
     if rank == 0:

@@ -15,11 +15,13 @@ compiled.
 
 Prints a Markdown table (the last column: tokens a second as a ratio to `transformers` in the same
 configuration) and writes the numbers as JSON (--out), rewritten after every configuration. A configuration that
-fails (a compiler error, out of memory) is a row saying why; the others are still measured.
+fails (a compiler error, out of memory) is a row saying why; the others are still measured. A line as each
+configuration ends; off a terminal, a progress line at least every 30 seconds besides (a compilation is long).
 """
 import argparse
 import contextlib
 import itertools
+import logging
 import random
 import sys
 import tempfile
@@ -33,6 +35,7 @@ import transformers
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from minbert.common.cli import resolve_device  # noqa: E402
 from minbert.common.files import write_json  # noqa: E402
+from minbert.common.progress import Progress, log_to_stderr  # noqa: E402
 from minbert.common.tables import cell  # noqa: E402
 from minbert.models import AdamW, Tokenizer, compile_encoder, from_pretrained  # noqa: E402
 from minbert.models.loading import resolve_checkpoint  # noqa: E402
@@ -269,6 +272,7 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
+    log_to_stderr(logging.WARNING, progress_lines=True)
     args.device = resolve_device(args.device)
     device_name, peak = describe(args.device, args.peak_tflops)
     real = real_batches(Tokenizer.from_pretrained(args.tokenizer), args.data, args.real_batches, args.batch_size,
@@ -291,18 +295,22 @@ def main(argv=None):
         models = [(f"{shape_name} (random)", random_checkpoint(shape, Path(temp)))]
         if args.model != "none":
             models.append((args.model_name or args.model, resolve_checkpoint(args.model)))
+        configurations = settings(args)
+        bar = Progress(len(models) * len(configurations), "gpu_throughput", unit="configuration")
         for model_name, folder in models:
             vocab_size = transformers.BertConfig.from_pretrained(folder).vocab_size
             batch_sets = {kind: real if kind == "real" else [fixed_batch(kind, vocab_size)]
                           for kind in args.batch_kinds}
             batch_sets = {kind: [({k: v.to(args.device) for k, v in b.items()}, has_padding(b)) for b in batches]
                           for kind, batches in batch_sets.items()}
-            for setting in settings(args):
+            for setting in configurations:
                 rows.append(measured_row({"model": model_name, **vars(setting)}, setting, folder,
                                          batch_sets[setting.batches], args, peak))
                 compare_with_transformers(rows)
                 if args.out:  # as it goes: a session cut short keeps every configuration measured so far
                     write_json(args.out, {**header, "rows": rows})
+                bar.update()
+        bar.close()
     print(f"\n{device_name}; MFU against " + (f"{peak:g} TFLOP/s dense bf16\n" if peak else "no known peak "
                                                 "(--peak-tflops)\n"))
     print(markdown(rows))

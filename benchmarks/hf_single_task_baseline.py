@@ -6,8 +6,11 @@ what a careful user would write for speed: sdpa attention, --precision bf16 auto
 GPU, and no per-step read of the loss (which would make every step wait for the GPU).
 
     python benchmarks/hf_single_task_baseline.py --model all-MiniLM-L6-v2 --epochs sst=2,para=1,sts=2
+
+A progress bar on a terminal; off one, a line at least every 30 seconds.
 """
 import argparse
+import logging
 import random
 import sys
 import time
@@ -15,13 +18,13 @@ from pathlib import Path
 
 import torch
 from scipy.stats import pearsonr
-from tqdm import tqdm
 import transformers
 from transformers import get_linear_schedule_with_warmup
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from minbert.common.cli import HelpFormatter, resolve_device  # noqa: E402
 from minbert.common.files import DEFAULT_DATA, write_json  # noqa: E402
+from minbert.common.progress import Progress, log_to_stderr, progress  # noqa: E402
 from minbert.models import Tokenizer  # noqa: E402
 from minbert.models.loading import resolve_checkpoint  # noqa: E402
 from minbert.models.tokenizer import collate  # noqa: E402
@@ -66,7 +69,7 @@ def run_task(task, args, folder, tokenizer):
     rng = random.Random(args.seed)
     start = time.time()
     model.train()
-    with tqdm(total=steps, desc=f"{task} baseline", disable=None) as progress:
+    with Progress(steps, f"{task} baseline", unit="step") as bar:
         for _ in range(epochs):
             epoch_loss, epoch_steps = torch.zeros((), device=args.device), 0  # summed on the device, read once
             for batch in batches(train_encoded, [r.label for r in train], args.batch_size, True, rng,
@@ -78,13 +81,14 @@ def run_task(task, args, folder, tokenizer):
                 optimizer.step(), schedule.step(), optimizer.zero_grad()
                 epoch_loss += loss.detach()
                 epoch_steps += 1
-                progress.update()
-            progress.set_postfix(loss=f"{epoch_loss.item() / epoch_steps:.3f}")
+                bar.update()
+            bar.set_postfix({"loss": f"{epoch_loss.item() / epoch_steps:.3f}"})
     train_seconds = time.time() - start  # the .item() above waited for the GPU's last step
     model.eval()
     predictions, start = [], time.time()
     with torch.no_grad(), autocast:
-        for batch in batches(dev_encoded, [r.label for r in dev], 128, False, rng, tokenizer.pad_id, regression):
+        for batch in progress(batches(dev_encoded, [r.label for r in dev], 128, False, rng, tokenizer.pad_id,
+                                      regression), f"{task} dev", total=-(-len(dev) // 128), unit="batch"):
             logits = model(**{k: v.to(args.device) for k, v in batch.items() if k != "labels"}).logits.float()
             predictions += (logits.squeeze(-1) if regression else logits.argmax(-1)).tolist()
     gold = [r.label for r in dev]
@@ -126,6 +130,7 @@ def main(argv=None):
                         help="JSON file for each task's dev metric, epochs and training seconds (rewritten after "
                              "each task)")
     args = parser.parse_args(argv)
+    log_to_stderr(logging.WARNING, progress_lines=True)
     args.epochs = {k: int(v) for k, v in (item.split("=") for item in args.epochs.split(","))}
     args.device = resolve_device(args.device)
     folder = resolve_checkpoint(args.model)

@@ -9,7 +9,7 @@ The quick start is `minbert train --config quick-start` (about 6 minutes of one 
 --lines Quora pairs (taken from quora-train.csv, written to OUT/pairs.tsv) with the quick start's run. For each it
 prints the peak resident set size (the kernel's high-water mark of the command's process, as /usr/bin/time -v
 reports it), the wall seconds and the CPU seconds. Extra arguments after `--` go to every command (e.g.
-`-- --precision fp32`).
+`-- --precision fp32`). The commands run quiet; off a terminal, a progress line at least every 30 seconds.
 
 --breakdown runs the quick start in a process that also samples its own resident size every 20 ms and learns
 its phases from the training loop's events (a callback, engine/callbacks.py): importing the trainer; reading the
@@ -20,6 +20,7 @@ start and its peak within it.
 import argparse
 import csv
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -34,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 from minbert.common.cli import HelpFormatter  # noqa: E402
 from minbert.common.files import DEFAULT_DATA  # noqa: E402
 from minbert.common.precision import processor  # noqa: E402
+from minbert.common.progress import Progress, log_to_stderr  # noqa: E402
 
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 PAGE_MB = os.sysconf("SC_PAGE_SIZE") / 2**20
@@ -131,14 +133,18 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     if args.probe:
         return breakdown(train, out / "phases.json")
     results = {}
+    log_to_stderr(logging.WARNING, progress_lines=True)
+    bar = Progress(1 if args.skip_train else 2, "memory", unit="command")
     if not args.skip_train:
         results["quick start"] = measured(
             [sys.executable, __file__, "--probe", "--out", str(out), "--data-dir", args.data_dir, "--", *args.extra]
             if args.breakdown else [*minbert, "train", *train])
+        bar.update()
     source = pairs_file(Path(args.data_dir), out / "pairs.tsv", args.lines)
     results[f"predict, {args.lines:,} pairs"] = measured(
         [*minbert, "predict", str(run), "--task", "para", "--input", str(source),
          "--output", str(out / "predicted.tsv"), *args.extra])
+    bar.close()
     print(f"{processor()}, torch {torch.__version__}, one thread\n")
     print("| command | peak resident MB | wall s | CPU s |\n|---|---|---|---|")
     for name, result in results.items():

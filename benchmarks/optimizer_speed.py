@@ -3,9 +3,11 @@
     python benchmarks/optimizer_speed.py --device cpu --threads 1
 
 References: torch.optim.AdamW with foreach=False (a loop over the parameters, as our AdamW was written before) and
-with foreach=True (torch's multi-tensor path). A ratio below 1 is faster than the reference.
+with foreach=True (torch's multi-tensor path). A ratio below 1 is faster than the reference. Off a terminal, a
+progress line at least every 30 seconds.
 """
 import argparse
+import logging
 import statistics
 import sys
 import time
@@ -15,6 +17,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from minbert.common.cli import HelpFormatter  # noqa: E402
+from minbert.common.progress import Progress, log_to_stderr  # noqa: E402
 from minbert.models import AdamW  # noqa: E402
 
 # bert-base: embeddings, 12 layers (attention, its output, the feed-forward pair, two LayerNorms), the pooler.
@@ -22,42 +25,52 @@ LAYER = [(768, 768), (768,)] * 4 + [(768,), (768,)] + [(3072, 768), (3072,), (76
 SHAPES = [(30522, 768), (512, 768), (2, 768), (768,), (768,)] + LAYER * 12 + [(768, 768), (768,)]
 
 
-def step_seconds(make_optimizer, device: str, repeats: int) -> float:
+def step_time(optimizer, device: str) -> float:
+    """The wall seconds of one optimizer step."""
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    optimizer.step()
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+def step_seconds(make_optimizer, device: str, repeats: int, bar: Progress) -> float:
+    """The median of `repeats` steps, after one that allocates the moments; each step counted by `bar`."""
     torch.manual_seed(0)
     params = [torch.nn.Parameter(torch.randn(shape, device=device) * 0.02) for shape in SHAPES]
     for p in params:
         p.grad = torch.randn_like(p) * 1e-3
     optimizer = make_optimizer(params)
-    optimizer.step()  # the first step allocates the moments
     times = []
-    for _ in range(repeats):
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        optimizer.step()
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
+    for repeat in range(repeats + 1):
+        seconds = step_time(optimizer, device)
+        times += [seconds] if repeat else []  # the first step allocates the moments
+        bar.update()
     return statistics.median(times)
 
 
-def main():
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
                         help="where the parameters live: cpu, cuda, cuda:1, ... (by default cuda when present)")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     parser.add_argument("--repeats", type=int, default=5, help="timed steps per optimizer; the median is printed")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    log_to_stderr(logging.WARNING, progress_lines=True)
     if args.threads:
         torch.set_num_threads(args.threads)
     settings = dict(lr=1e-4, weight_decay=0.01)
-    ours = step_seconds(lambda p: AdamW(p, **settings), args.device, args.repeats)
+    bar = Progress(3 * (args.repeats + 1), "optimizer_speed", unit="step")  # ours and the two references
+    ours = step_seconds(lambda p: AdamW(p, **settings), args.device, args.repeats, bar)
     print(f"{sum(torch.Size(s).numel() for s in SHAPES) / 1e6:.1f}M parameters in {len(SHAPES)} tensors on "
           f"{args.device}: our AdamW step {ours * 1000:.1f} ms")
     for name, foreach in (("torch.optim.AdamW(foreach=False)", False), ("torch.optim.AdamW(foreach=True)", True)):
         reference = step_seconds(lambda p: torch.optim.AdamW(p, foreach=foreach, **settings), args.device,
-                                 args.repeats)
-        print(f"  {name}: {reference * 1000:.1f} ms; ours / it = {ours / reference:.2f}")
+                                 args.repeats, bar)
+        print(f"  {name}: {reference * 1000:.1f} ms; ours / it = {ours / reference:.2f}", flush=True)
+    bar.close()
 
 
 if __name__ == "__main__":

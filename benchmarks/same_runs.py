@@ -10,9 +10,11 @@ Tension; ConSERT's two stages (sup-unsup); SimCSE with --fusion and gradient cac
 its weights (safetensors files), its leaderboard CSVs and its saved soft outputs (their ids and tensor bytes:
 torch.save's bytes depend on the temporary file's name). Every run is pinned to --precision fp32 (which every
 revision with these commands accepts): --precision auto picks bf16 on a processor that computes it natively.
+Each run's hash is printed as it ends; off a terminal, a progress line at least every 30 seconds besides.
 """
 import argparse
 import hashlib
+import logging
 import os
 import subprocess
 import sys
@@ -24,6 +26,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from minbert.common.files import DEFAULT_DATA  # noqa: E402
+from minbert.common.progress import log_to_stderr, progress  # noqa: E402
 
 MULTITASK = ["multitask_classifier.py", "--max-train-examples", "96", "--max-eval-examples", "96"]
 RUNS = {
@@ -78,7 +81,7 @@ def hashes(revision: str, data_dir: str, names: list[str]) -> dict[str, str]:
         stages_flag = consert_stages_flag(code)
         env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
         results = {}
-        for name in names:
+        for name in progress(names, f"same_runs, {revision}", unit="run"):
             argv = [stages_flag if a == "CONSERT_STAGES" else a for a in RUNS[name]]
             subprocess.run([sys.executable, *argv, "--model", "all-MiniLM-L6-v2", "--device", "cpu",
                             "--precision", "fp32", "--quiet",
@@ -101,6 +104,7 @@ def main(argv: list[str] | None = None) -> bool:
     names = args.runs.split(",")
     if unknown := sorted(set(names) - set(RUNS)):
         parser.error(f"unknown --runs {', '.join(unknown)}; choose from {', '.join(RUNS)}")
+    log_to_stderr(logging.WARNING, progress_lines=True)
     before, after = (hashes(revision, args.data_dir, names) for revision in (args.before, args.after))
     print(f"| run | {args.before} | {args.after} | same |\n|---|---|---|---|")
     for name in names:

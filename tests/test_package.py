@@ -76,6 +76,30 @@ def test_printed_commands_name_the_interpreter_that_runs_never_a_bare_python(mon
     assert program("multitask_classifier.py", "train")[1:] == ["-m", "minbert", "train"]
 
 
+def test_under_torchrun_printed_commands_start_with_torchrun_as_it_was_started(monkeypatch, tmp_path):
+    """A torchrun process's parent is its torchrun, whose command line ends with the program and the process's own
+    words: here a stand-in parent, `python -c CODE --nproc-per-node 2` and the program (-m minbert, or the console
+    command). tests/test_torchrun_interruption.py runs the real torchrun, as a module and as its console command."""
+    from minbert.common import cli
+
+    code = "import time; print(flush=True); time.sleep(60)"  # a line once it runs
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "job")
+    console = str(tmp_path / "bin" / "minbert")
+    for own, program in (([str(ROOT / "minbert" / "__main__.py"), "train", "--epochs", "1"], ["-m", "minbert"]),
+                         ([console, "train", "--epochs", "1"], [console])):
+        torchrun = [sys.executable, "-c", code, "--nproc-per-node", "2"]
+        parent = subprocess.Popen([*torchrun, *program, *own[1:]], stdout=subprocess.PIPE)
+        try:
+            parent.stdout.readline()
+            monkeypatch.setattr(os, "getppid", lambda: parent.pid)
+            monkeypatch.setattr(sys, "argv", own)
+            assert cli.program("multitask_classifier.py", "train") == [
+                cli.shown_path(sys.executable), *torchrun[1:], *program, "train"]
+        finally:
+            parent.kill()
+            parent.communicate()
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
     """A fresh virtual environment with the wheel built from this repository installed in it; the packages it

@@ -6,8 +6,12 @@ import importlib.util
 import io
 import logging
 import re
+import socket
+import subprocess
+import sys
 import threading
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -16,6 +20,7 @@ from tqdm import tqdm
 import multitask_classifier
 from minbert.analysis import layers
 from minbert.common import progress
+from minbert.engine import engine
 from minbert.models import sentence_embedding
 from tests.conftest import multitask_argv
 
@@ -186,6 +191,23 @@ def assert_a_line_every_interval(lines: list[tuple[float, str]], started: float,
     assert max(later - earlier for earlier, later in zip(times, times[1:])) <= progress.INTERVAL, lines
 
 
+def each_call_takes(clock: Clock, function, seconds: float = 40):
+    """`function`, each call of which takes `seconds` of the fake clock (a slow step)."""
+    def slow(*args, **kwargs):
+        clock.advance(seconds)
+        return function(*args, **kwargs)
+    return slow
+
+
+def each_item_takes(clock: Clock, generator, seconds: float = 40):
+    """`generator` (a function that yields), each item of which takes `seconds` of the fake clock (a slow batch)."""
+    def slow(*args, **kwargs):
+        for item in generator(*args, **kwargs):
+            clock.advance(seconds)
+            yield item
+    return slow
+
+
 def test_a_benchmark_off_a_terminal_writes_a_line_at_least_every_interval(clock, lines, tiny_model, monkeypatch):
     spec = importlib.util.spec_from_file_location("encoder_speed", ROOT / "benchmarks" / "encoder_speed.py")
     encoder_speed = importlib.util.module_from_spec(spec)
@@ -207,17 +229,129 @@ def test_a_benchmark_off_a_terminal_writes_a_line_at_least_every_interval(clock,
 def test_analyze_layers_off_a_terminal_writes_a_line_at_least_every_interval(clock, lines, tiny_model,
                                                                              contrastive_data, monkeypatch, caplog):
     caplog.set_level(logging.INFO)
-    batches = sentence_embedding._length_sorted_batches
-
-    def slow_batches(*args):  # a batch of 40 s
-        for batch in batches(*args):
-            clock.advance(40)
-            yield batch
-
-    monkeypatch.setattr(sentence_embedding, "_length_sorted_batches", slow_batches)
+    monkeypatch.setattr(sentence_embedding, "_length_sorted_batches",  # a batch of 40 s
+                        each_item_takes(clock, sentence_embedding._length_sorted_batches))
     started = clock.now
     layers.build(layers.LayersConfig(models=str(tiny_model), data_dir=str(contrastive_data), sets="sts12,sts-dev",
                                      batch_size=4))
     assert clock.now - started >= 4 * 40  # several batches
     assert_a_line_every_interval(lines.lines, started, clock.now)
     assert all(line.startswith(f"layers of {tiny_model.name}, ") for _, line in lines.lines)
+
+
+# ---- the benchmarks that ran silent off a terminal: each with steps, batches or runs of 40 s ----
+
+def test_optimizer_speed_off_a_terminal_writes_a_line_at_least_every_interval(clock, lines, monkeypatch):
+    from benchmarks import optimizer_speed
+    monkeypatch.setattr(optimizer_speed, "SHAPES", [(4, 3), (3,)])
+    monkeypatch.setattr(optimizer_speed, "step_time", each_call_takes(clock, lambda optimizer, device: 1.0))
+    started = clock.now
+    optimizer_speed.main(["--device", "cpu", "--repeats", "2"])
+    assert clock.now - started == 3 * 3 * 40  # 3 optimizers x (a first step and 2 repeats)
+    assert_a_line_every_interval(lines.lines, started, clock.now)
+    assert lines.lines[0][1] == "optimizer_speed: 0/9 steps (0%), 30 s"
+
+
+@pytest.fixture
+def slow_steps(clock, monkeypatch):
+    """Every training step of the trainers takes 40 s."""
+    monkeypatch.setattr(engine.Engine, "_train_step", each_call_takes(clock, engine.Engine._train_step))
+
+
+def test_compare_schedules_off_a_terminal_writes_a_line_at_least_every_interval(clock, lines, slow_steps, tiny_model,
+                                                                                course_data, tmp_path):
+    from benchmarks import compare_schedules
+    started = clock.now
+    compare_schedules.main(["--model", str(tiny_model), "--schedules", "avg,rr-batch", "--max-train-examples", "8",
+                            "--epochs", "1", "--output-root", str(tmp_path), "--data-dir", str(course_data),
+                            "--batch-size", "4", "--device", "cpu"])
+    assert clock.now - started == (2 + 6) * 40  # avg: 2 steps of every task; rr-batch: 6 of one task
+    assert_a_line_every_interval(lines.lines, started, clock.now)  # here the runs' own lines
+
+
+def test_compare_contrastive_off_a_terminal_writes_a_line_at_least_every_interval(clock, lines, slow_steps,
+                                                                                  tiny_model, contrastive_data,
+                                                                                  tmp_path, monkeypatch):
+    from benchmarks import compare_contrastive
+    monkeypatch.setattr(sentence_embedding, "_length_sorted_batches",  # the STS benchmark's batches too
+                        each_item_takes(clock, sentence_embedding._length_sorted_batches))
+    started = clock.now
+    compare_contrastive.main(["--model", str(tiny_model), "--runs", "simcse-unlabeled", "--max-steps", "2",
+                              "--data-dir", str(contrastive_data), "--output-root", str(tmp_path),
+                              "--batch-size", "4", "--device", "cpu"])
+    assert clock.now - started > 2 * 40  # the zero-shot scoring, 2 steps, the trained encoder's scoring
+    assert_a_line_every_interval(lines.lines, started, clock.now)
+    assert any(line.startswith("STS benchmark, ") for _, line in lines.lines)
+
+
+def test_same_runs_off_a_terminal_writes_a_line_at_least_every_interval(clock, lines, monkeypatch):
+    from benchmarks import same_runs
+
+    def run(argv, **kwargs):  # git archive and tar at once; each run of a revision 40 s
+        if argv[0] == sys.executable:
+            clock.advance(40)
+        return subprocess.CompletedProcess(argv, 0, stdout=b"")
+
+    monkeypatch.setattr(same_runs, "subprocess", types.SimpleNamespace(run=run))
+    monkeypatch.setattr(same_runs, "run_hash", lambda folder: "0" * 64)
+    started = clock.now
+    assert same_runs.main(["HEAD~1", "HEAD", "--runs", "recipe,simcse"])
+    assert clock.now - started == 2 * 2 * 40
+    assert_a_line_every_interval(lines.lines, started, clock.now)
+    assert lines.lines[0][1] == "same_runs, HEAD~1: 0/2 runs (0%), 30 s"
+
+
+def test_memory_off_a_terminal_writes_a_line_at_least_every_interval(clock, lines, course_data, tmp_path,
+                                                                     monkeypatch):
+    from benchmarks import memory
+    measured = {"peak_mb": 1.0, "wall_s": 1.0, "cpu_s": 1.0}
+    monkeypatch.setattr(memory, "measured", each_call_takes(clock, lambda argv: measured, seconds=100))
+    started = clock.now
+    memory.main(["--out", str(tmp_path), "--data-dir", str(course_data), "--lines", "5"])
+    assert clock.now - started == 200  # the quick start, then predict: 100 s each
+    assert_a_line_every_interval(lines.lines, started, clock.now)
+    assert lines.lines[0][1] == "memory: 0/2 commands (0%), 30 s"
+
+
+def test_hf_single_task_baseline_off_a_terminal_writes_a_line_at_least_every_interval(clock, lines, tiny_model,
+                                                                                      course_data, tmp_path,
+                                                                                      monkeypatch):
+    from benchmarks import hf_single_task_baseline
+    monkeypatch.setattr(hf_single_task_baseline, "batches", each_item_takes(clock, hf_single_task_baseline.batches))
+    started = clock.now
+    hf_single_task_baseline.main(["--model", str(tiny_model), "--data", str(course_data), "--tasks", "sst",
+                                  "--epochs", "sst=1", "--batch-size", "8", "--max-length", "32", "--device", "cpu",
+                                  "--out", str(tmp_path / "baseline.json")])
+    assert clock.now - started == (5 + 1) * 40  # 40 rows in 5 training batches, 12 dev rows in one
+    assert_a_line_every_interval(lines.lines, started, clock.now)
+    assert {line.split(":")[0] for _, line in lines.lines} == {"sst baseline", "sst dev"}
+
+
+def test_distributed_step_off_a_terminal_writes_a_line_at_least_every_interval(clock, lines, monkeypatch):
+    """Its rank 0, here a world of one process, in this one."""
+    from benchmarks import distributed_step
+    monkeypatch.setattr(distributed_step, "step", each_call_takes(clock, lambda models, inputs, way: 1.0))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    args = types.SimpleNamespace(processes=1, threads=1, layers=1, hidden=8, heads=2, intermediate=16, batch_size=2,
+                                 tokens=4, bucket_mb=1, warmup=1, steps=2, repeats=2)
+    started, results = clock.now, {}
+    distributed_step.worker(0, args, port, results)
+    assert clock.now - started == 2 * 3 * (1 + 2) * 40  # 2 repeats of 3 ways x 3 steps
+    assert_a_line_every_interval(lines.lines, started, clock.now)
+    assert lines.lines[0][1] == "distributed_step: 0/18 steps (0%), 30 s"
+
+
+def test_gpu_throughput_off_a_terminal_writes_a_line_at_least_every_interval(clock, lines, monkeypatch):
+    """A configuration of 100 s (a compilation, then its steps)."""
+    from benchmarks import gpu_throughput
+    result = {"seconds": 1.0, "tokens": 10, "flops": 1.0, "peak_memory_gib": None}
+    monkeypatch.setattr(gpu_throughput, "measure", each_call_takes(clock, lambda *args: result, seconds=100))
+    started = clock.now
+    gpu_throughput.main(["--shape", "tiny", "--model", "none", "--device", "cpu", "--fixed", "2x8", "--real-batches",
+                         "0", "--precisions", "fp32", "--compile", "eager", "--sides", "ours,transformers",
+                         "--attention", "padded"])
+    assert clock.now - started == 2 * 100  # ours and transformers
+    assert_a_line_every_interval(lines.lines, started, clock.now)
+    assert lines.lines[0][1] == "gpu_throughput: 0/2 configurations (0%), 30 s"

@@ -197,14 +197,18 @@ def program(script: str, subcommand: str) -> list[str]:
     """The words that run one of the toolkit's commands the way this process was started, for the command lines it
     prints and records: the console command as the user typed it (`.venv/bin/minbert train`), `python -m minbert
     train` with this interpreter, or this interpreter and the script at the repository's root (`.venv/bin/python
-    multitask_classifier.py`). Never a bare `python`: the one on the path may not have the toolkit's packages."""
+    multitask_classifier.py`). Never a bare `python`: the one on the path may not have the toolkit's packages.
+    Under torchrun, its own words first, in place of the interpreter (`.venv/bin/torchrun --nproc-per-node 2
+    multitask_classifier.py`)."""
     started = Path(sys.argv[0]) if sys.argv and sys.argv[0] else Path()
+    launcher = distributed.torchrun_words()
+    launcher = [shown_path(launcher[0]), *launcher[1:]] if launcher else None
     if started.name == "minbert":
-        return [sys.argv[0], subcommand]
-    interpreter = shown_path(sys.executable)
+        return [*(launcher or []), sys.argv[0], subcommand]
+    launcher = launcher or [shown_path(sys.executable)]
     if started.name == "__main__.py" and started.parent.name == "minbert":
-        return [interpreter, "-m", "minbert", subcommand]
-    return [interpreter, *script.split()]
+        return [*launcher, "-m", "minbert", subcommand]
+    return [*launcher, *script.split()]
 
 
 def shown_path(path: str) -> str:

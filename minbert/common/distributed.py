@@ -49,6 +49,27 @@ def job() -> str | None:
     return f"{os.environ['TORCHELASTIC_RUN_ID']} on {socket.gethostname()}, agent pid {os.getppid()}"
 
 
+def torchrun_words() -> list[str] | None:
+    """The words that started this process's torchrun, up to the program it runs (["python", "-m",
+    "torch.distributed.run", "--nproc-per-node", "2"], [".venv/bin/torchrun", "--standalone", ...]), from its command
+    line, which ends with the program and this process's own arguments; None without torchrun, or where that
+    command line cannot be read (Linux's /proc: torchrun's is this process's parent)."""
+    if "TORCHELASTIC_RUN_ID" not in os.environ:
+        return None
+    try:
+        words = Path(f"/proc/{os.getppid()}/cmdline").read_bytes().decode().split("\0")[:-1]
+    except (OSError, UnicodeDecodeError):
+        return None
+    own = len(sys.argv) - 1
+    before = words[:len(words) - own]  # torchrun's own words and the program: a script, or -m and a module
+    if words[len(words) - own:] != sys.argv[1:] or len(before) < 2:
+        return None
+    before = before[:-2] if before[-2] in ("-m", "--module") else before[:-1]
+    if len(before) > 1 and Path(before[1]).name == "torchrun":  # the console script, run by its #! interpreter
+        before = before[1:]
+    return before
+
+
 def setup(device: torch.device, timeout: float) -> torch.device:
     """Join torchrun's process group (NCCL on GPUs, gloo on CPU); returns this process's device. `timeout`: the
     seconds a collective waits for the others (--dist-timeout). Ranks but 0 then log errors only (the same data,

@@ -15,9 +15,8 @@ saved; on_train_end once the last step is done (before the run's finish: its tes
 callbacks set is what every process does.
 
 The callbacks that ship with the project are here too: the progress bar, best/ when the score improves, early
-stopping (--patience), the timed save of last/ (--save-every-minutes) and a graceful stop on a signal
-(Interruption); the loggers (--report-to) are in
-engine/reporting.py.
+stopping (--patience) and the timed save of last/ (--save-every-minutes); the loggers (--report-to) are in
+engine/reporting.py. So is a graceful stop on a signal (Interruption), which the engine holds on every process.
 """
 import dataclasses
 import logging
@@ -164,12 +163,13 @@ class TimedSave(Callback):
             self.asked = None
 
 
-class Interruption(Callback):
+class Interruption:
     """Ctrl-C (SIGINT), SIGTERM (kill, a batch job's end, torchrun passing either on) and SIGUSR1 (SLURM's
     --signal=USR1@SECONDS before a time limit): the step under way finishes, last/ is saved, and the command stops
-    saying how to resume. The same signal again stops at once (another is held back: torchrun passes Ctrl-C on to its
-processes as SIGTERM). Used as a context around the loop on every process, whose
-    signals it holds back (torchrun signals each); rank 0's, as its callback, asks the loop to stop."""
+    saying how to resume. The same signal again stops at once; another is held back (torchrun, given a second
+    Ctrl-C, sends its processes SIGTERM after the first's SIGINT: they still save). Used as a context around the
+    loop on every process: the signal any process received reaches the control they all agree on after each step
+    (Engine._agreed_control), so that every process saves and stops after the same step."""
 
     SIGNALS = ("SIGINT", "SIGTERM", "SIGUSR1")
 
@@ -198,7 +198,3 @@ processes as SIGTERM). Used as a context around the loop on every process, whose
         self.received = number
         log.warning("%s: finishing the step under way, then saving last/ (again to stop at once)",
                     signal.Signals(number).name)
-
-    def on_step_end(self, state, control, losses):
-        if self.received:
-            control.should_save, control.should_interrupt = True, self.received

@@ -71,8 +71,8 @@ class Engine(Command):
         if self.is_main:
             log.info("%s: %d steps in %d epoch(s) on %s, %s; %s", run.name, len(steps), len(epoch_ends), self.device,
                      self.precision.name, run.describe())
-        interruption = Interruption()
-        callbacks = [ProgressBar(run.name), TimedSave(config.save_every_minutes), interruption]
+        self.interruption = Interruption()
+        callbacks = [ProgressBar(run.name), TimedSave(config.save_every_minutes)]
         if run.evaluate is not None:
             callbacks += [BestCheckpoint(lambda: self._save_best(run), run.score_name),
                           EarlyStopping(run.patience, run.score_name)]
@@ -80,7 +80,7 @@ class Engine(Command):
         self.wants_losses = any(type(callback).on_step_end is not Callback.on_step_end
                                 for callback in self.user_callbacks)
         self._event("on_train_begin")
-        with interruption:
+        with self.interruption:
             self._loop(run, steps[state.step:], epoch_ends)
         self._event("on_train_end")
         self._release_training_state()
@@ -139,8 +139,14 @@ class Engine(Command):
         self._event("on_log", {**record, "stage": self.state.stage} if self.state.stage else record)
 
     def _agreed_control(self) -> Control:
-        """What the callbacks asked so far in this step: rank 0's, on every process."""
-        return distributed.broadcast_object(self.control)
+        """What the callbacks asked so far in this step: rank 0's, on every process; and a stop, with a save, for a
+        signal any process received (Interruption: torchrun passes one on to each process, which may get it a step
+        after another; a `kill` may reach one alone), so that every process stops after the same step."""
+        asked = distributed.all_gather_objects((self.control if self.is_main else None, self.interruption.received))
+        control, received = asked[0][0], next((number for _, number in asked if number), 0)
+        if received and not control.should_interrupt:
+            control.should_save, control.should_interrupt = True, received
+        return control
 
     def _clock(self) -> float:
         """time.time() once the device has done the work queued so far (a GPU runs behind the host)."""
