@@ -124,6 +124,11 @@ def multitask_argv(model: Path, data: Path, out: Path, *extra: str) -> list[str]
                       "--epochs", "2", "--lr", "1e-3", *extra])
 
 
+def contents(folder: Path) -> dict[str, bytes]:
+    """Every file under `folder`, by its path inside it, with its bytes."""
+    return {str(path.relative_to(folder)): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
 def checkpoint_weights(folder: Path) -> dict[str, torch.Tensor]:
     """Every tensor of a checkpoint folder: the encoder's and, where there are any, the heads'."""
     heads = folder / checkpoint.HEADS

@@ -79,6 +79,8 @@ class Engine(Command):
         self.wants_losses = any(type(callback).on_step_end is not Callback.on_step_end
                                 for callback in self.user_callbacks)
         self._event("on_train_begin")
+        if self.is_main:  # the run can train: what it replaces in --output-dir goes only now
+            self.folder.start()
         with interruption:
             self._loop(run, steps[state.step:], epoch_ends)
         self._event("on_train_end")
