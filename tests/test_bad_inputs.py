@@ -6,7 +6,7 @@ Each case: (kind, what is wrong, command, arguments, the exact message's start, 
 message, MODEL, DATA, OUT stand for a tiny model, tiny course files and a fresh output folder; FILE for a file that
 is not a folder; the lower-case names for the broken files and folders the fixture `places` makes (finished-run: a
 finished run trained on edited-data, whose ids-sst-train.csv changed since). A case that cannot be made of files,
-a full disk, has a fault in FAULTS that the test injects.
+a full disk or a read-only file system (OUT-ro), has a fault in FAULTS that the test injects.
 """
 import argparse
 import json
