@@ -175,6 +175,16 @@ def test_a_folder_holding_only_empty_folders_holds_no_run(tmp_path):
         claimed(tmp_path / "run")
 
 
+def test_overwrite_replaces_a_checkpoint_a_kill_left_between_its_two_renames(tmp_path):
+    """A run killed as a save of best/ renamed the old one away (.best.old, no best/): --overwrite removes that
+    checkpoint too, never puts it back beside the new run."""
+    (tmp_path / ".best.old").mkdir()
+    (tmp_path / ".best.old" / "model.safetensors").write_text("the old run's")
+    (tmp_path / "metrics.jsonl").write_text("{}\n")
+    claimed(tmp_path, ("last", "metrics.jsonl", "best"), overwrite=True, start=True)
+    assert sorted(path.name for path in tmp_path.iterdir()) == []
+
+
 def test_overwrite_removes_nothing_when_an_entry_it_would_remove_holds_what_the_command_reads(tmp_path):
     for name in ("best", "last"):
         (tmp_path / name).mkdir()

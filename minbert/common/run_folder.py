@@ -146,8 +146,8 @@ class RunFolder:
         """Own the folder for a command: created if need be and locked for this process (a second command into it
         is refused, naming the first's pid); a run in it refused unless continued (--resume) or replaced
         (--overwrite: the entries `owned`, what the command writes, are removed, nothing else; refused when one
-        holds a source the command reads, `sources`: flag -> path); then the newest complete files of saves that
-        died half-way put back. What the command replaces in a run it finds there (--overwrite's entries, --resume's
+        holds a source the command reads, `sources`: flag -> path), once the newest complete files of saves that
+        died half-way are put back. What the command replaces in a run it finds there (--overwrite's entries, --resume's
         log lines and run config) stays as it is until start(). Under torchrun rank 0 alone claims (its machine
         alone has the folder)."""
         if resume and overwrite:
@@ -156,12 +156,14 @@ class RunFolder:
         self.made = make_folders(self.path)  # taken back if the command is refused before it writes anything
         self._lock()
         try:
-            self.waiting = resume
-            if not resume:
-                self._replace(owned, overwrite, sources, again)
+            # First the run as its last command left it: a checkpoint a kill caught between its two renames is
+            # back in place, so that --overwrite replaces it too.
             recover_files(self.path)
             for folder in (self.last, self.best):
                 recover_directory(folder)
+            self.waiting = resume
+            if not resume:
+                self._replace(owned, overwrite, sources, again)
         except BaseException:
             self.release()
             raise
