@@ -1,5 +1,6 @@
 """Shared fixtures and helpers: the project's data folder, the packaged MiniLM checkpoint, tiny models and
-checkpoints, tiny course files, the command lines of tiny runs, a checkpoint's weights, cosines by hand."""
+checkpoints, tiny course files, the command lines of tiny runs, a checkpoint's weights, a run killed and resumed,
+a folder's files, cosines by hand."""
 import math
 import random
 from pathlib import Path
@@ -124,6 +125,11 @@ def multitask_argv(model: Path, data: Path, out: Path, *extra: str) -> list[str]
                       "--epochs", "2", "--lr", "1e-3", *extra])
 
 
+def contents(folder: Path) -> dict[str, bytes]:
+    """Every file under `folder`, by its path inside it, with its bytes."""
+    return {str(path.relative_to(folder)): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
 def checkpoint_weights(folder: Path) -> dict[str, torch.Tensor]:
     """Every tensor of a checkpoint folder: the encoder's and, where there are any, the heads'."""
     heads = folder / checkpoint.HEADS
@@ -135,6 +141,38 @@ def assert_same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], 
     assert a.keys() == b.keys() and a
     for name in a:
         torch.testing.assert_close(a[name], b[name], atol=atol, rtol=rtol, msg=name)
+
+
+def killed_and_resumed(monkeypatch, argv, tmp_path: Path, kill_at: int, resume=None) -> tuple[list[str], list[str]]:
+    """A multitask run, argv(OUT) writing OUT/run, trained to its end in tmp_path/full, and again in tmp_path/resumed
+    killed (KeyboardInterrupt) as the step after `kill_at` begins, then continued by resume(the killed command's
+    arguments) (default: --output-dir and --resume alone, the run's own flags from its run config). Asserts that
+    the continued run went on after its last checkpoint, not from scratch, and ends with the uninterrupted run's
+    last/ weights. Returns the killed command's arguments and the resuming one's."""
+    import multitask_classifier
+    from minbert.training.multitask import MultitaskRun
+
+    multitask_classifier.main(argv(tmp_path / "full"))
+    original, computed, killing = MultitaskRun.step, [], [True]
+
+    def step(self, *args):
+        if killing[0] and self.engine.state.step == kill_at:
+            raise KeyboardInterrupt
+        computed.append(self.engine.state.step)
+        return original(self, *args)
+
+    monkeypatch.setattr(MultitaskRun, "step", step)
+    killed = argv(tmp_path / "resumed")
+    with pytest.raises(KeyboardInterrupt):
+        multitask_classifier.main(killed)
+    killing[0], computed[:] = False, []
+    resumed = resume(killed) if resume else ["--output-dir", str(tmp_path / "resumed" / "run"), "--resume"]
+    multitask_classifier.main(resumed)
+    monkeypatch.setattr(MultitaskRun, "step", original)
+    assert computed and computed[0] == kill_at, "the resumed run goes on after its last checkpoint"
+    assert_same_weights(checkpoint_weights(tmp_path / "resumed" / "run" / "last"),
+                        checkpoint_weights(tmp_path / "full" / "run" / "last"))
+    return killed, resumed
 
 
 def cos(u, v) -> float:

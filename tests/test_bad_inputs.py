@@ -6,7 +6,7 @@ Each case: (kind, what is wrong, command, arguments, the exact message's start, 
 message, MODEL, DATA, OUT stand for a tiny model, tiny course files and a fresh output folder; FILE for a file that
 is not a folder; the lower-case names for the broken files and folders the fixture `places` makes (finished-run: a
 finished run trained on edited-data, whose ids-sst-train.csv changed since). A case that cannot be made of files,
-a full disk, has a fault in FAULTS that the test injects.
+a full disk or a read-only file system (OUT-ro), has a fault in FAULTS that the test injects.
 """
 import argparse
 import json
@@ -14,6 +14,7 @@ import os
 import random
 import shlex
 import shutil
+import stat
 import sys
 from pathlib import Path
 
@@ -32,6 +33,8 @@ from minbert.commands import search  # noqa: E402
 import pretrain_contrastive  # noqa: E402
 from minbert.common import cli  # noqa: E402
 from minbert.common.cli import last_wins, shown_path  # noqa: E402
+from minbert.engine.callbacks import Callback  # noqa: E402
+from tests.conftest import contents  # noqa: E402
 from minbert.training.contrastive import ContrastiveConfig  # noqa: E402
 from minbert.training.multitask_config import MultitaskConfig  # noqa: E402
 
@@ -375,6 +378,29 @@ CASES = [
      [*TRAIN, "--predictions-dir", "unrecorded"],
      "error: --predictions-dir unrecorded holds leaderboard files of a command that left no written-by.json "
      "(para-dev-output.csv); choose another --predictions-dir, or replace them with --overwrite", 2),
+    ("file system", "predictions written to a device (a-device: a link to /dev/null)", "predict",
+     ["finished-run", "--sst", "a film", "--output", "a-device"],
+     "error: --output a-device: not a regular file (a device or a pipe); give the path of a file to write", 2),
+    ("file system", "a run's output folder on a read-only file system", "multitask",
+     [*TRAIN, "--output-dir", "OUT-ro/run"],
+     "error: --output-dir OUT-ro/run: cannot write there (Read-only file system)", 2),
+    ("file system", "a run's predictions folder on a read-only file system", "multitask",
+     [*TRAIN, "--predictions-dir", "OUT-ro/predictions"],
+     "error: --predictions-dir OUT-ro/predictions: cannot write there (Read-only file system)", 2),
+    ("file system", "a predictions file on a read-only file system", "predict",
+     ["finished-run", "--sst", "a film", "--output", "OUT-ro/out.tsv"],
+     "error: --output OUT-ro/out.tsv: cannot write there (Read-only file system)", 2),
+    ("file system", "an ensemble's report on a read-only file system", "ensemble",
+     ["--members", "finished-run", "--data-dir", "DATA", "--out", "OUT-ro/ensemble.json", "--predictions-dir",
+      "OUT/p"], "error: --out OUT-ro/ensemble.json: cannot write there (Read-only file system)", 2),
+    ("file system", "an ensemble's predictions folder on a read-only file system", "ensemble",
+     ["--members", "finished-run", "--data-dir", "DATA", "--out", "OUT/ensemble.json", "--predictions-dir",
+      "OUT-ro/p"], "error: --predictions-dir OUT-ro/p: cannot write there (Read-only file system)", 2),
+    ("file system", "a study folder on a read-only file system", "search", [*SEARCH, "--study-dir", "OUT-ro/study"],
+     "error: --study-dir OUT-ro/study: cannot write there (Read-only file system)", 2),
+    ("file system", "a study's journal on a read-only file system", "search",
+     [*SEARCH, "--storage", "OUT-ro/study.journal"],
+     "error: --storage OUT-ro/study.journal: cannot write there (Read-only file system)", 2),
     ("file system", "predictions written to a named pipe", "predict", ["finished-run", "--sst", "a film", "--output",
                                                                         "a-pipe"],
      "error: --output a-pipe: not a regular file (a device or a pipe); give the path of a file to write", 2),
@@ -435,11 +461,53 @@ def unwritable_mlflow_store(monkeypatch, out):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{out}/a-file/mlflow.db")
 
 
+def read_only_folder(monkeypatch, out):
+    """OUT-ro, a folder on a read-only file system: whatever creates, writes, renames or removes anything inside it
+    fails as the kernel fails it there (OSError EROFS), at the calls every write goes through. tests/test_read_only.py
+    runs the commands on a folder mounted read-only, where the machine allows it."""
+    import builtins
+    import errno
+    import io
+
+    read_only = Path(f"{out}-ro")
+    read_only.mkdir()
+
+    def inside(path) -> bool:
+        try:
+            return Path(os.fsdecode(path)).resolve().is_relative_to(read_only.resolve())
+        except TypeError:  # an open file's number
+            return False
+
+    def guarded(call, writes=lambda *args, **kwargs: True):
+        def call_(path, *args, **kwargs):
+            if inside(path) and writes(path, *args, **kwargs):
+                raise OSError(errno.EROFS, os.strerror(errno.EROFS), os.fsdecode(path))
+            return call(path, *args, **kwargs)
+        return call_
+
+    writing = "wax+"
+    monkeypatch.setattr(os, "open", guarded(os.open, lambda path, flags, *args, **kwargs: bool(
+        flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC))))
+    monkeypatch.setattr(os, "mkdir", guarded(os.mkdir, lambda path, *args, **kwargs: not os.path.exists(path)))
+    for name in ("rename", "replace", "unlink", "remove", "rmdir"):
+        monkeypatch.setattr(os, name, guarded(getattr(os, name)))
+    for module in (builtins, io):
+        monkeypatch.setattr(module, "open", guarded(io.open, lambda path, mode="r", *args, **kwargs: any(
+            letter in mode for letter in writing)))
+
+
 FAULTS = {"an MLflow tracking store that cannot be written": unwritable_mlflow_store,
           "the disk fills up while a checkpoint is saved": disk_full,
           "--compile where torch cannot compile": no_compiler,
           "unpadded attention on a device without it": no_unpadded_attention,
-          "an output folder another command is writing": folder_in_use}
+          "an output folder another command is writing": folder_in_use,
+          **dict.fromkeys(["a run's output folder on a read-only file system",
+                           "a run's predictions folder on a read-only file system",
+                           "a predictions file on a read-only file system",
+                           "an ensemble's report on a read-only file system",
+                           "an ensemble's predictions folder on a read-only file system",
+                           "a study folder on a read-only file system",
+                           "a study's journal on a read-only file system"], read_only_folder)}
 
 
 @pytest.fixture(scope="module")
@@ -504,6 +572,10 @@ def places(tiny_model, tmp_path_factory) -> dict[str, Path]:
     places["commas.csv"] = root / "commas.csv"
     os.mkfifo(root / "a-pipe")
     places["a-pipe"] = root / "a-pipe"
+    # A device, through a link of the test's own: were it written over, the link would go, never the device (a
+    # test run as root that wrote over /dev/full itself replaced the machine's device with a file of predictions).
+    places["a-device"] = root / "a-device"
+    places["a-device"].symlink_to(os.devnull)
     (root / "cut.journal").write_text('{"op_code": 0, "worker_id": "w", "study_name": "s", "directions": [1]}\n{"op_')
     places["cut.journal"] = root / "cut.journal"
     (root / "binary.gz").write_bytes(b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03\xcbH\xcd\xc9\xc9\x07\x00")
@@ -713,6 +785,17 @@ def test_predict_never_writes_over_its_input_however_the_file_is_named(places, t
     assert source.read_text() == "a red car\nthe big dog\n"
 
 
+def test_predictions_for_a_device_leave_it_as_it_was(places, capsys):
+    """--output naming a device (here through a link to /dev/null) is refused before anything is written: the link
+    is still there, to the same device (a file written whole and moved into place would have replaced it)."""
+    assert stat.S_ISCHR(os.stat(places["a-device"]).st_mode)
+    with pytest.raises(SystemExit):
+        cli.run(lambda: predict.main([str(places["finished-run"]), "--sst", "a film", "--output",
+                                      str(places["a-device"])]))
+    assert "not a regular file (a device or a pipe)" in capsys.readouterr().err
+    assert places["a-device"].is_symlink() and os.readlink(places["a-device"]) == os.devnull
+
+
 def test_a_predictions_file_ends_every_line_with_one_newline(places, tmp_path):
     """predict.py --output: the header and the rows alike end in LF, never CRLF."""
     output = tmp_path / "out.tsv"
@@ -732,6 +815,79 @@ def test_a_refused_resume_leaves_the_runs_log_as_it_was(places, tmp_path, capsys
     assert log.read_bytes() == before
     assert "provenance" not in json.loads((places["user-note"] / "run_config.json").read_text()) or \
         not json.loads((places["user-note"] / "run_config.json").read_text())["provenance"].get("resumed")
+
+
+class FailsToStart(Callback):
+    """A user's callback that raises as the loop begins, before the first step."""
+
+    def on_train_begin(self, state, control):
+        raise RuntimeError("my callback failed")
+
+
+def copy_of_finished_run(places, tmp_path) -> tuple[Path, Path]:
+    """The finished run and its leaderboard folder, copied: the old run an --overwrite would replace."""
+    run = Path(shutil.copytree(places["finished-run"], tmp_path / "old"))
+    predictions = Path(shutil.copytree(places["finished-run"].parent / "finished" / "predictions",
+                                       tmp_path / "old-predictions"))
+    return run, predictions
+
+
+@pytest.mark.parametrize("failure", ["a model that cannot load", "a data file that does not parse",
+                                     "a callback that raises before the first step"])
+def test_an_overwrite_that_cannot_start_leaves_the_old_run_as_it_was(places, tmp_path, capsys, failure):
+    """--overwrite removes the old run only once the new one can train: a start that fails before its first step
+    leaves every file of the old run, and its leaderboard folder, byte for byte."""
+    run, predictions = copy_of_finished_run(places, tmp_path)
+    before = (contents(run), contents(predictions))
+    args = last_wins([*TRAIN, "--data-dir", "edited-data", "--output-dir", str(run), "--predictions-dir",
+                      str(predictions), "--overwrite", "--max-steps", "1"]
+                     + {"a model that cannot load": ["--model", "broken-config"],
+                        "a data file that does not parse": ["--data-dir", "bad-test-row"]}.get(failure, []))
+    argv = [substitute(arg, places, tmp_path) for arg in args]
+    if failure == "a callback that raises before the first step":
+        with pytest.raises(RuntimeError, match="my callback failed"):
+            multitask_classifier.main(argv, callbacks=[FailsToStart()])
+    else:
+        with pytest.raises(SystemExit) as exit_:
+            cli.run(lambda: multitask_classifier.main(argv))
+        assert exit_.value.code == 2
+        error = capsys.readouterr().err
+        assert "Traceback" not in error and error.strip().splitlines()[-1].startswith("error: ")
+    assert (contents(run), contents(predictions)) == before
+
+
+def test_a_resume_that_cannot_start_leaves_the_runs_log_and_config_as_they_were(places, tmp_path):
+    """--resume cuts metrics.jsonl back to its checkpoint's step and records itself in the run config only once the
+    run goes on: a resume that fails before its first step leaves both byte for byte."""
+    run = Path(shutil.copytree(places["finished-run"], tmp_path / "interrupted"))
+    saved = json.loads((run / "run_config.json").read_text())  # its command did not end
+    (run / "run_config.json").write_text(json.dumps({k: v for k, v in saved.items() if k != "finished"}))
+    with open(run / "metrics.jsonl", "a") as log:  # a line logged after the checkpoint, before a kill
+        log.write(json.dumps({"event": "train", "step": 999, "loss": {"sst": 1.0}}) + "\n")
+    before = contents(run)
+    args = last_wins([*TRAIN, "--data-dir", "edited-data", "--output-dir", str(run), "--resume",
+                      "--allow-changed-data"])
+    with pytest.raises(RuntimeError, match="my callback failed"):
+        multitask_classifier.main([substitute(arg, places, tmp_path) for arg in args], callbacks=[FailsToStart()])
+    assert contents(run) == before
+
+
+def test_an_overwrite_that_starts_removes_the_old_run(places, tmp_path):
+    """Once the new run trains, --overwrite removes what the old one wrote: its log lines, its checkpoints, its
+    TensorBoard files; the new run's own TensorBoard file stays."""
+    run, predictions = copy_of_finished_run(places, tmp_path)
+    (run / "tensorboard").mkdir()
+    (run / "tensorboard" / "events.out.tfevents.old").write_bytes(b"the old run's")
+    old_best = (run / "best" / "model.safetensors").read_bytes()
+    args = last_wins([*TRAIN, "--data-dir", "edited-data", "--output-dir", str(run), "--predictions-dir",
+                      str(predictions), "--overwrite", "--max-steps", "1", "--report-to", "tensorboard"])
+    multitask_classifier.main([substitute(arg, places, tmp_path) for arg in args])
+    steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps and max(steps) == 1, "the old run's lines went"
+    assert (run / "best" / "model.safetensors").read_bytes() != old_best
+    assert json.loads((run / "last" / "run_config.json").read_text())["max_steps"] == 1
+    events = [path.name for path in (run / "tensorboard").iterdir()]
+    assert "events.out.tfevents.old" not in events and len(events) == 1
 
 
 def catalogue_table() -> str:

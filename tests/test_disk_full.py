@@ -21,7 +21,7 @@ import minbert.models.checkpoint
 import minbert.models.shareable
 from minbert.common import cli
 from minbert.common.run_folder import LOCK
-from tests.conftest import write_course_files
+from tests.conftest import contents, write_course_files
 from minbert.training.contrastive import Pretraining
 from minbert.engine.engine import Engine
 from minbert.training.methods import ContrastiveConfig
@@ -83,10 +83,6 @@ class FullDisk:
         error = capsys.readouterr().err
         assert "Traceback" not in error
         return error.strip().splitlines()[-1]
-
-
-def contents(folder: Path) -> dict[str, bytes]:
-    return {str(path.relative_to(folder)): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
 
 
 def hidden(folder: Path) -> list[str]:

@@ -19,7 +19,7 @@ from minbert.common.errors import CheckpointError
 from minbert.data.readers import read_quora, read_sentiment, read_sts
 from minbert.data.splits import TaskSplit
 from minbert.tasks import REGISTRY
-from tests.conftest import assert_same_weights, checkpoint_weights, multitask_argv
+from tests.conftest import killed_and_resumed, multitask_argv
 from minbert.training import multitask
 from minbert.engine.config import TrainingConfig
 from minbert.engine.engine import Engine
@@ -56,39 +56,15 @@ def test_run_writes_checkpoints_metrics_and_leaderboard_files(tiny_model, course
 
 @pytest.mark.parametrize("combine", ["mean", "pcgrad"])
 def test_resumed_run_ends_with_the_same_weights(tiny_model, course_data, tmp_path, monkeypatch, combine):
+    """Killed in its second epoch after the checkpoint of step 6, then resumed. mean: --resume alone, the run's
+    run_config.json gives every flag; pcgrad: the command repeated, as before."""
     flags = ["--schedule", "avg", "--combine", combine, "--eval-every", "2"]
-    # Uninterrupted run.
-    multitask_classifier.main(multitask_argv(tiny_model, course_data, tmp_path / "full", *flags))
-    # The same run, killed in its second epoch after the checkpoint of step 6, then resumed.
-    original_step = multitask.MultitaskRun.step
-
-    def dies_at_step_7(self, *a):
-        if self.engine.state.step == 6:
-            raise KeyboardInterrupt
-        return original_step(self, *a)
-
-    monkeypatch.setattr(multitask.MultitaskRun, "step", dies_at_step_7)
-    interrupted = multitask_argv(tiny_model, course_data, tmp_path / "resumed", *flags)
-    with pytest.raises(KeyboardInterrupt):
-        multitask_classifier.main(interrupted)
-    steps_after_resume = []
-
-    def counted_step(self, *a):
-        steps_after_resume.append(self.engine.state.step)
-        return original_step(self, *a)
-
-    monkeypatch.setattr(multitask.MultitaskRun, "step", counted_step)
-    # mean: --resume alone, the run's run_config.json gives every flag; pcgrad: the command repeated, as before.
-    resume = (["--output-dir", str(tmp_path / "resumed/run"), "--resume"] if combine == "mean"
-              else interrupted + ["--resume"])
-    multitask_classifier.main(resume)
-    assert steps_after_resume[0] == 6, "the resumed run starts after the last checkpoint, not from scratch"
+    interrupted, resume = killed_and_resumed(
+        monkeypatch, lambda out: multitask_argv(tiny_model, course_data, out, *flags), tmp_path, 6,
+        None if combine == "mean" else lambda killed: [*killed, "--resume"])
     start = json.loads((tmp_path / "resumed/run/run_config.json").read_text())["provenance"]
     assert [start["command"], *(command["command"] for command in start["resumed"])] == [
         shlex.join([shown_path(sys.executable), "multitask_classifier.py", *argv]) for argv in (interrupted, resume)]
-
-    assert_same_weights(checkpoint_weights(tmp_path / "resumed/run/last"),
-                        checkpoint_weights(tmp_path / "full/run/last"))
     # The best checkpoint too: the resumed run knows the best score of the evaluations before the kill.
     best = [json.loads((tmp_path / run / "run/best/metrics.json").read_text())["step"] for run in ("full", "resumed")]
     assert best[0] == best[1]

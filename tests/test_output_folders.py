@@ -17,7 +17,7 @@ from minbert.common.errors import UsageError
 from minbert.common import files
 from minbert.common.run_folder import RunFolder
 from minbert.common.cli import last_wins
-from tests.conftest import write_course_files
+from tests.conftest import contents, write_course_files
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -31,10 +31,6 @@ def multitask_args(model, data, out: Path, *extra) -> list[str]:
     return last_wins(["--model", str(model), "--data-dir", str(data), "--output-dir", str(out / "run"),
                       "--predictions-dir", str(out / "predictions"), "--epochs", "1", "--batch-size", "8", "--device",
                       "cpu", *extra])
-
-
-def contents(folder: Path) -> dict[str, bytes]:
-    return {str(path.relative_to(folder)): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
 
 
 # The first command, stopped before its first step until the test lets it go on.
@@ -162,10 +158,12 @@ def test_resume_refuses_a_changed_data_file_unless_allowed_and_then_says_so(tiny
 
 # ---- the functions underneath ----
 
-def claimed(folder: Path, owned=("last",), overwrite=False, sources=None) -> None:
-    """A command's claim of the folder, ended at once."""
+def claimed(folder: Path, owned=("last",), overwrite=False, sources=None, start=False) -> None:
+    """A command's claim of the folder, ended at once (start: once its run started, as before its first step)."""
     run = RunFolder(folder)
     run.claim(owned, resume=False, overwrite=overwrite, sources=sources or {})
+    if start:
+        run.start()
     run.release()
 
 
@@ -175,6 +173,16 @@ def test_a_folder_holding_only_empty_folders_holds_no_run(tmp_path):
     (tmp_path / "run" / "predictions" / ".hidden").write_text("")
     with pytest.raises(UsageError, match=r"already holds files \(predictions\)"):
         claimed(tmp_path / "run")
+
+
+def test_overwrite_replaces_a_checkpoint_a_kill_left_between_its_two_renames(tmp_path):
+    """A run killed as a save of best/ renamed the old one away (.best.old, no best/): --overwrite removes that
+    checkpoint too, never puts it back beside the new run."""
+    (tmp_path / ".best.old").mkdir()
+    (tmp_path / ".best.old" / "model.safetensors").write_text("the old run's")
+    (tmp_path / "metrics.jsonl").write_text("{}\n")
+    claimed(tmp_path, ("last", "metrics.jsonl", "best"), overwrite=True, start=True)
+    assert sorted(path.name for path in tmp_path.iterdir()) == []
 
 
 def test_overwrite_removes_nothing_when_an_entry_it_would_remove_holds_what_the_command_reads(tmp_path):
@@ -189,12 +197,15 @@ def test_overwrite_removes_nothing_when_an_entry_it_would_remove_holds_what_the_
     assert contents(tmp_path) == before
 
 
-def test_overwrite_removes_only_the_entries_the_command_owns(tmp_path):
+def test_overwrite_removes_only_the_entries_the_command_owns_once_its_run_starts(tmp_path):
     (tmp_path / "last").mkdir()
     (tmp_path / "last" / "model.safetensors").write_text("old")
     (tmp_path / "metrics.jsonl").write_text("{}\n")
     (tmp_path / "notes.txt").write_text("the user's")
+    before = contents(tmp_path)
     claimed(tmp_path, ("last", "metrics.jsonl", "best"), overwrite=True)
+    assert contents(tmp_path) == before, "a command that ends before its run starts removes nothing"
+    claimed(tmp_path, ("last", "metrics.jsonl", "best"), overwrite=True, start=True)
     assert sorted(path.name for path in tmp_path.iterdir()) == ["notes.txt"]
 
 

@@ -20,14 +20,11 @@ from minbert.commands import ensemble
 from minbert.commands import predict
 from minbert.common import cli
 from minbert.common.precision import Precision
+from tests.conftest import contents
 from tests.test_ensemble import dev_dir, make_member, random_outputs  # noqa: F401 (dev_dir: a fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
-
-
-def contents(folder: Path) -> dict[str, bytes]:
-    return {str(path.relative_to(folder)): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
 
 
 def refused(main, argv: list[str], capsys) -> str:

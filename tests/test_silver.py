@@ -21,8 +21,7 @@ from minbert.predictor import MultitaskPredictor
 from minbert.tasks import REGISTRY
 import multitask_classifier
 
-from minbert.training import multitask
-from tests.conftest import assert_same_weights, checkpoint_weights, multitask_argv, rows_of, sentence
+from tests.conftest import checkpoint_weights, killed_and_resumed, multitask_argv, rows_of, sentence
 
 
 def test_normalise_sees_through_case_spacing_and_the_courses_tokenisation():
@@ -215,21 +214,8 @@ def test_training_with_silver_learns_from_it_from_the_base_model_or_the_teacher(
 def test_a_resumed_run_with_silver_ends_with_the_uninterrupted_runs_weights(
         silver_folder, course_data, tiny_model, tmp_path, monkeypatch, one_thread):
     flags = ["--silver", str(silver_folder), "--eval-every", "2", "--quiet"]
-    multitask_classifier.main(multitask_argv(tiny_model, course_data, tmp_path / "full", *flags))
-    original_step = multitask.MultitaskRun.step
-
-    def dies_at_step_7(self, *a):
-        if self.engine.state.step == 6:
-            raise KeyboardInterrupt
-        return original_step(self, *a)
-
-    monkeypatch.setattr(multitask.MultitaskRun, "step", dies_at_step_7)
-    with pytest.raises(KeyboardInterrupt):
-        multitask_classifier.main(multitask_argv(tiny_model, course_data, tmp_path / "resumed", *flags))
-    monkeypatch.setattr(multitask.MultitaskRun, "step", original_step)
-    multitask_classifier.main(["--output-dir", str(tmp_path / "resumed/run"), "--resume", "--quiet"])
-    assert_same_weights(checkpoint_weights(tmp_path / "resumed/run/last"),
-                        checkpoint_weights(tmp_path / "full/run/last"))
+    killed_and_resumed(monkeypatch, lambda out: multitask_argv(tiny_model, course_data, out, *flags), tmp_path, 6,
+                       lambda killed: ["--output-dir", str(tmp_path / "resumed" / "run"), "--resume", "--quiet"])
 
 
 def test_silver_flags_without_a_folder_or_with_a_task_it_lacks_are_refused(tiny_model, course_data, tmp_path,

@@ -97,6 +97,11 @@ class RunFolder:
         self.lock_file = self.path / LOCK
         self.held = []  # outputs of the run's outside the folder, released with it (hold)
         self.made = []  # the folders its claim created
+        # Between a claim and start(): what the command will replace, kept as it is until the run can train.
+        self.waiting = False
+        self.replaced: list[tuple[Path, set[str] | None]] = []  # --overwrite's entries (a folder's: its entries)
+        self.kept_log: bytes | None = None  # metrics.jsonl as --resume cuts it back
+        self.new_config: dict | None = None  # the run config the command writes
 
     def __str__(self) -> str:
         return str(self.path)
@@ -141,19 +146,24 @@ class RunFolder:
         """Own the folder for a command: created if need be and locked for this process (a second command into it
         is refused, naming the first's pid); a run in it refused unless continued (--resume) or replaced
         (--overwrite: the entries `owned`, what the command writes, are removed, nothing else; refused when one
-        holds a source the command reads, `sources`: flag -> path); then the newest complete files of saves that
-        died half-way put back. Under torchrun rank 0 alone claims (its machine alone has the folder)."""
+        holds a source the command reads, `sources`: flag -> path), once the newest complete files of saves that
+        died half-way are put back. What the command replaces in a run it finds there (--overwrite's entries, --resume's
+        log lines and run config) stays as it is until start(). Under torchrun rank 0 alone claims (its machine
+        alone has the folder)."""
         if resume and overwrite:
             raise UsageError("--resume continues the run in --output-dir and --overwrite replaces it: give one of them")
         check_writable(self.path, "--output-dir")
         self.made = make_folders(self.path)  # taken back if the command is refused before it writes anything
         self._lock()
         try:
-            if not resume:
-                self._replace(owned, overwrite, sources, again)
+            # First the run as its last command left it: a checkpoint a kill caught between its two renames is
+            # back in place, so that --overwrite replaces it too.
             recover_files(self.path)
             for folder in (self.last, self.best):
                 recover_directory(folder)
+            self.waiting = resume
+            if not resume:
+                self._replace(owned, overwrite, sources, again)
         except BaseException:
             self.release()
             raise
@@ -176,8 +186,9 @@ class RunFolder:
 
     def _replace(self, owned: tuple[str, ...], overwrite: bool, sources: dict[str, str], again: str) -> None:
         """Refuse to start a run in a folder that holds another (the transformers Trainer's rule: no run is mixed
-        with another, or silently replaced), unless --overwrite replaces what the command owns; a run that stopped
-        before its first checkpoint is named as such, with the command that starts it again."""
+        with another, or silently replaced), unless --overwrite replaces what the command owns (at start(), once the
+        new run can train); a run that stopped before its first checkpoint is named as such, with the command that
+        starts it again."""
         # Folders without a file in them do not count: a start refused after check_writable leaves such folders;
         # nor does a run config alone: a start that stopped before its first step (bad data, a loss not finite).
         held = [entry.name for entry in sorted(self.path.iterdir()) if entry.name != LOCK
@@ -197,10 +208,35 @@ class RunFolder:
                 if source and _inside(Path(source), entry):
                     raise UsageError(f"--overwrite would remove {entry}, which {flag} {source} reads; copy it out of "
                                      f"{self.path} first, or choose another --output-dir")
-        for entry in replaced:
-            remove_entry(entry)
-        if replaced:
-            log.info("--overwrite: removed %s from %s", ", ".join(entry.name for entry in replaced), self.path)
+        # A folder's entries as they are now: the new run may add its own to it before it starts (TensorBoard's).
+        self.replaced = [(entry, {path.name for path in entry.iterdir()} if entry.is_dir() else None)
+                         for entry in replaced]
+        self.waiting = bool(held)
+
+    def start(self) -> None:
+        """The run can train: its model, data and callbacks are set up, its first step is next. Only now what it
+        replaces goes (--overwrite's entries, the log lines --resume repeats) and its run config is written, so that
+        a command that fails before (a model that does not load, data that does not parse) leaves the run it found
+        as it was. Rank 0 only; a second call does nothing."""
+        if not self.waiting:
+            return
+        self.waiting = False
+        for entry, entries in self.replaced:
+            now = {path.name for path in entry.iterdir()} if entries is not None and entry.is_dir() else None
+            for path in [entry] if now == entries else [entry / name for name in entries or ()]:
+                remove_entry(path)
+        if self.replaced:
+            log.info("--overwrite: removed %s from %s", ", ".join(entry.name for entry, _ in self.replaced), self.path)
+        if self.kept_log is not None:
+            self._write_log()
+        if self.new_config is not None:
+            write_config(self.path, self.new_config)
+        self.replaced, self.new_config = [], None
+
+    def _write_log(self) -> None:
+        with atomic_file(self.metrics_log) as temp:
+            temp.write_bytes(self.kept_log)
+        self.kept_log = None
 
     def check_outside_checkpoints(self, path: str | Path, flag: str) -> None:
         """Refuse an output folder inside best/ or last/, which each save replaces whole (its files would go)."""
@@ -225,7 +261,11 @@ class RunFolder:
         remove_entry(self.last)
 
     def write_config(self, config: dict) -> None:
-        write_config(self.path, config)
+        """The run folder's run config; while a claim waits for start() (a run found in the folder), written then."""
+        if self.waiting:
+            self.new_config = config
+        else:
+            write_config(self.path, config)
 
     def saved_config(self) -> dict:
         """The run config of the resumable checkpoint: the flags the interrupted run was trained with."""
@@ -255,6 +295,7 @@ class RunFolder:
 
     def mark_finished(self, run_config: dict, step: int, stopped_early: bool) -> None:
         """The command ended: --resume has nothing left to do."""
+        self.start()
         write_config(self.path, {**run_config, "finished": {"step": step, "stopped_early": stopped_early}})
 
     def append_record(self, record: dict) -> None:
@@ -296,8 +337,8 @@ class RunFolder:
 
     def keep_records_until(self, step: int, stage: str = "") -> None:
         """--resume at `step` of `stage` (a multi-stage run's; "" for one stage): a run killed after a log line but
-        before its checkpoint repeats those steps; their lines go, and every line after them, and so does a last line
-        the kill cut short. The lines of the stages before stay."""
+        before its checkpoint repeats those steps; their lines go (at start(), while a claim waits for it), and every
+        line after them, and so does a last line the kill cut short. The lines of the stages before stay."""
         if not self.metrics_log.exists():
             return
         kept, in_stage = [], False
@@ -308,8 +349,9 @@ class RunFolder:
                 break  # the first line after the checkpoint
             kept.append(line)
         if self.metrics_log.read_bytes() != b"".join(line + b"\n" for line in kept):
-            with atomic_file(self.metrics_log) as temp:
-                temp.write_bytes(b"".join(line + b"\n" for line in kept))
+            self.kept_log = b"".join(line + b"\n" for line in kept)
+            if not self.waiting:
+                self._write_log()
 
 
 EVENTS = ("train", "eval", "finish")  # what each line of metrics.jsonl is (engine/engine.py writes them)

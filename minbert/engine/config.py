@@ -34,7 +34,8 @@ class TrainingConfig:
     output_dir: str = flag(in_repository("runs/multitask"), f"checkpoints and {METRICS} go here")
     resume: bool = flag(False, "continue the interrupted run in --output-dir from its last checkpoint")
     overwrite: bool = flag(False, "start a new run in an --output-dir that holds one, replacing the files this "
-                                  "command writes there (nothing else in it is touched)")
+                                  "command writes there once the new run can train (a start that fails before "
+                                  "leaves the old run as it was; nothing else in it is touched)")
     allow_changed_data: bool = flag(False, "--resume although a data file changed since the run started")
     save_every: int = flag(0, "also save the resumable checkpoint OUTPUT_DIR/last/ every N steps (0 = only when "
                               "the command saves anyway)", range=AT_LEAST_0)

@@ -94,6 +94,8 @@ class Engine(Command):
     def _loop(self, run: Run, steps: list, epoch_ends: set[int]) -> None:
         """The steps left, with their logs, evaluations and saves, until the last or a stop."""
         config, state = self.config, self.state
+        if self.is_main:  # the run can train: what it replaces in --output-dir goes only now
+            self.folder.start()
         examples, window_started = 0, time.time()
         # Wall seconds of this process's training steps: evaluations and checkpoint saves left out.
         train_seconds, since = 0.0, self._clock()
