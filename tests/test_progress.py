@@ -61,6 +61,19 @@ def clock(monkeypatch):
     return clock
 
 
+def test_with_an_effort_the_time_left_follows_the_effort_done_not_the_units(clock, caplog):
+    """Batches longest first: the first 100 examples hold 600 of 1,000 tokens; 30 s for them leaves the 400 tokens
+    of the other 300 examples, 20 s at that rate, where counting examples would say 90 s."""
+    caplog.set_level(logging.INFO)
+    items = [(100, 600), (100, 200), (100, 100), (100, 100)]  # (examples, tokens)
+    batches = progress.progress(items, "predicting sst", total=400, unit="example", weight=lambda item: item[0],
+                                effort=lambda item: item[1])
+    next(batches)
+    clock.now += 30
+    next(batches)  # the first batch is counted as the second is asked for
+    assert caplog.messages == ["predicting sst: 100/400 examples (25%), 30 s, about 20 s left"]
+
+
 def test_off_a_terminal_a_line_once_the_interval_has_passed_and_not_before(clock, caplog):
     caplog.set_level(logging.INFO)
     bar = progress.Progress(400, "predicting para", unit="example")

@@ -45,9 +45,12 @@ class Progress:
     shown=False."""
 
     def __init__(self, total: int, desc: str, unit: str = "it", initial: int = 0, leave: bool = False,
-                 shown: bool = True, logger: logging.Logger = log):
+                 shown: bool = True, logger: logging.Logger = log, effort: float = 0.0):
+        """effort: what the whole work costs (e.g. its tokens), where units differ in cost, as batches longest first
+        do: the time left is then estimated from the effort done (update's), not from the units."""
         self.total, self.desc, self.unit, self.n, self.logger = total, desc, unit, initial, logger
         self.started, self.first = time.monotonic(), initial
+        self.effort, self.effort_done = effort, 0.0
         shown = shown and logger.isEnabledFor(logging.INFO)
         self.bar = tqdm(total=total, initial=initial, desc=desc, unit=unit, dynamic_ncols=True, leave=leave,
                         disable=not (shown and on_terminal()))
@@ -59,8 +62,8 @@ class Progress:
                 _open.append(weakref.ref(self))
             start_timer(weakref.WeakMethod(self.on_timer), self.closed)
 
-    def update(self, n: int = 1) -> None:
-        self.n += n
+    def update(self, n: int = 1, effort: float = 0.0) -> None:
+        self.n, self.effort_done = self.n + n, self.effort_done + effort
         self.bar.update(n)
         if self.lines:
             self.tick()
@@ -87,8 +90,11 @@ class Progress:
         return self.tick() if newest else max(due, 1.0)
 
     def line(self, elapsed: float) -> str:
-        done = self.n - self.first  # this process's rate: a resumed run's earlier steps took no time here
-        left = (self.total - self.n) * elapsed / done if done else None
+        if self.effort:
+            left = (self.effort - self.effort_done) * elapsed / self.effort_done if self.effort_done else None
+        else:
+            done = self.n - self.first  # this process's rate: a resumed run's earlier steps took no time here
+            left = (self.total - self.n) * elapsed / done if done else None
         percent = f" ({100 * self.n / self.total:.0f}%)" if self.total else ""
         return (f"{self.desc}: {self.n:,}/{self.total:,} {self.unit}s{percent}, {duration(elapsed)}"
                 + (f", about {duration(left)} left" if left is not None else ""))
@@ -122,13 +128,16 @@ def start_timer(tick: Callable[[], Callable[[], float] | None], stop: threading.
     threading.Thread(target=run, name="progress lines", daemon=True).start()
 
 
-def progress(items: Iterable, desc: str, total: int | None = None, unit: str = "it", weight=None) -> Iterator:
-    """Each item of `items`, counted by a Progress; weight(item): how many units an item is (default 1)."""
-    items = list(items) if total is None and not hasattr(items, "__len__") else items
-    with Progress(len(items) if total is None else total, desc, unit) as bar:
-        for item in items:
+def progress(items: Iterable, desc: str, total: int | None = None, unit: str = "it", weight=None,
+             effort=None) -> Iterator:
+    """Each item of `items`, counted by a Progress; weight(item): how many units an item is (default 1);
+    effort(item): what an item costs, where items differ in cost (Progress's effort)."""
+    items = list(items) if (total is None or effort) and not hasattr(items, "__len__") else items
+    efforts = [effort(item) for item in items] if effort else None
+    with Progress(len(items) if total is None else total, desc, unit, effort=sum(efforts or ())) as bar:
+        for index, item in enumerate(items):
             yield item
-            bar.update(weight(item) if weight else 1)
+            bar.update(weight(item) if weight else 1, efforts[index] if efforts else 0.0)
 
 
 def log_to_stderr(level: int, progress_lines: bool = False) -> None:

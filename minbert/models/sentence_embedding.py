@@ -52,16 +52,20 @@ def _eval_mode(encoder: BertModel):
 
 
 def _length_sorted_batches(encoder: BertModel, tokenizer: Tokenizer, sentences: list[str], batch_size: int,
-                           max_length: int) -> Iterator[tuple[list[int], dict[str, torch.Tensor]]]:
-    """(rows, padded batch on the encoder's device); the caller puts each batch's results back at `rows`."""
+                           max_length: int, desc: str) -> Iterator[tuple[list[int], dict[str, torch.Tensor]]]:
+    """(rows, padded batch on the encoder's device); the caller puts each batch's results back at `rows`. desc: what
+    to call the work in a progress bar ("" for none)."""
     device = next(encoder.parameters()).device
     encoded = tokenizer.encode(sentences, max_length=max_length)
     # Sorting by length keeps padding small; the longest batch first keeps the heap from growing batch by batch
-    # (data/batching.py).
+    # (data/batching.py), so the time left is estimated from tokens.
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i].input_ids))
-    for start in reversed(range(0, len(order), batch_size)):
-        rows = order[start:start + batch_size]
-        yield rows, {k: v.to(device) for k, v in collate([encoded[i] for i in rows], tokenizer.pad_id).items()}
+    batches = [order[start:start + batch_size] for start in range(0, len(order), batch_size)][::-1]
+    with Progress(len(sentences) if desc else 0, desc, "sentence", shown=bool(desc),
+                  effort=sum(len(e.input_ids) for e in encoded)) as bar:
+        for rows in batches:
+            yield rows, {k: v.to(device) for k, v in collate([encoded[i] for i in rows], tokenizer.pad_id).items()}
+            bar.update(len(rows), sum(len(encoded[i].input_ids) for i in rows))
 
 
 @torch.no_grad()
@@ -71,15 +75,13 @@ def embed_sentences(encoder: BertModel, tokenizer: Tokenizer, sentences: list[st
     to call the work in a progress bar (common/progress.py; "" for none); autocast: the encoder's passes run
     within it (common/precision.py's Precision.autocast), the pooling in fp32."""
     result = torch.empty(len(sentences), encoder.config.hidden_size)
-    with _eval_mode(encoder), Progress(len(sentences) if progress else 0, progress, "sentence",
-                                       shown=bool(progress)) as bar:
-        for rows, batch in _length_sorted_batches(encoder, tokenizer, sentences, batch_size, max_length):
+    with _eval_mode(encoder):
+        for rows, batch in _length_sorted_batches(encoder, tokenizer, sentences, batch_size, max_length, progress):
             with autocast() if autocast else nullcontext():
                 output = encoder(**batch)
             # Pooled in fp32 (the encoder's outputs are bf16 under autocast): sums and means in fp32.
             output = BertOutput(output.last_hidden_state.float(), output.pooler_output.float())
             result[rows] = pool(output, batch["attention_mask"], pooling).cpu()
-            bar.update(len(rows))
     return result
 
 
@@ -95,13 +97,11 @@ def embed_sentences_every_layer(encoder: BertModel, tokenizer: Tokenizer, senten
             raise ValueError(f"pooling {pooling!r} is not one of {TOKEN_POOLINGS} (the pooler has no per-layer form)")
     shape = (encoder.config.num_hidden_layers + 1, len(sentences), encoder.config.hidden_size)
     result = {pooling: torch.empty(shape) for pooling in poolings}
-    with _eval_mode(encoder), Progress(len(sentences) if progress else 0, progress, "sentence",
-                                       shown=bool(progress)) as bar:
-        for rows, batch in _length_sorted_batches(encoder, tokenizer, sentences, batch_size, max_length):
+    with _eval_mode(encoder):
+        for rows, batch in _length_sorted_batches(encoder, tokenizer, sentences, batch_size, max_length, progress):
             with autocast() if autocast else nullcontext():
                 layers = encoder(**batch, output_hidden_states=True).hidden_states
             for pooling in poolings:
                 pooled = [pool_tokens(hidden.float(), batch["attention_mask"], pooling) for hidden in layers]
                 result[pooling][:, rows] = torch.stack(pooled).cpu()
-            bar.update(len(rows))
     return result
