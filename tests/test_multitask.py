@@ -122,8 +122,12 @@ def test_init_from_an_encoder_alone_still_sets_the_cosine_floor(tiny_model, cour
 
 
 def run_cli(*argv, env_extra=None, cwd=ROOT):
+    """multitask_classifier.py with `argv`; the leaderboard files (unless argv names their folder) go beside
+    --output-dir, never into the repository's predictions/, which a user's own run may hold."""
     import os
     env = {**os.environ, **(env_extra or {})}
+    if "--predictions-dir" not in argv and "--output-dir" in argv:
+        argv = [*argv, "--predictions-dir", argv[argv.index("--output-dir") + 1] + "-predictions"]
     return subprocess.run([sys.executable, "multitask_classifier.py", *argv], cwd=cwd, capture_output=True,
                           text=True, env=env, timeout=300)
 
@@ -242,8 +246,9 @@ def test_a_zero_loss_weight_leaves_its_head_untouched(tiny_model, course_data, t
 
 
 def test_layer_lr_decay_gives_lower_layers_smaller_rates(tiny_model, course_data, tmp_path):
-    config = MultitaskConfig(model=str(tiny_model), data_dir=str(course_data), output_dir=str(tmp_path),
-                                       device="cpu", lr=1e-3, head_lr=1e-2, layer_lr_decay=0.5)
+    config = MultitaskConfig(model=str(tiny_model), data_dir=str(course_data), output_dir=str(tmp_path / "run"),
+                             predictions_dir=str(tmp_path / "predictions"), device="cpu", lr=1e-3, head_lr=1e-2,
+                             layer_lr_decay=0.5)
     run = multitask.MultitaskRun(config, Engine(config))
     rate = {id(p): (group["lr"], group.get("weight_decay", config.weight_decay)) for group in run.parameter_groups()
             for p in group["params"]}
