@@ -28,8 +28,9 @@ def keep_large_blocks_out_of_the_heap() -> None:
 
 
 def give_back_free_memory() -> None:
-    """Return the heap's free pages to the system (malloc_trim): between the phases of a run (after training, before
-    each prediction pass), when what the last phase freed will not be reused at once. Milliseconds."""
+    """Return the heap's free pages to the system (malloc_trim): between the phases of a run (after training,
+    before its finish's test predictions), when what the last phase freed will not be reused at once.
+    Milliseconds."""
     libc = _libc()
     if libc is not None and hasattr(libc, "malloc_trim"):
         libc.malloc_trim(0)

@@ -19,9 +19,9 @@ def soft_outputs(model, split: TaskSplit, pad_id: int, batch_size: int = 128, au
     was_training = model.training
     model.eval()
     outputs = None
-    batches = (sorted_token_budget_batches(split.token_lengths(), max_tokens) if max_tokens
-               else sorted_batches(split.lengths(), batch_size))
     tokens = split.token_lengths()  # the longest batches come first: the time left is estimated from tokens
+    batches = (sorted_token_budget_batches(tokens, max_tokens) if max_tokens
+               else sorted_batches(split.lengths(), batch_size))
     for rows in progress(batches, f"predicting {split.task}", total=len(split), unit="example", weight=len,
                          effort=lambda rows: sum(tokens[i] for i in rows)):
         inputs = {k: v.to(device) for k, v in split.batch(rows, pad_id)["inputs"].items()}
