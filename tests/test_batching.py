@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from minbert.common.errors import FlagError
-from minbert.data.batching import (Share, _fill, check_token_budget, length_grouped_batches, sorted_batches,
+from minbert.common.ordering import sorted_batches
+from minbert.data.batching import (Share, _fill, check_token_budget, length_grouped_batches,
                                    sorted_token_budget_batches, token_budget_batches)
 
 BUDGET = 256

@@ -1,1 +1,2 @@
-"""The ground floor: errors, files, seeding, distributed helpers, metrics and tables. Imports nothing of ours."""
+"""The ground floor: errors, files, seeding, distributed helpers, metrics, tables and evaluation's batch order. Imports
+nothing of ours."""

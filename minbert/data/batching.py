@@ -35,16 +35,7 @@ def token_budget_batches(lengths: list[int], max_tokens: int, generator: torch.G
     return _length_grouped(lengths, generator, group, lambda chunk: _fill(chunk, lengths, max_tokens))
 
 
-# Evaluation's batches come longest first: each batch's blocks then fit where a longer batch's were freed. In the
-# order of growing length, each batch needs larger blocks than any freed so far, and glibc's heap grows batch by
-# batch (predicting Quora's dev set peaked at 1,263 MB that way, 815 MB longest first; docs/results.md, "Memory").
-
-
-def sorted_batches(lengths: list[int], batch_size: int) -> list[list[int]]:
-    """Batches of examples of similar length, the longest first, for evaluation: the least padding, no
-    randomness."""
-    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-    return [order[i:i + batch_size] for i in range(0, len(order), batch_size)][::-1]
+# Evaluation's batches come longest first, as common/ordering.py's sorted_batches (which says why).
 
 
 def sorted_token_budget_batches(lengths: list[int], max_tokens: int) -> list[list[int]]:

@@ -4,7 +4,8 @@ from contextlib import nullcontext
 import torch
 
 from minbert.common.progress import progress
-from minbert.data.batching import sorted_batches, sorted_token_budget_batches
+from minbert.common.ordering import sorted_batches
+from minbert.data.batching import sorted_token_budget_batches
 from minbert.data.splits import TaskSplit
 from minbert.tasks import REGISTRY
 

@@ -4,6 +4,7 @@ from contextlib import contextmanager, nullcontext
 
 import torch
 
+from minbert.common.ordering import sorted_batches
 from minbert.common.progress import Progress
 from minbert.models.bert import BertModel, BertOutput
 from minbert.models.tokenizer import Tokenizer, collate
@@ -57,10 +58,8 @@ def _length_sorted_batches(encoder: BertModel, tokenizer: Tokenizer, sentences: 
     to call the work in a progress bar ("" for none)."""
     device = next(encoder.parameters()).device
     encoded = tokenizer.encode(sentences, max_length=max_length)
-    # Sorting by length keeps padding small; the longest batch first keeps the heap from growing batch by batch
-    # (data/batching.py), so the time left is estimated from tokens.
-    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i].input_ids))
-    batches = [order[start:start + batch_size] for start in range(0, len(order), batch_size)][::-1]
+    # The longest batch comes first (common/ordering.py says why), so the time left is estimated from tokens.
+    batches = sorted_batches([len(e.input_ids) for e in encoded], batch_size)
     with Progress(len(sentences) if desc else 0, desc, "sentence", shown=bool(desc),
                   effort=sum(len(e.input_ids) for e in encoded)) as bar:
         for rows in batches:
