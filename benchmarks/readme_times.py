@@ -1,0 +1,104 @@
+"""The time of each README command as written, on the full data, in a fresh copy of the repository: one measurement
+behind every time the README quotes.
+
+    .venv/bin/python benchmarks/readme_times.py [--skip TEXT ...] [--out FILE]
+
+Runs the README's commands in order, as tests/readme_commands.py does (the same copy: tracked and not-ignored files,
+.venv linked to this environment), but on ../shared/data itself and with no flag changed, so each command runs at
+the size a user runs it. For each it prints the wall time and the CPU time (user + system of the command and every
+process it started), next to the time the README's comment gives. Skipped: what tests/readme_commands.py skips
+(setup, the test suite, [network], [manual], [gpu] without CUDA) and the commands holding a --skip text (by
+default the full recipe and the search: 55 minutes and hours, measured on their own in docs/results.md).
+Run it alone on the machine: on a machine whose cores are shared, CPU time grows with the load. Each command's own
+output is passed through (a progress line at least every 30 s off a terminal) and kept in FILE.log beside --out.
+"""
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from readme_commands import DATA, commands, make_copy, skip_reason, trailing_comment  # noqa: E402
+
+SKIPPED_BY_DEFAULT = ["runs/mtdnn-minilm", "minbert search"]
+
+
+def children_cpu_seconds() -> float:
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+def processor() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []:
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--page", type=Path, default=ROOT / "README.md", help="the page whose commands to time")
+    parser.add_argument("--skip", nargs="*", default=SKIPPED_BY_DEFAULT,
+                        help="skip the commands holding any of these texts (default: %(default)s)")
+    parser.add_argument("--out", type=Path, default=Path("runs/readme-times.json"),
+                        help="the table as JSON (default: %(default)s); the commands' output goes to its .log")
+    args = parser.parse_args(argv)
+
+    workdir = Path(tempfile.mkdtemp(prefix="readme-times-"))
+    repo = make_copy(workdir)
+    (workdir / "shared").mkdir()
+    (workdir / "shared" / "data").symlink_to(DATA, target_is_directory=True)  # the commands' default --data-dir
+    elsewhere = workdir / "elsewhere"  # python blocks run outside the copy, with its runs/ at hand
+    elsewhere.mkdir()
+    (elsewhere / "runs").symlink_to(repo / "runs", target_is_directory=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    log_path = args.out.with_suffix(".log")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": str(repo)}
+    print(f"fresh copy: {repo}; data: {DATA}; the commands' output: {log_path}", flush=True)
+    rows, failed = [], 0
+    with open(log_path, "w", encoding="utf-8") as log:
+        for command in commands(args.page.read_text(encoding="utf-8")):
+            first_line = command.text.strip().splitlines()[0][:100]
+            reason = skip_reason(command, cuda=False) or next(
+                (f"--skip {text!r}" for text in args.skip if text in command.text), None)
+            if reason:
+                print(f"skipped  {first_line}\n         {reason}", flush=True)
+                continue
+            if command.kind == "python":
+                argv_, folder = [str(repo / ".venv" / "bin" / "python"), "-c", command.text], elsewhere
+            else:
+                argv_, folder = ["bash", "-c", f"set -euo pipefail\n{command.setup}\n{command.text}"], repo
+            log.write(f"\n$ {command.text}\n")
+            log.flush()
+            wall, cpu = time.perf_counter(), children_cpu_seconds()
+            with subprocess.Popen(argv_, cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True) as done:
+                for line in done.stdout:
+                    log.write(line)
+                    print(f"  | {line}", end="", flush=True)
+            wall, cpu = time.perf_counter() - wall, children_cpu_seconds() - cpu
+            readme = trailing_comment(command.text).strip() if command.kind == "bash" else ""
+            rows.append({"command": command.text.strip(), "exit_code": done.returncode, "wall_s": round(wall, 1),
+                         "cpu_s": round(cpu, 1), "readme_says": readme})
+            failed += done.returncode != 0
+            status = "ok" if done.returncode == 0 else f"FAILED ({done.returncode})"
+            print(f"{status:8s} {wall:7.1f} s wall {cpu:7.1f} s CPU  {first_line}"
+                  + (f"\n         README: {readme}" if readme else ""), flush=True)
+    load = os.getloadavg()
+    args.out.write_text(json.dumps({"machine": f"{processor()}, {os.cpu_count()} CPUs, torch threads as each command sets",
+                                    "load_average_at_end": load, "commands": rows}, indent=1))
+    print(f"{len(rows)} commands timed, {failed} failed; load average at the end {load[0]:.2f}; table: {args.out}")
+    subprocess.run(["rm", "-rf", str(workdir)], check=False)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
