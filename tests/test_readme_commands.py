@@ -114,3 +114,15 @@ def test_every_timed_command_runs_on_the_threads_its_time_was_measured_with():
     assert len(timed) >= 10
     assert [text for text in timed if not text.startswith("OMP_NUM_THREADS=1 ")
             and not re.search(r"#.*\d threads", text)] == []
+
+
+def test_every_time_a_readme_command_gives_is_the_one_its_measurement_in_the_docs_gives():
+    """A README time traces to docs/results.md's table of measurements: the same figure, in "Where the README's
+    times come from"."""
+    results = (ROOT / "docs" / "results.md").read_text()
+    section = results[results.index("## Where the README's times come from"):]
+    section = section[:section.index("\n## ", 4)]
+    given = [match[0] for command in runner.commands((ROOT / "README.md").read_text()) if command.kind == "bash"
+             for match in re.finditer(r"\b\d+(\.\d+)? (s|min|h)\b", runner.trailing_comment(command.text))]
+    assert len(given) >= 10
+    assert [time for time in given if f"| {time} |" not in section] == []
