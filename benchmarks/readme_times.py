@@ -13,7 +13,6 @@ Run it alone on the machine: on a machine whose cores are shared, CPU time grows
 output is passed through (a progress line at least every 30 s off a terminal) and kept in FILE.log beside --out.
 """
 import argparse
-import json
 import os
 import platform
 import resource
@@ -24,8 +23,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
+from minbert.common.files import write_json  # noqa: E402
 from readme_commands import DATA, commands, make_copy, skip_reason, trailing_comment  # noqa: E402
 
 SKIPPED_BY_DEFAULT = ["runs/mtdnn-minilm", "minbert search"]
@@ -93,8 +93,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{status:8s} {wall:7.1f} s wall {cpu:7.1f} s CPU  {first_line}"
                   + (f"\n         README: {readme}" if readme else ""), flush=True)
     load = os.getloadavg()
-    args.out.write_text(json.dumps({"machine": f"{processor()}, {os.cpu_count()} CPUs, torch threads as each command sets",
-                                    "load_average_at_end": load, "commands": rows}, indent=1))
+    write_json(args.out, {"machine": f"{processor()}, {os.cpu_count()} CPUs, threads as each command sets",
+                          "load_average_at_end": load, "commands": rows})
     print(f"{len(rows)} commands timed, {failed} failed; load average at the end {load[0]:.2f}; table: {args.out}")
     subprocess.run(["rm", "-rf", str(workdir)], check=False)
     return 1 if failed else 0
