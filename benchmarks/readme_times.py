@@ -14,7 +14,6 @@ output is passed through (a progress line at least every 30 s off a terminal) an
 """
 import argparse
 import os
-import platform
 import resource
 import subprocess
 import sys
@@ -26,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from minbert.common.files import write_json  # noqa: E402
-from readme_commands import DATA, commands, make_copy, skip_reason, trailing_comment  # noqa: E402
+from minbert.common.precision import processor  # noqa: E402
+from readme_commands import DATA, commands, invocation, make_copy, skip_reason, trailing_comment  # noqa: E402
 
 SKIPPED_BY_DEFAULT = ["runs/mtdnn-minilm", "minbert search"]
 
@@ -34,13 +34,6 @@ SKIPPED_BY_DEFAULT = ["runs/mtdnn-minilm", "minbert search"]
 def children_cpu_seconds() -> float:
     used = resource.getrusage(resource.RUSAGE_CHILDREN)
     return used.ru_utime + used.ru_stime
-
-
-def processor() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []:
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,12 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     repo = make_copy(workdir)
     (workdir / "shared").mkdir()
     (workdir / "shared" / "data").symlink_to(DATA, target_is_directory=True)  # the commands' default --data-dir
-    elsewhere = workdir / "elsewhere"  # python blocks run outside the copy, with its runs/ at hand
-    elsewhere.mkdir()
-    (elsewhere / "runs").symlink_to(repo / "runs", target_is_directory=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     log_path = args.out.with_suffix(".log")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": str(repo)}
     print(f"fresh copy: {repo}; data: {DATA}; the commands' output: {log_path}", flush=True)
     rows, failed = [], 0
     with open(log_path, "w", encoding="utf-8") as log:
@@ -72,10 +61,7 @@ def main(argv: list[str] | None = None) -> int:
             if reason:
                 print(f"skipped  {first_line}\n         {reason}", flush=True)
                 continue
-            if command.kind == "python":
-                argv_, folder = [str(repo / ".venv" / "bin" / "python"), "-c", command.text], elsewhere
-            else:
-                argv_, folder = ["bash", "-c", f"set -euo pipefail\n{command.setup}\n{command.text}"], repo
+            argv_, folder, env = invocation(command, repo)  # as written: no flag changed
             log.write(f"\n$ {command.text}\n")
             log.flush()
             wall, cpu = time.perf_counter(), children_cpu_seconds()

@@ -180,7 +180,10 @@ def smaller(text: str) -> str:
     return head + (f"    #{comment}" if comment else "")
 
 
-def run(command: Command, repo: Path, timeout: int) -> Result:
+def invocation(command: Command, repo: Path, adjust=lambda text: text) -> tuple[list[str], Path, dict[str, str]]:
+    """The arguments, folder and environment that run `command` in the copy `repo`: a python block from a folder
+    outside the copy (made on first use) where runs/ is the copy's; a bash command in the copy, in the foreground
+    (a trailing `&` dropped: its exit code is seen), its text passed through `adjust` (SMALLER's flags)."""
     folder = repo
     if command.kind == "python":
         argv = [str(repo / ".venv" / "bin" / "python"), "-c", command.text]
@@ -189,9 +192,14 @@ def run(command: Command, repo: Path, timeout: int) -> Result:
             folder.mkdir()
             (folder / "runs").symlink_to(repo / "runs", target_is_directory=True)
     else:
-        text = smaller(re.sub(r"\s*&\s*(#.*)?$", "", command.text))  # in the foreground: its exit code is seen
+        text = adjust(re.sub(r"\s*&\s*(#.*)?$", "", command.text))
         argv = ["bash", "-c", f"set -euo pipefail\n{command.setup}\n{text}"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": str(repo)}
+    return argv, folder, env
+
+
+def run(command: Command, repo: Path, timeout: int) -> Result:
+    argv, folder, env = invocation(command, repo, smaller)
     started = time.time()
     try:
         done = subprocess.run(argv, cwd=folder, env=env, capture_output=True, text=True, timeout=timeout)
