@@ -58,13 +58,12 @@ def _length_sorted_batches(encoder: BertModel, tokenizer: Tokenizer, sentences: 
     to call the work in a progress bar ("" for none)."""
     device = next(encoder.parameters()).device
     encoded = tokenizer.encode(sentences, max_length=max_length)
+    tokens = [len(e.input_ids) for e in encoded]
     # The longest batch comes first (common/ordering.py says why), so the time left is estimated from tokens.
-    batches = sorted_batches([len(e.input_ids) for e in encoded], batch_size)
-    with Progress(len(sentences) if desc else 0, desc, "sentence", shown=bool(desc),
-                  effort=sum(len(e.input_ids) for e in encoded)) as bar:
-        for rows in batches:
+    with Progress(len(sentences) if desc else 0, desc, "sentence", shown=bool(desc), effort=sum(tokens)) as bar:
+        for rows in sorted_batches(tokens, batch_size):
             yield rows, {k: v.to(device) for k, v in collate([encoded[i] for i in rows], tokenizer.pad_id).items()}
-            bar.update(len(rows), sum(len(encoded[i].input_ids) for i in rows))
+            bar.update(len(rows), sum(tokens[i] for i in rows))
 
 
 @torch.no_grad()
