@@ -41,6 +41,15 @@ def test_the_version_is_the_packages():
     assert result.returncode == 0 and result.stdout.strip() == f"minbert {minbert.__version__}"
 
 
+def test_the_list_of_subcommands_and_the_version_do_not_load_torch():
+    """`minbert --help` and `--version` answer at once: torch, 3 s or more to import, is loaded for a subcommand."""
+    for flag in ("--help", "--version"):
+        check = (f"import sys; from minbert.commands.main import main; main([{flag!r}]); "
+                 "print(sorted(name for name in sys.modules if name.split('.')[0] in ('torch', 'transformers')))")
+        result = run([sys.executable, "-c", check], ROOT)
+        assert result.returncode == 0 and result.stdout.strip().splitlines()[-1] == "[]", result.stdout + result.stderr
+
+
 def test_minbert_lists_its_subcommands_and_refuses_an_unknown_one(tmp_path):
     listed = run([sys.executable, "-m", "minbert", "--help"], tmp_path)
     assert listed.returncode == 0

@@ -4,7 +4,6 @@ import importlib
 import sys
 
 from minbert import __version__
-from minbert.common import cli
 
 # subcommand -> (its module, whose main(argv) it runs; the script of the same job; what it does, for the list)
 COMMANDS = {
@@ -42,5 +41,8 @@ def main(argv: list[str] | None = None) -> None:
         given = f"unknown subcommand {argv[0]!r}" if argv else "no subcommand given"
         print(f"minbert: error: {given}; choose one of {', '.join(COMMANDS)} (see minbert --help)", file=sys.stderr)
         sys.exit(2)
+    # Imported only here, for a subcommand: cli loads torch (3 s or more), which the list and --version do not need.
+    from minbert.common import cli
+
     module = importlib.import_module(COMMANDS[argv[0]][0])
     cli.run(lambda: module.main(argv[1:]))
