@@ -61,6 +61,52 @@ def make_tiny_model(tmp_path_factory, minilm_dir):
     return write
 
 
+def tiny_roberta_style_tokenizer() -> transformers.PreTrainedTokenizerFast:
+    """MPNet's tokenizer in small: WORDS as a lower-casing WordPiece vocabulary, <s> A </s></s> B </s> for pairs,
+    <pad> = 1 (the padding RoBERTa and MPNet count their positions from)."""
+    from tokenizers import Tokenizer as Backend, models, normalizers, pre_tokenizers, processors
+    vocab = {token: index for index, token in enumerate(["<s>", "<pad>", "</s>", "<unk>", "[UNK]", *WORDS, ".", ",",
+                                                         "<mask>"])}
+    backend = Backend(models.WordPiece(vocab, unk_token="[UNK]"))
+    backend.normalizer, backend.pre_tokenizer = normalizers.BertNormalizer(lowercase=True), \
+        pre_tokenizers.BertPreTokenizer()
+    backend.post_processor = processors.RobertaProcessing(("</s>", vocab["</s>"]), ("<s>", vocab["<s>"]))
+    return transformers.MPNetTokenizerFast(tokenizer_object=backend, bos_token="<s>", eos_token="</s>",
+                                           sep_token="</s>", cls_token="<s>", pad_token="<pad>", unk_token="[UNK]",
+                                           mask_token="<mask>")
+
+
+# A tiny random model of each family as transformers writes it: (config class, model class to save).
+TINY_FAMILIES = {"mpnet": ("MPNetConfig", "MPNetModel"), "roberta": ("RobertaConfig", "RobertaModel")}
+
+
+@pytest.fixture(scope="session")
+def make_tiny_family(tmp_path_factory):
+    """write(model_type, **config) -> folder: a random 2-layer RoBERTa or MPNet (hidden 32, 4 heads) written by
+    transformers, with tiny_roberta_style_tokenizer."""
+    def write(model_type: str, **config) -> Path:
+        folder = tmp_path_factory.mktemp(f"tiny-{model_type}")
+        tokenizer = tiny_roberta_style_tokenizer()
+        config_class, model_class = (getattr(transformers, name) for name in TINY_FAMILIES[model_type])
+        shape = dict(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                     intermediate_size=64, max_position_embeddings=130, pad_token_id=tokenizer.pad_token_id)
+        torch.manual_seed(0)
+        model = model_class(config_class(**{**shape, **config}))
+        with torch.no_grad():  # random biases and LayerNorms, so a test sees whether each is used
+            for name, parameter in model.named_parameters():
+                if name.endswith("bias") or "LayerNorm" in name:
+                    parameter.add_(0.1 * torch.randn_like(parameter))
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        return folder
+    return write
+
+
+@pytest.fixture(scope="session")
+def tiny_mpnet(make_tiny_family) -> Path:
+    return make_tiny_family("mpnet")
+
+
 @pytest.fixture(scope="session")
 def tiny_model(make_tiny_model) -> Path:
     return make_tiny_model()

@@ -194,7 +194,7 @@ CASES = [
     ("checkpoint", "config.json is not JSON", "multitask", [*TRAIN, "--model", "broken-config"],
      "error: broken-config/config.json: line 1: not valid JSON", 2),
     ("checkpoint", "config.json of another architecture", "multitask", [*TRAIN, "--model", "gpt2-config"],
-     "error: gpt2-config/config.json: model_type is 'gpt2'; this encoder loads BERT checkpoints only", 2),
+     "error: gpt2-config/config.json: model_type is 'gpt2'; this encoder loads bert, roberta, mpnet checkpoints only", 2),
     ("checkpoint", "truncated model.safetensors", "multitask", [*TRAIN, "--model", "truncated-weights"],
      "error: truncated-weights/model.safetensors: cannot read weights", 2),
     ("checkpoint", "truncated heads.safetensors", "multitask", [*TRAIN, "--init", "truncated-heads"],

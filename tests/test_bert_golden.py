@@ -17,11 +17,12 @@ def real_sentences(data_dir, count=8):
     return [sentences[i * step] for i in range(count - 1)] + [sentences[-1]]
 
 
-def assert_same_outputs(ours, theirs, batch):
+def assert_same_outputs(ours, theirs, batch, reference_inputs=None):
+    """reference_inputs: what `theirs` takes, where not `batch` (MPNet takes no token types)."""
     ours.eval(), theirs.eval()
     with torch.no_grad():
         mine = ours(**batch, output_hidden_states=True)
-        reference = theirs(**batch, output_hidden_states=True)
+        reference = theirs(**(reference_inputs or batch), output_hidden_states=True)
     real = batch["attention_mask"].bool()
     assert real.sum(1).min() < real.sum(1).max(), "the batch should mix lengths"
     assert len(mine.hidden_states) == len(reference.hidden_states) == ours.config.num_hidden_layers + 1

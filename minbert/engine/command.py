@@ -133,6 +133,16 @@ class Command:
         for reporter in self.reporters:
             reporter.log_config(flags)
 
+    def resolved_attention(self, encoder) -> str:
+        """What --attention runs as for `encoder` on this device (the run config records it); said in one line where
+        MPNet's relative position bias makes unpadded attention run packed."""
+        position_bias = encoder.config.relative_attention_num_buckets > 0
+        resolved = resolve_attention(self.config.attention, self.device, position_bias)
+        if self.config.attention == "unpadded" and resolved != "unpadded" and self.is_main:
+            log.info("attention %s: unpadded attention takes no position bias, which %s adds to every layer",
+                     resolved, encoder.config.model_type)
+        return resolved
+
     def prepare_encoder(self, encoder) -> None:
         """--attention and --compile on an encoder already on the device (compiled in place: names unchanged)."""
         encoder.attention = self.config.attention

@@ -1,7 +1,8 @@
-"""Our BERT encoder (Devlin et al., 2019), written to load Hugging Face BERT checkpoints unchanged.
+"""Our BERT encoder (Devlin et al., 2019), written to load Hugging Face BERT, RoBERTa and MPNet checkpoints.
 
 Module and parameter names mirror `transformers.BertModel` one-to-one (embeddings.word_embeddings,
-encoder.layer.0.attention.self.query, ...), so a checkpoint's state dict loads without renaming.
+encoder.layer.0.attention.self.query, ...), so a BERT checkpoint's state dict loads without renaming; RoBERTa and
+MPNet are the same layers under a few config fields (models/config.py), their names mapped by models/loading.py.
 
 Attention never takes scaled_dot_product_attention's slow path (a boolean mask: measured on an H100 in bf16,
 about 4 ms a call against 0.2 ms without). A batch without padding passes no mask. A padded batch runs
@@ -14,6 +15,8 @@ about 4 ms a call against 0.2 ms without). A batch without padding passes no mas
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -38,16 +41,17 @@ ATTENTION = ("auto", "padded", "packed", "unpadded")
 UNPADDED_DEVICES = ("cpu", "cuda")
 
 
-def resolve_attention(attention: str, device: torch.device | str) -> str:
+def resolve_attention(attention: str, device: torch.device | str, position_bias: bool = False) -> str:
     """"padded", "packed" or "unpadded": what `attention` (one of ATTENTION) means on `device`. "auto" is packed on
     the CPU (benchmarks/encoder_speed.py: the fastest there) and padded on a GPU until benchmarks/gpu_suite.sh has
-    measured the others there. Raises FlagError for a name not in ATTENTION or unpadded attention on a device
-    without it."""
+    measured the others there. An encoder with a relative position bias (position_bias: MPNet) runs "unpadded" as
+    "packed": a nested tensor's attention takes no bias. Raises FlagError for a name not in ATTENTION or unpadded
+    attention on a device without it."""
     device = torch.device(device)
     if attention not in ATTENTION:
         raise FlagError(f"attention {attention!r} is not one of {', '.join(ATTENTION)}")
-    if attention == "auto":
-        return "packed" if device.type == "cpu" else "padded"
+    if attention == "auto" or (attention == "unpadded" and position_bias):
+        return "packed" if device.type == "cpu" or attention == "unpadded" else "padded"
     if attention == "unpadded" and device.type not in UNPADDED_DEVICES:
         raise FlagError(f"unpadded attention needs nested jagged tensors in scaled_dot_product_attention, which "
                         f"torch runs on {' and '.join(UNPADDED_DEVICES)} only, not {device.type}; use padded attention")
@@ -127,14 +131,19 @@ class BertEmbeddings(nn.Module):
     def __init__(self, config: BertConfig):
         super().__init__()
         self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
-        self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
-        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
+        # RoBERTa and MPNet give padding the position pad_token_id, a row that stays as it is (no gradient).
+        self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size,
+                                                padding_idx=config.pad_token_id if config.positions_after_padding
+                                                else None)
+        self.token_type_embeddings = (nn.Embedding(config.type_vocab_size, config.hidden_size)
+                                      if config.type_vocab_size else None)  # MPNet has no sentence A/B
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
     def forward(self, input_ids, token_type_ids, position_ids):
-        embeddings = (self.word_embeddings(input_ids) + self.position_embeddings(position_ids)
-                      + self.token_type_embeddings(token_type_ids))
+        embeddings = self.word_embeddings(input_ids) + self.position_embeddings(position_ids)
+        if self.token_type_embeddings is not None:
+            embeddings = embeddings + self.token_type_embeddings(token_type_ids)
         return self.dropout(self.LayerNorm(embeddings))
 
 
@@ -205,10 +214,35 @@ class BertLayer(nn.Module):
         return self.output(self.intermediate(hidden), hidden)
 
 
+def relative_position_bucket(relative_position: torch.Tensor, num_buckets: int, max_distance: int = 128):
+    """The bucket of each key-minus-query offset, as T5 (Raffel et al., 2020) and MPNet number them: half the
+    buckets for keys up to the query, half for keys after it; within each half, the first half of its buckets
+    are one offset each, the rest cover offsets up to max_distance on a log scale, and farther offsets share
+    the last."""
+    half = num_buckets // 2
+    distance = relative_position.abs()
+    exact = half // 2
+    logarithmic = exact + (torch.log(distance.float() / exact) / math.log(max_distance / exact)
+                           * (half - exact)).long()
+    bucket = torch.where(distance < exact, distance, logarithmic.clamp(max=half - 1))
+    return bucket + (relative_position > 0).long() * half  # keys after the query: the second half
+
+
 class BertEncoder(nn.Module):
     def __init__(self, config: BertConfig):
         super().__init__()
         self.layer = nn.ModuleList(BertLayer(config) for _ in range(config.num_hidden_layers))
+        # MPNet: one learned bias a bucket and head, shared by every layer.
+        self.relative_attention_bias = (nn.Embedding(config.relative_attention_num_buckets,
+                                                     config.num_attention_heads)
+                                        if config.relative_attention_num_buckets else None)
+
+    def position_bias(self, tokens: int, dtype: torch.dtype) -> torch.Tensor:
+        """[1, heads, tokens, tokens]: the bias MPNet adds to the scores of a query (row) for a key (column)."""
+        positions = torch.arange(tokens, device=self.relative_attention_bias.weight.device)
+        buckets = relative_position_bucket(positions[None, :] - positions[:, None],
+                                           self.relative_attention_bias.num_embeddings)
+        return self.relative_attention_bias(buckets).permute(2, 0, 1).unsqueeze(0).to(dtype)
 
     def forward(self, hidden, layout: Layout) -> list[torch.Tensor]:
         """Every layer's output, the last one last (the module models.compile compiles)."""
@@ -261,7 +295,8 @@ class BertModel(nn.Module):
                 embedding_transform: EmbeddingTransform | None = None) -> BertOutput:
         """input_ids, attention_mask (1 = real token, 0 = padding), token_type_ids: [batch, tokens].
 
-        position_ids replaces 0..T-1 (ConSERT's token shuffle permutes them); embedding_transform(embeddings,
+        position_ids: each token's place in its sentence, 0 to T - 1 by default (RoBERTa and MPNet count the real
+        tokens only, and add their offset); ConSERT's token shuffle permutes them; embedding_transform(embeddings,
         attention_mask) edits the embedding layer's output before the first layer (ConSERT's cutoffs).
         """
         batch, tokens = input_ids.shape
@@ -270,10 +305,14 @@ class BertModel(nn.Module):
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
         if position_ids is None:
-            position_ids = torch.arange(tokens, device=input_ids.device).expand(batch, tokens)
-        if tokens > self.config.max_position_embeddings:
-            raise ValueError(f"{tokens} tokens exceed max_position_embeddings "
-                             f"{self.config.max_position_embeddings}; truncate the input")
+            position_ids = (attention_mask.cumsum(1) - 1 if self.config.positions_after_padding
+                            else torch.arange(tokens, device=input_ids.device).expand(batch, tokens))
+        first = self.config.pad_token_id + 1 if self.config.positions_after_padding else 0
+        if first + tokens > self.config.max_position_embeddings:  # on the host: no wait for the device
+            raise ValueError(f"{tokens} tokens exceed the {self.config.max_position_embeddings - first} positions "
+                             f"of the encoder; truncate the input")
+        if self.config.positions_after_padding:  # fairseq's numbering: pad_token_id + 1 onwards, padding at pad
+            position_ids = torch.where(attention_mask.bool(), position_ids + first, self.config.pad_token_id)
 
         layout = self.layout(attention_mask)
         hidden = self.embeddings(*(layout.pack(ids) for ids in (input_ids, token_type_ids, position_ids)))
@@ -295,17 +334,28 @@ class BertModel(nn.Module):
         finally:
             self.known_padding = None
 
+    @property
+    def resolved_attention(self) -> str:
+        """What self.attention runs as on the encoder's device: "padded", "packed" or "unpadded"."""
+        return resolve_attention(self.attention, self.embeddings.word_embeddings.weight.device,
+                                 position_bias=self.encoder.relative_attention_bias is not None)
+
     def layout(self, attention_mask: torch.Tensor) -> Layout:
         device = self.embeddings.word_embeddings.weight.device
-        attention = resolve_attention(self.attention, device)
-        # Unless known (padding_known): one read from the device a batch (as transformers does), which lets a batch
-        # without padding skip the mask.
-        if not self.known_padding if self.known_padding is not None else bool(attention_mask.all()):
-            return Padded(None)
-        if attention == "unpadded":
-            return Unpadded(attention_mask)
+        attention = self.resolved_attention
         # The dtype attention computes in (bf16 under autocast), so the kernel need not convert the mask.
         dtype = (torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type)
                  else self.embeddings.word_embeddings.weight.dtype)
+        # MPNet's relative position bias joins the mask: the one tensor attention adds to its scores.
+        bias = (self.encoder.position_bias(attention_mask.shape[1], dtype)
+                if self.encoder.relative_attention_bias is not None else None)
+        # Unless known (padding_known): one read from the device a batch (as transformers does), which lets a batch
+        # without padding skip the mask.
+        if not self.known_padding if self.known_padding is not None else bool(attention_mask.all()):
+            return Padded(bias)
+        if attention == "unpadded":
+            return Unpadded(attention_mask)
         mask = additive_mask(attention_mask, dtype)
+        if bias is not None:
+            mask = mask + bias  # [batch, heads, tokens, tokens]
         return Packed(attention_mask, mask) if attention == "packed" else Padded(mask)

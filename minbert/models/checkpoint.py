@@ -13,6 +13,7 @@ from safetensors.torch import save_file
 from minbert.common.files import atomic_directory, write_json
 from minbert.common.run_folder import write_config
 from minbert.models.bert import BertModel
+from minbert.models.loading import checkpoint_names
 from minbert.models.tokenizer import Tokenizer
 
 def tensor_bytes(tensors) -> int:
@@ -25,8 +26,8 @@ def write_encoder_folder(folder: Path, encoder: BertModel, tokenizer: Tokenizer,
     """Write an encoder's checkpoint files into an existing (temporary) folder. run_config None: the caller writes
     the run config itself."""
     write_json(folder / "config.json", encoder.config.to_dict())
-    save_file({k: v.detach().contiguous().cpu() for k, v in encoder.state_dict().items()},
-              folder / "model.safetensors")
+    tensors = checkpoint_names(encoder.state_dict(), encoder.config.model_type)
+    save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, folder / "model.safetensors")
     tokenizer.backend.save_pretrained(folder)
     if run_config is not None:
         write_config(folder, run_config)

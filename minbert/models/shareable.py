@@ -7,9 +7,9 @@ save_checkpoint writes config.json, model.safetensors and the tokenizer files; w
     2_Dense/ (pooling "pooler" only)                                  BERT's pooler, tanh(dense([CLS])), as a layer
     a Normalize module (when the base model has one)                  embeddings of length 1, as the base's
     README.md                                                         the model card
-and names the architecture in config.json. Without these files SentenceTransformer(folder) still loads, but
-silently mean-pools: a [CLS]-trained encoder would give other embeddings than ours.
-The sentence-transformers files use its original layout (module types under sentence_transformers.models,
+(config.json names the architecture, transformers' BertModel, RobertaModel or MPNetModel). Without these files
+SentenceTransformer(folder) still loads, but silently mean-pools: a [CLS]-trained encoder would give other
+embeddings than ours. The sentence-transformers files use its original layout (module types under sentence_transformers.models,
 pooling_mode_* flags): versions 2 to 6 all read it.
 
 What the folder inherits from the base model, so that users get what they got from the base:
@@ -31,13 +31,15 @@ from safetensors.torch import load_file, save_file
 
 from minbert.common.errors import CheckpointError
 from minbert.common.files import atomic_file, read_json, without_local_paths, write_json
-from minbert.models.loading import PACKAGED, normalise_names, packaged_folder, read_state_dict
+from minbert.models.loading import normalise_names, read_state_dict
+from minbert.models.packaged import PACKAGED, packaged_folder
 from minbert.models.sentence_embedding import POOLINGS
 
 # Licenses of base models whose folders carry no model card to read them from.
 KNOWN_LICENSES = {"bert-base-uncased": "apache-2.0", "google-bert/bert-base-uncased": "apache-2.0"}
 # Hub ids of the short names models.from_pretrained accepts (PACKAGED).
-HUB_IDS = {"all-minilm-l6-v2": "sentence-transformers/all-MiniLM-L6-v2"}
+HUB_IDS = {"all-minilm-l6-v2": "sentence-transformers/all-MiniLM-L6-v2",
+           "all-mpnet-base-v2": "sentence-transformers/all-mpnet-base-v2"}
 UNKNOWN_LICENSE = "unknown"
 # The card's snippets load from here; whoever downloads the folder puts its path (or hub id) in its place.
 FOLDER_PLACEHOLDER = "path/to/this/folder"
@@ -57,12 +59,13 @@ class Convention:
 
 # Hub ids whose published sentence-transformers folder we know, for runs started from the hub id: the
 # downloaded folder holds only config, weights and tokenizer. all-MiniLM-L6-v2 is published as
-# Transformer (max_seq_length 256) -> Pooling (mean) -> Normalize.
-KNOWN_CONVENTIONS = {"sentence-transformers/all-minilm-l6-v2": Convention(normalize=True, max_seq_length=256)}
+# Transformer (max_seq_length 256) -> Pooling (mean) -> Normalize; all-mpnet-base-v2 the same with 384.
+KNOWN_CONVENTIONS = {"sentence-transformers/all-minilm-l6-v2": Convention(normalize=True, max_seq_length=256),
+                     "sentence-transformers/all-mpnet-base-v2": Convention(normalize=True, max_seq_length=384)}
 
 POOLING_WORDS = {"cls": "the final [CLS] vector", "mean": "the mean of the final token vectors (padding excluded)",
                  "pooler": "BERT's pooler output, tanh(dense([CLS]))"}
-# The same pooling written out on transformers.BertModel's output, for the card.
+# The same pooling written out on the output of transformers' model (AutoModel), for the card.
 TRANSFORMERS_POOLING = {
     "cls": "embeddings = output.last_hidden_state[:, 0]",
     "mean": 'mask = batch["attention_mask"].unsqueeze(-1).float()\n'
@@ -118,7 +121,7 @@ def write_shareable_files(folder: str | Path, *, pooling: str, max_length: int, 
         raise ValueError(f"metrics_kind {metrics_kind!r} is not one of {tuple(METRICS_TITLES)}")
     if not (folder / "config.json").is_file():
         raise CheckpointError(f"{folder}: no config.json; write the checkpoint with save_checkpoint first")
-    config = read_json(folder / "config.json") | {"architectures": ["BertModel"], "model_type": "bert"}
+    config = read_json(folder / "config.json")
     hidden_size, positions = config["hidden_size"], config["max_position_embeddings"]
     convention = sentence_convention(base_model)
     # Never less than the run trained on, never more than the encoder's positions.
@@ -139,7 +142,6 @@ def write_shareable_files(folder: str | Path, *, pooling: str, max_length: int, 
         "pooling_mode_max_tokens": False, "pooling_mode_mean_sqrt_len_tokens": False})
     # Lower-casing stays the tokenizer's business (tokenizer_config.json), as in embed_sentences.
     write_json(folder / "sentence_bert_config.json", {"max_seq_length": max_seq_length, "do_lower_case": False})
-    write_json(folder / "config.json", config)
     with atomic_file(folder / "README.md") as temp:
         temp.write_text(model_card(pooling=pooling, max_length=max_length, max_seq_length=max_seq_length,
                                    normalize=convention.normalize, hidden_size=hidden_size, base_model=base_model,
@@ -166,7 +168,7 @@ def base_folder(base_model: str) -> Path | None:
     """The local folder of the model a run started from, where there is one to read (not for hub ids)."""
     key = base_model.lower()
     if key in PACKAGED:
-        return packaged_folder(PACKAGED[key])
+        return packaged_folder(key)
     folder = Path(base_model).expanduser()
     return folder if folder.is_dir() else None
 
@@ -324,11 +326,11 @@ With transformers:
 
 ```python
 import torch
-from transformers import AutoTokenizer, BertModel
+from transformers import AutoModel, AutoTokenizer
 
 folder = "{FOLDER_PLACEHOLDER}"
 sentences = ["A man is playing a guitar.", "Someone plays the guitar on a stage tonight."]
-tokenizer, model = AutoTokenizer.from_pretrained(folder), BertModel.from_pretrained(folder).eval()
+tokenizer, model = AutoTokenizer.from_pretrained(folder), AutoModel.from_pretrained(folder).eval()
 batch = tokenizer(sentences, padding=True, truncation=True, max_length={max_seq_length}, return_tensors="pt")
 with torch.no_grad():
     output = model(**batch)

@@ -1,0 +1,122 @@
+"""RoBERTa and MPNet through our one encoder, against transformers' RobertaModel and MPNetModel: the same outputs and
+the same gradients to 1e-5 in fp32, in every attention layout; MPNet's relative position buckets; the real
+all-mpnet-base-v2 where its packages are installed; and a saved MPNet folder read back by transformers and
+sentence-transformers."""
+import pytest
+import torch
+import transformers
+from safetensors.torch import load_file
+from transformers.models.mpnet.modeling_mpnet import MPNetEncoder
+
+from minbert.models import SentenceEncoder, Tokenizer, from_pretrained
+from minbert.models.bert import relative_position_bucket
+from minbert.models.checkpoint import save_checkpoint
+from minbert.models.loading import normalise_names
+from minbert.models.packaged import MPNET
+from minbert.models.shareable import write_shareable_files
+from tests.test_bert_golden import TOLERANCE, assert_same_outputs, real_sentences
+
+PAIRS = [("the cat sat on the mat .", "a dog ran"), ("big red car", "the small house , a tree"),
+         ("the dog", "a cat sat on a big red mat in the house ."), ("fast car", "slow car")]
+
+
+def pair_batch(folder):
+    tokenizer = Tokenizer.from_pretrained(folder)
+    return tokenizer([a for a, _ in PAIRS], [b for _, b in PAIRS])
+
+
+def test_relative_position_buckets_are_mpnets():
+    offsets = torch.arange(-300, 301)[None, :]  # keys 300 before the query to 300 after: every bucket, both halves
+    ours = relative_position_bucket(offsets, num_buckets=32)
+    assert torch.equal(ours, MPNetEncoder.relative_position_bucket(offsets, num_buckets=32))
+    # Every bucket but one: offset 0 belongs to the first half, so the second half's "0 after" bucket stays unused.
+    assert ours.unique().numel() == 31
+
+
+def test_pairs_are_encoded_as_mpnet_encodes_them(tiny_mpnet):
+    batch = pair_batch(tiny_mpnet)
+    tokens = Tokenizer.from_pretrained(tiny_mpnet).backend.convert_ids_to_tokens(batch["input_ids"][3].tolist())
+    assert tokens == ["<s>", "fast", "car", "</s>", "</s>", "slow", "car", "</s>"] + ["<pad>"] * (len(tokens) - 8)
+
+
+@pytest.mark.parametrize("model_type", ["mpnet", "roberta"])
+@pytest.mark.parametrize("attention", ["padded", "packed", "unpadded"])
+def test_tiny_family_matches_transformers(make_tiny_family, model_type, attention, one_thread):
+    folder = make_tiny_family(model_type)
+    batch = pair_batch(folder)
+    ours = from_pretrained(folder)
+    ours.attention = attention
+    # MPNet's bias cannot go into a nested tensor's attention: unpadded runs packed.
+    assert ours.resolved_attention == ("packed" if model_type == "mpnet" and attention == "unpadded" else attention)
+    reference = transformers.AutoModel.from_pretrained(folder)
+    assert type(reference).__name__ == {"mpnet": "MPNetModel", "roberta": "RobertaModel"}[model_type]
+    inputs = {k: v for k, v in batch.items() if model_type != "mpnet" or k != "token_type_ids"}
+    assert_same_outputs(ours, reference, batch, reference_inputs=inputs)
+
+
+@pytest.mark.parametrize("model_type", ["mpnet", "roberta"])
+@pytest.mark.parametrize("attention", ["padded", "packed"])
+def test_tiny_family_gradients_match_transformers(make_tiny_family, model_type, attention, one_thread):
+    folder = make_tiny_family(model_type, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    batch = pair_batch(folder)
+    real = batch["attention_mask"].bool()
+    ours, reference = from_pretrained(folder).train(), transformers.AutoModel.from_pretrained(folder).train()
+    ours.attention = attention
+    torch.manual_seed(1)
+    token_weights, pooler_weights = torch.randn(int(real.sum()), 32), torch.randn(len(PAIRS), 32)
+
+    def gradients(model, inputs):
+        model.zero_grad()
+        output = model(**inputs)
+        loss = (output.last_hidden_state[real] * token_weights).sum() + (output.pooler_output * pooler_weights).sum()
+        loss.backward()
+        return {name: parameter.grad for name, parameter in model.named_parameters() if parameter.grad is not None}
+
+    mine = gradients(ours, batch)
+    inputs = {k: v for k, v in batch.items() if model_type != "mpnet" or k != "token_type_ids"}
+    theirs, _ = normalise_names(gradients(reference, inputs), model_type)
+    assert mine.keys() == theirs.keys()
+    if model_type == "mpnet":
+        assert "encoder.relative_attention_bias.weight" in mine
+    for name in mine:
+        scale = max(1.0, float(theirs[name].abs().max()))  # fp32: differences grow with the gradient's size
+        assert (mine[name] - theirs[name]).abs().max() <= TOLERANCE * scale, name
+
+
+@pytest.fixture(scope="module")
+def mpnet_folder():
+    folder = MPNET.folder()
+    if folder is None:
+        pytest.skip(f"all-mpnet-base-v2 is not installed: {MPNET.install()}")
+    return folder
+
+
+@pytest.mark.parametrize("attention", ["padded", "packed"])
+def test_all_mpnet_base_v2_matches_transformers(mpnet_folder, data_dir, attention):
+    tokenizer = Tokenizer.from_pretrained("all-mpnet-base-v2")
+    sentences = real_sentences(data_dir)
+    ours = from_pretrained("all-mpnet-base-v2")
+    ours.attention = attention
+    batch = tokenizer(sentences, sentences[::-1])
+    assert_same_outputs(ours, transformers.MPNetModel.from_pretrained(mpnet_folder), batch,
+                        reference_inputs={k: v for k, v in batch.items() if k != "token_type_ids"})
+
+
+def test_a_saved_mpnet_folder_is_transformers_and_sentence_transformers_mpnet(tiny_mpnet, tmp_path, one_thread):
+    from sentence_transformers import SentenceTransformer
+
+    encoder, tokenizer = from_pretrained(tiny_mpnet), Tokenizer.from_pretrained(tiny_mpnet)
+    folder = save_checkpoint(tmp_path / "saved", encoder, tokenizer, {"model": str(tiny_mpnet)})
+    write_shareable_files(folder, pooling="mean", max_length=64, base_model=str(tiny_mpnet), command="test",
+                          metrics={}, data_files=[])
+    # transformers' own names, so that its MPNetModel loads every tensor.
+    assert "encoder.layer.0.attention.attn.q.weight" in load_file(folder / "model.safetensors")
+    reference, info = transformers.AutoModel.from_pretrained(folder, output_loading_info=True)
+    assert type(reference).__name__ == "MPNetModel" and not info["missing_keys"] and not info["unexpected_keys"]
+    batch = pair_batch(folder)
+    assert_same_outputs(encoder, reference, batch,
+                        reference_inputs={k: v for k, v in batch.items() if k != "token_type_ids"})
+    sentences = [a for a, _ in PAIRS]
+    theirs = SentenceTransformer(str(folder), device="cpu").encode(sentences, convert_to_tensor=True)
+    mine = SentenceEncoder.from_pretrained(folder).encode(sentences)
+    assert (mine - theirs).abs().max() <= 1e-6
