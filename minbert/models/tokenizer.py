@@ -8,6 +8,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from minbert.common.errors import CheckpointError
 from minbert.common.files import load_or_fail
+from minbert.models.config import BertConfig
 from minbert.models.loading import resolve_checkpoint
 
 log = logging.getLogger(__name__)
@@ -47,7 +48,24 @@ class Tokenizer:
         # tokenizer_config.json says whether the checkpoint lower-cases (uncased) or not (cased);
         # without it BERT's tokenizer lower-cases, as bert-base-uncased does.
         # A broken tokenizer.json, vocab.txt or tokenizer_config.json: one line naming the folder.
-        return cls(load_or_fail(folder, AutoTokenizer.from_pretrained, "the tokenizer files"))
+        tokenizer = cls(load_or_fail(folder, AutoTokenizer.from_pretrained, "the tokenizer files"))
+        if (folder / "config.json").is_file():
+            tokenizer.check_fits(BertConfig.from_json(folder / "config.json"), folder)
+        return tokenizer
+
+    def check_fits(self, config: BertConfig, folder: Path) -> None:
+        """CheckpointError where the folder's tokenizer is not its model's: token ids beyond the model's embeddings
+        (an index error deep inside the first step), or, for RoBERTa and MPNet, whose positions count from the
+        padding id, another padding id."""
+        problems = []
+        if len(self.backend) > config.vocab_size:
+            problems.append(f"the tokenizer has {len(self.backend):,} tokens, the model's embeddings "
+                            f"{config.vocab_size:,}")
+        if config.positions_after_padding and self.pad_id != config.pad_token_id:
+            problems.append(f"the tokenizer pads with id {self.pad_id}, the model with {config.pad_token_id}")
+        if problems:
+            raise CheckpointError(f"{folder}: its tokenizer does not match its model ({'; '.join(problems)}); put "
+                                  f"the model's own tokenizer files beside its weights")
 
     def encode(self, texts: list[str], pairs: list[str] | None = None, max_length: int = 128,
                source: str | None = "input") -> list[Encoded]:
