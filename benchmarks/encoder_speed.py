@@ -1,4 +1,5 @@
-"""Our encoder against transformers.BertModel on the same checkpoint: time per training step and per inference.
+"""Our encoder against transformers' model of its family (BertModel, RobertaModel, MPNetModel) on the same checkpoint:
+time per training step and per inference.
 
     python benchmarks/encoder_speed.py --model all-MiniLM-L6-v2 --batch-size 32 --tokens 128
     python benchmarks/encoder_speed.py --precision bf16     # ours in bf16 autocast against ours in fp32 too
@@ -24,7 +25,6 @@ from minbert.common.cli import HelpFormatter  # noqa: E402
 from minbert.common.precision import processor  # noqa: E402
 from minbert.common.progress import Progress, log_to_stderr  # noqa: E402
 from minbert.models import ATTENTION, from_pretrained  # noqa: E402
-from minbert.models.bert import resolve_attention  # noqa: E402
 from minbert.models.loading import resolve_checkpoint  # noqa: E402
 
 
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None):
     folder = resolve_checkpoint(args.model)
     bf16 = args.precision == "bf16"
     models = {"ours": from_pretrained(folder).to(args.device),
-              "transformers": transformers.BertModel.from_pretrained(folder).to(args.device)}
+              "transformers": transformers.AutoModel.from_pretrained(folder).to(args.device)}
     models["ours"].attention = args.attention
     sides = {f"{name} {args.precision}": (model, bf16) for name, model in models.items()}
     if bf16:
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None):
     where = processor() if args.device == "cpu" else torch.cuda.get_device_name(args.device)
     print(f"{where}, torch {torch.__version__}")
     print(f"{args.model}, batch {args.batch_size} x {args.tokens} tokens, {args.device}, our attention "
-          f"{resolve_attention(args.attention, args.device)}, "
+          f"{models['ours'].resolved_attention}, "
           f"{torch.get_num_threads()} threads, median of {args.repeats}")
     bar = Progress(2 * len(sides) * (args.repeats + 1), "encoder_speed", unit="step")
     for train in (True, False):
