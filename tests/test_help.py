@@ -76,12 +76,12 @@ def test_every_flag_is_explained(command):
 
 
 def test_the_readme_recipe_is_what_the_defaults_run():
-    """The README's "The defaults are the recipe: `...`" names flags whose values the trainer runs without them,
-    and --help states each of those defaults (or the "auto" that resolves to it)."""
+    """The fine-tuning guide's "The defaults are the recipe: `...`" (docs/training.md) names flags whose values the
+    trainer runs without them, and --help states each of those defaults (or the "auto" that resolves to it)."""
     from minbert.common.cli import parse_config
     from minbert.training.multitask_config import MultitaskConfig
 
-    recipe = re.search(r"The defaults are the recipe: `([^`]+)`", (ROOT / "README.md").read_text()).group(1)
+    recipe = re.search(r"The defaults are the recipe: `([^`]+)`", (ROOT / "docs" / "training.md").read_text()).group(1)
     flags = dict(zip(recipe.split()[::2], recipe.split()[1::2]))
     assert len(flags) >= 5 and all(name.startswith("--") for name in flags), recipe
 
@@ -89,11 +89,11 @@ def test_the_readme_recipe_is_what_the_defaults_run():
         config = parse_config(MultitaskConfig, "", list(argv)).to_dict()
         return {name: value for name, value in config.items() if name != "model"}
 
-    assert resolved(*recipe.split()) == resolved(), "the README's recipe differs from the defaults"
+    assert resolved(*recipe.split()) == resolved(), "the guide's recipe differs from the defaults"
     entries = help_entries("multitask_classifier.py")
     for name, value in flags.items():
         stated = re.search(r"\(default: ([^)]*)\)", entries[name][1]).group(1)
-        assert resolved(name, stated) == resolved(name, value), f"{name}: --help says {stated}, the README {value}"
+        assert resolved(name, stated) == resolved(name, value), f"{name}: --help says {stated}, the guide {value}"
 
 
 def docstring_examples(module) -> list[list[str]]:

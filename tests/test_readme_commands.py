@@ -1,5 +1,6 @@
-"""Every fenced command of README.md runs in a fresh copy of the repository, in the order shown, at tiny sizes
-(tests/readme_commands.py); and that runner reads pages as described in its docstring."""
+"""Every fenced command of README.md, then of the tutorial and the CPU guide that continue it (readme_commands.PAGES),
+runs in a fresh copy of the repository, in the order shown, at tiny sizes (tests/readme_commands.py); and that runner
+reads pages as described in its docstring."""
 import importlib.util
 import re
 import subprocess
@@ -80,6 +81,17 @@ def test_a_printed_next_step_must_be_the_pages_next_command(tmp_path):
     assert "printed the next step echo 'the next step'" in results[3].detail
 
 
+def test_a_command_a_page_before_gave_runs_once(tmp_path):
+    """The tutorial repeats the README's quick start: it runs once, and the tutorial's next commands use its files."""
+    first, second = tmp_path / "first.md", tmp_path / "second.md"
+    first.write_text("```bash\nmkdir runs && echo made >> runs/log    # 1 s\n```\n")
+    second.write_text("```bash\nmkdir runs && echo made >> runs/log    # another comment\ncat runs/log\n"
+                      "echo made >> runs/log\n```\n")
+    results = runner.run_page([first, second], timeout=60, log=lambda line: None)
+    assert [result.status for result in results] == ["ok", "skipped", "ok", "ok"]
+    assert results[1].detail == "ran above, on first.md" and results[2].output == "made\n"
+
+
 def test_a_benchmark_with_sizes_of_its_own_gets_the_smaller_ones_after_its_flags_and_before_its_comment():
     command = ".venv/bin/python benchmarks/encoder_speed.py --repeats 7    # 1.3 min [gpu]"
     assert runner.smaller(command) == (".venv/bin/python benchmarks/encoder_speed.py --repeats 7 "
@@ -99,30 +111,34 @@ def test_the_tiny_data_keeps_headers_and_samples_every_file(data_dir, tmp_path):
 
 
 @pytest.mark.usefixtures("data_dir", "minilm_dir")
-def test_every_readme_command_runs_in_a_fresh_copy():
+def test_every_command_of_the_readme_and_the_tutorial_runs_in_a_fresh_copy():
     result = subprocess.run([sys.executable, str(ROOT / "tests" / "readme_commands.py")], cwd=ROOT,
                             capture_output=True, text=True, timeout=1800)
     print(result.stdout)  # every command's status, and why a skipped one was skipped
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-2000:]
 
 
+def page_commands() -> list:
+    return [command for _, command, _ in runner.page_commands(runner.PAGES)]
+
+
 def test_every_timed_command_runs_on_the_threads_its_time_was_measured_with():
-    """The README's times are one CPU thread's: a command with a time either sets OMP_NUM_THREADS=1 or says with
-    how many threads its time was measured (torch's default is a thread per core)."""
-    timed = [command.text for command in runner.commands((ROOT / "README.md").read_text())
+    """The times of the README and the pages after it are one CPU thread's: a command with a time either sets
+    OMP_NUM_THREADS=1 or says with how many threads its time was measured (torch's default is a thread per core)."""
+    timed = [command.text for command in page_commands()
              if command.kind == "bash" and re.search(r"#.*\b\d+(\.\d+)? (s|min|h)\b", command.text)]
     assert len(timed) >= 10
     assert [text for text in timed if not text.startswith("OMP_NUM_THREADS=1 ")
             and not re.search(r"#.*\d threads", text)] == []
 
 
-def test_every_time_a_readme_command_gives_is_the_one_its_measurement_in_the_docs_gives():
-    """A README time traces to docs/results.md's table of measurements: the same figure, in "Where the README's
-    times come from"."""
+def test_every_time_a_command_gives_is_the_one_its_measurement_in_the_docs_gives():
+    """A time of the README or a page after it traces to docs/results.md's table of measurements: the same figure,
+    in "Where the README's times come from"."""
     results = (ROOT / "docs" / "results.md").read_text()
     section = results[results.index("## Where the README's times come from"):]
     section = section[:section.index("\n## ", 4)]
-    given = [match[0] for command in runner.commands((ROOT / "README.md").read_text()) if command.kind == "bash"
+    given = [match[0] for command in page_commands() if command.kind == "bash"
              for match in re.finditer(r"\b\d+(\.\d+)? (s|min|h)\b", runner.trailing_comment(command.text))]
     assert len(given) >= 10
     assert [time for time in given if f"| {time} |" not in section] == []

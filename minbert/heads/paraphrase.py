@@ -22,7 +22,9 @@ class ParaphraseHead(nn.Module):
         self.bilinear = nn.Bilinear(mlp.out_features, mlp.out_features, 1)
 
     def forward(self, embedding1: torch.Tensor, embedding2: torch.Tensor) -> torch.Tensor:
-        return self.bilinear(self.mlp(embedding1), self.mlp(embedding2)).squeeze(-1)
+        # Under bf16 autocast a plain MLP's output is bf16, and Bilinear, which autocast does not cover, refuses it
+        # beside its fp32 weights: the score is computed in fp32 (a no-op without autocast).
+        return self.bilinear(self.mlp(embedding1).float(), self.mlp(embedding2).float()).squeeze(-1)
 
 
 class CrossEncodedPairHead(nn.Module):

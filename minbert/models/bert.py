@@ -266,6 +266,9 @@ EmbeddingTransform = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 class BertModel(nn.Module):
+    """Our BERT encoder: embeddings, then Transformer layers, then the pooler; the same outputs as
+    transformers.BertModel to 1e-5 (tests/test_bert_golden.py)."""
+
     def __init__(self, config: BertConfig, attention: str = "auto"):
         """attention: how a padded batch runs, one of ATTENTION (see resolve_attention); settable later."""
         super().__init__()

@@ -27,6 +27,8 @@ ARCHITECTURES = {"bert": "BertModel", "roberta": "RobertaModel", "mpnet": "MPNet
 
 @dataclass
 class BertConfig:
+    """The encoder's shape and hyperparameters, as a checkpoint's config.json gives them (bert-base's by default)."""
+
     vocab_size: int = 30522
     hidden_size: int = 768
     num_hidden_layers: int = 12

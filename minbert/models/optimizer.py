@@ -15,6 +15,9 @@ import torch
 
 
 class AdamW(torch.optim.Optimizer):
+    """AdamW (Loshchilov & Hutter, 2019): Adam with decoupled weight decay, each line of the update (this module's
+    docstring) one multi-tensor operation over a parameter group."""
+
     def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 0.0, correct_bias: bool = True):
         if lr < 0.0 or eps < 0.0 or weight_decay < 0.0:

@@ -36,6 +36,8 @@ def collate(inputs: list[Encoded], pad_id: int) -> dict[str, torch.Tensor]:
 
 
 class Tokenizer:
+    """A checkpoint's tokenizer (transformers' fast tokenizer underneath): text to padded tensors for the encoder."""
+
     def __init__(self, backend: PreTrainedTokenizerBase):
         self.backend = backend
         self.pad_id = backend.pad_token_id

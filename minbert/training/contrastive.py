@@ -152,7 +152,7 @@ class Pretraining:
         folder = self.engine.folder
         files = [folder.path / name for name in encoders] + [folder.metrics_log, folder.config_file]
         print("written:\n" + "\n".join(f"  {path}" for path in files if path.exists()))
-        for name in encoders:  # the README's next step: the quick start from it, into a folder of its own
+        for name in encoders:  # the tutorial's next step: the quick start from it, into a folder of its own
             given = Path(self.config.output_dir)
             out = free_folder(given.parent / "-".join(["from", given.name, *([name] if name else [])]))
             print(f"fine-tune it{f' ({name})' if name else ''}: " + shlex.join([

@@ -1,0 +1,92 @@
+"""The documentation site (mkdocs.yml, docs/) builds with `mkdocs build --strict`, whose settings turn a broken link
+or anchor and a page outside the navigation into failures; and its command reference, generated from the parsers
+(docs/hooks/reference.py), lists every flag that each command's --help prints."""
+import contextlib
+import html
+import importlib
+import io
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from minbert.commands.main import COMMANDS
+
+ROOT = Path(__file__).resolve().parents[1]
+BUILD_ENV = {**os.environ, "PYTHONPATH": str(ROOT), "NO_MKDOCS_2_WARNING": "1"}
+
+
+def build(config: Path, site: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", str(config),
+                           "--site-dir", str(site)], cwd=config.parent, env=BUILD_ENV, capture_output=True,
+                          text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("site")
+    result = build(ROOT / "mkdocs.yml", folder)
+    assert result.returncode == 0, result.stderr[-5000:]
+    return folder
+
+
+def test_the_site_builds_strictly_with_every_page_of_docs_in_it(site):
+    pages = [path.relative_to(ROOT / "docs").with_suffix("") for path in (ROOT / "docs").rglob("*.md")]
+    assert len(pages) >= 20
+    assert [page for page in pages if not (site / page / "index.html").is_file()
+            and not (page.name == "index" and (site / page.parent / "index.html").is_file())] == []
+    assert (site / "search" / "search_index.json").is_file()  # the search box's index
+    home = (site / "index.html").read_text()
+    assert 'href="tutorial/"' in home and "fonts.googleapis.com" not in home  # offline: the system's fonts
+
+
+def test_the_sites_settings_fail_a_broken_link_an_unknown_anchor_and_a_page_outside_the_navigation(tmp_path):
+    """A small site with the project's strict settings (validation, strict) and the three faults: the build fails
+    naming each. (The project's own site then builds clean: test above.)"""
+    settings = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "index.md").write_text("# Home\n\n[gone](gone.md) [anchor](other.md#nowhere)\n")
+    (tmp_path / "docs" / "other.md").write_text("# Other\n")
+    (tmp_path / "docs" / "orphan.md").write_text("# Orphan\n")
+    config = tmp_path / "mkdocs.yml"
+    config.write_text(yaml.safe_dump({"site_name": "faults", "strict": settings["strict"],
+                                      "validation": settings["validation"],
+                                      "nav": [{"Home": "index.md"}, {"Other": "other.md"}]}))
+    result = build(config, tmp_path / "site")
+    assert result.returncode != 0
+    assert "'gone.md'" in result.stderr and "'#nowhere'" in result.stderr and "orphan.md" in result.stderr
+
+
+def help_flags(argv: list[str], monkeypatch) -> set[str]:
+    """The flags that `minbert ARGV --help` prints in its options, each spelling (--eval and --no-eval)."""
+    monkeypatch.setenv("COLUMNS", "1000")  # one line a flag
+    module, printed = importlib.import_module(COMMANDS[argv[0]][0]), io.StringIO()
+    with contextlib.redirect_stdout(printed), pytest.raises(SystemExit):
+        module.main([*argv[1:], "--help"])
+    options = printed.getvalue().partition("\noptions:\n")[2]
+    return {flag for line in options.splitlines() if line.startswith("  -")
+            for flag in re.findall(r"--[\w-]+", re.split(r"\s{2,}", line.strip())[0])}
+
+
+def listed_flags(page: str) -> set[str]:
+    """The flags a reference page lists: those of its flag tables' first column."""
+    return {flag for cell in re.findall(r"<tr>\s*<td>(.*?)</td>", page, re.DOTALL)
+            for flag in re.findall(r"--[\w-]+", html.unescape(re.sub(r"<[^>]+>", "", cell)))}
+
+
+@pytest.mark.parametrize("subcommand", COMMANDS)
+def test_every_flag_of_every_command_is_on_its_reference_page(site, subcommand, monkeypatch):
+    page = (site / "reference" / subcommand / "index.html").read_text()
+    sections = re.split(r"<h2 id=\"minbert-[\w-]+\">", page)  # a subcommand's own (analyze's five), after its flags
+    subcommands = re.findall(r"<h2 id=\"minbert-[\w-]+\">minbert \S+ ([\w-]+)", page)
+    flags = help_flags([subcommand], monkeypatch)
+    assert "--help" in flags and flags <= listed_flags(sections[0]), flags - listed_flags(sections[0])
+    assert subcommands == (list(importlib.import_module("minbert.commands.analyze").SUBCOMMANDS)
+                           if subcommand == "analyze" else [])
+    for name, section in zip(subcommands, sections[1:]):
+        flags = help_flags([subcommand, name], monkeypatch)
+        assert "--out" in flags and flags <= listed_flags(section), (name, flags - listed_flags(section))
