@@ -164,11 +164,12 @@ def course_data(tmp_path_factory) -> Path:
 
 
 def multitask_argv(model: Path, data: Path, out: Path, *extra: str) -> list[str]:
-    """multitask_classifier.py's flags for a tiny run on CPU (2 epochs of batches of 8 at lr 1e-3) writing into
-    out/run and out/predictions; a flag in `extra` overrides them."""
+    """multitask_classifier.py's flags for a tiny run on CPU (2 epochs of batches of 8 at lr 1e-3, in fp32: the
+    tests' tolerances are fp32's, and --precision auto runs bf16 on a processor that computes it natively) writing
+    into out/run and out/predictions; a flag in `extra` overrides them."""
     return last_wins(["--model", str(model), "--data-dir", str(data), "--output-dir", str(out / "run"),
-                      "--predictions-dir", str(out / "predictions"), "--device", "cpu", "--batch-size", "8",
-                      "--epochs", "2", "--lr", "1e-3", *extra])
+                      "--predictions-dir", str(out / "predictions"), "--device", "cpu", "--precision", "fp32",
+                      "--batch-size", "8", "--epochs", "2", "--lr", "1e-3", *extra])
 
 
 def contents(folder: Path) -> dict[str, bytes]:

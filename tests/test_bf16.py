@@ -218,7 +218,8 @@ def test_a_run_on_a_faked_native_bf16_cpu_trains_in_bf16_and_keeps_fp32_weights(
     and why; the checkpoint's weights and the optimizer's moments stay fp32."""
     processor(True, "avx512_bf16")
     with caplog.at_level(logging.INFO):
-        multitask_classifier.main(multitask_argv(tiny_model, course_data, tmp_path, "--epochs", "1"))
+        multitask_classifier.main(multitask_argv(tiny_model, course_data, tmp_path, "--epochs", "1",
+                                                 "--precision", "auto"))
     first = next(record.getMessage() for record in caplog.records if record.name.startswith("minbert"))
     assert first == "precision bf16: the processor computes bf16 natively (avx512_bf16)"
     config = json.loads((tmp_path / "run" / "run_config.json").read_text())
