@@ -164,7 +164,7 @@ def assert_writes_picture_table_and_json(written: list[Path], stem: str) -> dict
 
 def test_layers_match_transformers_hidden_states_and_scipy(varied_model, sts_data, tmp_path):
     written = run("layers", "--models", str(varied_model), "--data-dir", str(sts_data), "--sets", "sts12,sts-dev",
-                  "--device", "cpu", "--batch-size", "5", "--out", str(tmp_path))
+                  "--device", "cpu", "--precision", "fp32", "--batch-size", "5", "--out", str(tmp_path))
     saved = assert_writes_picture_table_and_json(written, "layers")
     results = saved["results"][varied_model.name]
     assert set(results) == {"mean", "cls", "max"} and all(len(rows) == 3 for rows in results.values())
@@ -200,7 +200,7 @@ def test_bucket_means_by_hand():
 def test_spread_command_gives_the_bucket_means_and_m_of_transformers_cosines(varied_model, sts_data, tmp_path):
     saved = assert_writes_picture_table_and_json(
         run("spread", "--models", str(varied_model), "--data-dir", str(sts_data), "--device", "cpu",
-            "--out", str(tmp_path)), "spread")
+            "--precision", "fp32", "--out", str(tmp_path)), "spread")
     pairs = pairs_of(sts_data / "sts-train.csv")
     expected = cosines(varied_model, pairs, "mean")[-1]
     gold = np.array([p[2] for p in pairs])
@@ -215,7 +215,7 @@ def test_spread_command_gives_the_bucket_means_and_m_of_transformers_cosines(var
 def test_embeddings_alignment_and_uniformity_by_their_formula(varied_model, sts_data, tmp_path):
     saved = assert_writes_picture_table_and_json(
         run("embeddings", "--models", str(varied_model), "--data-dir", str(sts_data), "--poolings", "mean,cls",
-            "--device", "cpu", "--out", str(tmp_path)), "embeddings")
+            "--device", "cpu", "--precision", "fp32", "--out", str(tmp_path)), "embeddings")
     pairs = pairs_of(sts_data / "sts-dev.csv")
     for pooling in ("mean", "cls"):
         first = [POOL[pooling](h[-1]) for h in transformers_layers(varied_model, [p[0] for p in pairs])]

@@ -579,7 +579,7 @@ def test_nli_triplets_on_two_processes_train_as_one_process_with_the_joint_batch
     def args(out: Path, batch_size: int) -> list[str]:
         return ["--model", str(tiny_model_without_dropout), "--data", "nli", "--data-dir", str(nli_17),
                 "--output-dir", str(out), "--batch-size", str(batch_size), "--lr", "1e-3", "--log-every", "1",
-                "--device", "cpu", *method]
+                "--device", "cpu", "--precision", "fp32", *method]
 
     torchrun("pretrain_contrastive.py", *args(tmp_path / "two", 8))
     run(sys.executable, "pretrain_contrastive.py", *args(tmp_path / "one", 16))
