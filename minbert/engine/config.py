@@ -34,8 +34,8 @@ class TrainingConfig:
     seed: int = flag(11711, "random seed; the same seed gives the same run", range=SEED)
     output_dir: str = flag(in_repository("runs/multitask"), f"checkpoints and {METRICS} go here")
     resume: bool = flag(False, "continue the interrupted run in --output-dir from its last checkpoint")
-    overwrite: bool = flag(False, "start a new run in an --output-dir that holds one, replacing the files this "
-                                  "command writes there once the new run can train (a start that fails before "
+    overwrite: bool = flag(False, "start a new run in an --output-dir that holds one, removing what the old run "
+                                  "recorded writing there once the new run can train (a start that fails before "
                                   "leaves the old run as it was; nothing else in it is touched)")
     allow_changed_data: bool = flag(False, "--resume although a data file changed since the run started")
     save_every: int = flag(0, "also save the resumable checkpoint OUTPUT_DIR/last/ every N steps (0 = only when "
