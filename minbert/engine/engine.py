@@ -258,8 +258,12 @@ class Engine(Command):
     def _diverged(self, what: str) -> None:
         """One line: the step, what is not finite, and the last checkpoint whose weights are finite."""
         good = last_finite_checkpoint(self.folder)
-        saved = (f"the last good checkpoint is {good}" if good else "no checkpoint was saved"
-                 if not self.folder.state_file.exists() else "no checkpoint of it holds finite weights")
+        if good:
+            saved = f"the last good checkpoint is {good}"
+        elif self.folder.state_file.exists():
+            saved = "no checkpoint of it holds finite weights"
+        else:
+            saved = "no checkpoint was saved"
         # torchrun: the losses are every process's summed and the weights alike, so every process stops here.
         raise distributed.on_every_process(UserError(
             f"step {self.state.step}: {what}; the run stopped; {saved} (a lower --lr, or --precision fp32, may help)"))
