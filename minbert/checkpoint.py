@@ -23,6 +23,7 @@ from minbert.model import ModelConfig, MultitaskModel, as_flag, build_model, par
 from minbert.models import BertModel, Tokenizer
 from minbert.models.checkpoint import write_encoder_folder
 from minbert.models.compile import compile_encoder
+from minbert.models.loading import check_finite
 from minbert.models.shareable import write_shareable_files
 
 HEADS = "heads.safetensors"
@@ -116,6 +117,13 @@ def check_head_flags(config: ModelConfig, folder: Path) -> None:
 def _load_heads(model: MultitaskModel, file: Path) -> None:
     tensors = load_or_fail(file, load_file, "the heads")
     state = model.state_dict()
+    wrong = next((name for name, tensor in tensors.items() if name in state and state[name].shape != tensor.shape),
+                 None)
+    if wrong is not None:
+        raise CheckpointError(f"{file}: {wrong} has shape {tuple(tensors[wrong].shape)}, where the head flags of its "
+                              f"run config make it {tuple(state[wrong].shape)}; these heads are not the ones their run "
+                              f"config describes")
+    check_finite(tensors, str(file))
     expected = {name for name in state if not name.startswith(ENCODER_PREFIX)}
     result = model.load_state_dict(tensors, strict=False)
     aliases = {name for name in expected - set(tensors)

@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from minbert.commands import analyze  # noqa: E402
+from minbert.commands import benchmark  # noqa: E402
 from minbert import checkpoint  # noqa: E402
 from minbert.commands import ensemble  # noqa: E402
 import multitask_classifier  # noqa: E402
@@ -380,7 +381,8 @@ CASES = [
      "(para-dev-output.csv); choose another --predictions-dir, or replace them with --overwrite", 2),
     ("file system", "predictions written to a device (a-device: a link to /dev/null)", "predict",
      ["finished-run", "--sst", "a film", "--output", "a-device"],
-     "error: --output a-device: not a regular file (a device or a pipe); give the path of a file to write", 2),
+     "error: --output a-device: a device, not a regular file or folder; give the path of a file or folder to "
+     "write", 2),
     ("file system", "a run's output folder on a read-only file system", "multitask",
      [*TRAIN, "--output-dir", "OUT-ro/run"],
      "error: --output-dir OUT-ro/run: cannot write there (Read-only file system)", 2),
@@ -403,7 +405,8 @@ CASES = [
      "error: --storage OUT-ro/study.journal: cannot write there (Read-only file system)", 2),
     ("file system", "predictions written to a named pipe", "predict", ["finished-run", "--sst", "a film", "--output",
                                                                         "a-pipe"],
-     "error: --output a-pipe: not a regular file (a device or a pipe); give the path of a file to write", 2),
+     "error: --output a-pipe: a named pipe, not a regular file or folder; give the path of a file or folder to "
+     "write", 2),
     ("file system", "an ensemble's report named as its predictions folder", "ensemble",
      ["--members", "finished-run", "--data-dir", "DATA", "--out", "OUT/p", "--predictions-dir", "OUT/p"],
      "error: --out OUT/p: the --predictions-dir itself; give a file for the report, e.g. --out OUT/p/ensemble.json", 2),
@@ -414,7 +417,54 @@ CASES = [
     ("file system", "an analysis folder that cannot be written", "analyze",
      ["curves", "--runs", "finished-run", "--out", "FILE/analysis"], "error: --out FILE/analysis: cannot write there",
      2),
+    # What a command may remove or replace, what it owns, and weights it never uses (their places: ownership_places)
+    ("file system", "--overwrite of a folder holding no run, but the user's best/x.bin, metrics.jsonl, tensorboard/x",
+     "multitask", [*TRAIN, "--output-dir", "users-files", "--overwrite"],
+     "error: --overwrite: metrics.jsonl, best in users-files were not written by a run (no run_config.json there "
+     "records them), and --overwrite removes only what a run wrote; move them out of users-files, or choose another "
+     "--output-dir", 2),
+    ("file system", "--overwrite of a run whose best/ is a link to a folder of the user's", "multitask",
+     [*TRAIN, "--data-dir", "edited-data", "--output-dir", "linked-best", "--overwrite"],
+     "error: --overwrite would remove linked-best/best, a symbolic link to user-best; --overwrite never follows a "
+     "link out of linked-best, and removed nothing: remove the link yourself, or choose another --output-dir", 2),
+    ("file system", "a benchmark's results written to a named pipe", "benchmark",
+     ["--model", "MODEL", "--data-dir", "DATA", "--out", "a-pipe", "--device", "cpu"],
+     "error: --out a-pipe: a named pipe, not a regular file or folder; give the path of a file or folder to write", 2),
+    ("file system", "an empty output folder (the current folder)", "multitask", [*TRAIN, "--output-dir", ""],
+     "error: --output-dir '': an empty path, which would be the current folder; give the folder or file to write", 2),
+    ("file system", "an empty predictions folder (the current folder)", "multitask", [*TRAIN, "--predictions-dir", ""],
+     "error: --predictions-dir '': an empty path, which would be the current folder; give the folder or file to "
+     "write", 2),
+    ("file system", "an ensemble's report over the report of another ensemble", "ensemble",
+     ["--members", "finished-run", "--data-dir", "DATA", "--out", "a-report.json", "--predictions-dir", "OUT/p"],
+     "error: --out a-report.json holds the report of an ensemble already (--method mean of runs/a, runs/b); replace "
+     "it with --overwrite, or choose another --out", 2),
+    ("file system", "a copy of an unfinished run (cp -r) resumed into the original's predictions folder", "multitask",
+     ["--output-dir", "copied-run", "--resume", "--allow-changed-data"],
+     "error: --resume: copied-run is a copy of the run in finished-run, and would write its --predictions-dir ", 2),
+    ("checkpoint", "weights that are not finite (NaN), to predict", "predict", ["nan-run", "--sst", "a film"],
+     "error: nan-run/best: weights that are not finite (embeddings.word_embeddings.weight holds NaN or infinity); no "
+     "command uses them: take a checkpoint saved before its run diverged", 2),
+    ("checkpoint", "weights that are not finite (NaN), given to --init", "multitask",
+     [*TRAIN, "--init", "nan-run/best"],
+     "error: nan-run/best: weights that are not finite (embeddings.word_embeddings.weight holds NaN or infinity)", 2),
+    ("checkpoint", "weights that are not finite (NaN), to analyse", "analyze",
+     ["spread", "--models", "nan-run/best", "--data-dir", "DATA", "--out", "OUT/spread"],
+     "error: nan-run/best: weights that are not finite (embeddings.word_embeddings.weight holds NaN or infinity)", 2),
+    ("checkpoint", "outputs that are not finite (NaN), to ensemble", "ensemble",
+     ["--members", "nan-outputs", "--data-dir", "DATA", "--out", "OUT/e.json", "--predictions-dir", "OUT/p"],
+     "error: nan-outputs/best/outputs-sst-dev.pt: outputs that are not finite (NaN or infinity), of weights that were "
+     "not; take a checkpoint saved before its run diverged", 2),
+    ("checkpoint", "a heads tensor of the wrong shape, to predict", "predict", ["wrong-heads", "--sst", "a film"],
+     "error: wrong-heads/best/heads.safetensors: heads.sst.mlp.second.1.weight has shape (3, 32), where the head "
+     "flags of its run config make it (5, 32); these heads are not the ones their run config describes", 2),
+    ("checkpoint", "weights that are not finite (NaN) in last/, on --resume", "multitask",
+     [*TRAIN, "--data-dir", "edited-data", "--output-dir", "nan-last", "--resume", "--allow-changed-data"],
+     "error: --resume: nan-last/last: weights that are not finite (model.safetensors: "
+     "embeddings.word_embeddings.weight), nothing to resume from; the run's last checkpoint whose weights are finite "
+     "is nan-last/best", 2),
 ]
+COMMANDS["benchmark"], SCRIPTS["benchmark"] = benchmark, "minbert benchmark"
 
 
 def disk_full(monkeypatch, out):
@@ -685,7 +735,54 @@ def places(tiny_model, tmp_path_factory) -> dict[str, Path]:
     unfinished = {k: v for k, v in saved.items() if k != "finished"}
     (places["killed-run"] / "run_config.json").write_text(json.dumps(unfinished))
     shutil.copy(places["finished-run"] / "metrics.jsonl", places["killed-run"])
+    ownership_places(root, places)
     return places
+
+
+def ownership_places(root: Path, places: dict[str, Path]) -> None:
+    """The places of the cases of what a command removes, owns and loads: a folder of the user's files that no run
+    wrote; copies of the finished run: its best/ a link to the user's folder, its weights or outputs not finite, a
+    head of the wrong shape, unfinished (copied-run: it finds its original where its run config says it started)."""
+    from safetensors.torch import load_file, save_file
+
+    def copy(name: str, unfinished: bool = False) -> Path:
+        places[name] = Path(shutil.copytree(places["finished-run"], root / name))
+        if unfinished:
+            saved = json.loads((places[name] / "run_config.json").read_text())
+            (places[name] / "run_config.json").write_text(json.dumps({k: v for k, v in saved.items()
+                                                                      if k != "finished"}))
+        return places[name]
+
+    def changed_tensor(file: Path, name: str, value: torch.Tensor | None = None) -> None:
+        """The tensor `name` of a weights file replaced by `value` (None: itself with a NaN in its first row)."""
+        tensors = load_file(file)
+        if value is None:
+            value = tensors[name].clone()
+            value[0] = float("nan")
+        tensors[name] = value
+        save_file(tensors, file)
+
+    places["users-files"] = root / "users-files"
+    for name, text in (("best/x.bin", "my weights"), ("metrics.jsonl", "my notes\n"), ("tensorboard/x", "my events")):
+        (places["users-files"] / name).parent.mkdir(parents=True, exist_ok=True)
+        (places["users-files"] / name).write_text(text)
+    places["user-best"] = root / "user-best"
+    places["user-best"].mkdir()
+    (places["user-best"] / "mine.txt").write_text("the user's")
+    shutil.rmtree(copy("linked-best") / "best")
+    (places["linked-best"] / "best").symlink_to(places["user-best"])
+    for name, checkpoint_folder in (("nan-run", "best"), ("nan-last", "last")):
+        changed_tensor(copy(name, unfinished=name == "nan-last") / checkpoint_folder / "model.safetensors",
+                       "embeddings.word_embeddings.weight")
+    changed_tensor(copy("wrong-heads") / "best" / "heads.safetensors", "heads.sst.mlp.second.1.weight",
+                   torch.zeros(3, 32))
+    outputs = copy("nan-outputs") / "best" / "outputs-sst-dev.pt"
+    saved = torch.load(outputs, weights_only=True)
+    torch.save({**saved, "outputs": torch.full_like(saved["outputs"], float("nan"))}, outputs)
+    copy("copied-run", unfinished=True)
+    places["a-report.json"] = root / "a-report.json"
+    places["a-report.json"].write_text(json.dumps({"method": "mean", "members": {"runs/a": {}, "runs/b": {}},
+                                                   "ensemble": {}, "weights": {}}))
 
 
 def substitute(text: str, places: dict[str, Path], out: Path) -> str:
@@ -781,7 +878,7 @@ def test_predict_never_writes_over_its_input_however_the_file_is_named(places, t
     with pytest.raises(SystemExit):
         cli.run(lambda: predict.main([str(places["finished-run"]), "--task", "sst", "--input", "x", "--output",
                                       output]))
-    assert f"--output {Path(output)}: the file --input reads" in capsys.readouterr().err
+    assert f"--output {output}: the file --input reads" in capsys.readouterr().err  # as typed
     assert source.read_text() == "a red car\nthe big dog\n"
 
 
@@ -792,7 +889,7 @@ def test_predictions_for_a_device_leave_it_as_it_was(places, capsys):
     with pytest.raises(SystemExit):
         cli.run(lambda: predict.main([str(places["finished-run"]), "--sst", "a film", "--output",
                                       str(places["a-device"])]))
-    assert "not a regular file (a device or a pipe)" in capsys.readouterr().err
+    assert "a device, not a regular file or folder" in capsys.readouterr().err
     assert places["a-device"].is_symlink() and os.readlink(places["a-device"]) == os.devnull
 
 
@@ -866,18 +963,22 @@ def test_a_resume_that_cannot_start_leaves_the_runs_log_and_config_as_they_were(
         log.write(json.dumps({"event": "train", "step": 999, "loss": {"sst": 1.0}}) + "\n")
     before = contents(run)
     args = last_wins([*TRAIN, "--data-dir", "edited-data", "--output-dir", str(run), "--resume",
-                      "--allow-changed-data"])
+                      "--allow-changed-data", "--predictions-dir", str(run / "predictions")])  # a copy's own
     with pytest.raises(RuntimeError, match="my callback failed"):
         multitask_classifier.main([substitute(arg, places, tmp_path) for arg in args], callbacks=[FailsToStart()])
     assert contents(run) == before
 
 
 def test_an_overwrite_that_starts_removes_the_old_run(places, tmp_path):
-    """Once the new run trains, --overwrite removes what the old one wrote: its log lines, its checkpoints, its
-    TensorBoard files; the new run's own TensorBoard file stays."""
+    """Once the new run trains, --overwrite removes what the old one recorded writing: its log lines, its
+    checkpoints, its TensorBoard file; the new run's own TensorBoard file stays, and so does a file of the user's."""
     run, predictions = copy_of_finished_run(places, tmp_path)
     (run / "tensorboard").mkdir()
     (run / "tensorboard" / "events.out.tfevents.old").write_bytes(b"the old run's")
+    (run / "tensorboard" / "notes.txt").write_text("the user's")
+    recorded = json.loads((run / "run_config.json").read_text())  # as the old run recorded its TensorBoard file
+    recorded["wrote"].append("tensorboard/events.out.tfevents.old")
+    (run / "run_config.json").write_text(json.dumps(recorded))
     old_best = (run / "best" / "model.safetensors").read_bytes()
     args = last_wins([*TRAIN, "--data-dir", "edited-data", "--output-dir", str(run), "--predictions-dir",
                       str(predictions), "--overwrite", "--max-steps", "1", "--report-to", "tensorboard"])
@@ -886,8 +987,9 @@ def test_an_overwrite_that_starts_removes_the_old_run(places, tmp_path):
     assert steps and max(steps) == 1, "the old run's lines went"
     assert (run / "best" / "model.safetensors").read_bytes() != old_best
     assert json.loads((run / "last" / "run_config.json").read_text())["max_steps"] == 1
-    events = [path.name for path in (run / "tensorboard").iterdir()]
+    events = [path.name for path in (run / "tensorboard").iterdir() if path.name != "notes.txt"]
     assert "events.out.tfevents.old" not in events and len(events) == 1
+    assert (run / "tensorboard" / "notes.txt").read_text() == "the user's"
 
 
 def catalogue_table() -> str:

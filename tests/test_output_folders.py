@@ -167,6 +167,12 @@ def claimed(folder: Path, owned=("last",), overwrite=False, sources=None, start=
     run.release()
 
 
+def wrote(folder: Path, *names: str) -> None:
+    """The run config of a run in `folder` that recorded writing `names` there (what --overwrite may remove)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "run_config.json").write_text(json.dumps({"wrote": list(names)}))
+
+
 def test_a_folder_holding_only_empty_folders_holds_no_run(tmp_path):
     (tmp_path / "run" / "predictions").mkdir(parents=True)  # what a start refused after check_writable leaves
     claimed(tmp_path / "run")
@@ -181,14 +187,16 @@ def test_overwrite_replaces_a_checkpoint_a_kill_left_between_its_two_renames(tmp
     (tmp_path / ".best.old").mkdir()
     (tmp_path / ".best.old" / "model.safetensors").write_text("the old run's")
     (tmp_path / "metrics.jsonl").write_text("{}\n")
+    wrote(tmp_path, "last", "metrics.jsonl", "best")
     claimed(tmp_path, ("last", "metrics.jsonl", "best"), overwrite=True, start=True)
-    assert sorted(path.name for path in tmp_path.iterdir()) == []
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["run_config.json"]
 
 
 def test_overwrite_removes_nothing_when_an_entry_it_would_remove_holds_what_the_command_reads(tmp_path):
     for name in ("best", "last"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "model.safetensors").write_text(name)
+    wrote(tmp_path, "last", "best")
     before = contents(tmp_path)
     with pytest.raises(UsageError, match=f"--overwrite would remove {tmp_path / 'best'}, which --init "
                                          f"{tmp_path / 'last' / '..' / 'best'} reads"):
@@ -202,11 +210,12 @@ def test_overwrite_removes_only_the_entries_the_command_owns_once_its_run_starts
     (tmp_path / "last" / "model.safetensors").write_text("old")
     (tmp_path / "metrics.jsonl").write_text("{}\n")
     (tmp_path / "notes.txt").write_text("the user's")
+    wrote(tmp_path, "last", "metrics.jsonl", "best")
     before = contents(tmp_path)
     claimed(tmp_path, ("last", "metrics.jsonl", "best"), overwrite=True)
     assert contents(tmp_path) == before, "a command that ends before its run starts removes nothing"
     claimed(tmp_path, ("last", "metrics.jsonl", "best"), overwrite=True, start=True)
-    assert sorted(path.name for path in tmp_path.iterdir()) == ["notes.txt"]
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["notes.txt", "run_config.json"]
 
 
 class Killed(BaseException):

@@ -1,8 +1,10 @@
 """The one rule of outputs (common.outputs.check_place), run over every command's output flags: none writes inside a
-checkpoint folder (best/, last/, an encoder's), another run's folder or a study folder. The list below is checked
-against every command's flags, so that a new output flag cannot skip the rule: it fails here until it is listed, and
-once listed it is run."""
+checkpoint folder (best/, last/, an encoder's), another run's folder or a study folder, and none is a named pipe (nor
+a device or a socket), refused before the work starts. The list below is checked against every command's flags, so
+that a new output flag cannot skip the rule: it fails here until it is listed, and once listed it is run."""
+import os
 import random
+import stat
 import shutil
 import sys
 from pathlib import Path
@@ -99,6 +101,20 @@ def places(tiny_model, tmp_path_factory) -> dict[str, str]:
             "SPACE": str(root / "space.yaml")}
 
 
+def refusal(command: str, words: list[str], places: dict[str, str], out: Path, capsys) -> str:
+    """The one line (exit code 2) of a command line of OUTPUTS, its OUT and places put in."""
+    words = words[:1] + cli.last_wins(words[1:]) if not words[0].startswith("--") else cli.last_wins(words)
+    argv = [word.replace("OUT", str(out)) for word in words]
+    for name, value in places.items():
+        argv = [word.replace(name, value) if word in (name, f"{name}/") or word.startswith(name) else word
+                for word in argv]
+    main = MAINS.get(command) or analyze.main
+    with pytest.raises(SystemExit) as exit_:
+        cli.run(lambda: main(argv))
+    assert exit_.value.code == 2
+    return capsys.readouterr().err.strip().splitlines()[-1]
+
+
 @pytest.mark.parametrize("command, flag", sorted(OUTPUTS), ids=[" ".join(key) for key in sorted(OUTPUTS)])
 @pytest.mark.parametrize("inside", ["best", "run"])
 def test_no_output_goes_inside_another_runs_folder_or_checkpoint(places, tmp_path, monkeypatch, capsys, command,
@@ -108,20 +124,27 @@ def test_no_output_goes_inside_another_runs_folder_or_checkpoint(places, tmp_pat
     if (command, flag) == ("train", "mlflow"):
         monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{place}/mlflow.db")
     before = sorted(str(path) for path in run.rglob("*"))
-    words = OUTPUTS[command, flag]
-    words = words[:1] + cli.last_wins(words[1:]) if not words[0].startswith("--") else cli.last_wins(words)
-    argv = [word.replace("PLACE", str(place)).replace("OUT", str(tmp_path)) for word in words]
-    for name, value in places.items():
-        argv = [word.replace(name, value) if word in (name, f"{name}/") or word.startswith(name) else word
-                for word in argv]
-    main = MAINS.get(command) or analyze.main
-    with pytest.raises(SystemExit) as exit_:
-        cli.run(lambda: main(argv))
-    assert exit_.value.code == 2
-    last = capsys.readouterr().err.strip().splitlines()[-1]
+    last = refusal(command, [word.replace("PLACE", str(place)) for word in OUTPUTS[command, flag]], places, tmp_path,
+                   capsys)
     kind = "a checkpoint folder" if inside == "best" else "a run folder"
     assert f"inside {run / 'best' if inside == 'best' else run}, {kind}, whose files its own commands write" in last
     assert sorted(str(path) for path in run.rglob("*")) == before, "the run's folder as it was"
+
+
+@pytest.mark.parametrize("command, flag", sorted(OUTPUTS), ids=[" ".join(key) for key in sorted(OUTPUTS)])
+def test_no_output_is_a_named_pipe_and_each_is_refused_before_the_work(places, tmp_path, monkeypatch, capsys, command,
+                                                                        flag):
+    """Every output flag given a named pipe: one line naming it, before the command's work (for the benchmark, the
+    model would load and the tiny data's missing STS sets be named), and the pipe is still a pipe."""
+    pipe = tmp_path / "a-pipe"
+    os.mkfifo(pipe)
+    if (command, flag) == ("train", "mlflow"):
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{pipe}")
+    words = [str(pipe) if "PLACE" in word else word for word in OUTPUTS[command, flag]]
+    last = refusal(command, words, places, tmp_path, capsys)
+    assert last.startswith("error: ") and last.endswith(f" {pipe}: a named pipe, not a regular file or folder; give "
+                                                        f"the path of a file or folder to write")
+    assert stat.S_ISFIFO(os.stat(pipe).st_mode)
 
 
 def test_the_benchmark_file_may_go_in_the_models_own_folder(places, tmp_path, capsys):

@@ -97,7 +97,8 @@ def test_a_leaderboard_folder_records_its_ensemble_and_another_is_refused_unless
                                                               ("sst", "para", "sts") for split in ("dev", "test"))])
     for name, digest in record["files"].items():
         assert hashlib.sha256((predictions / name).read_bytes()).hexdigest() == digest
-    ensemble.main(ensemble_args(members, dev_dir, predictions, predictions / "first.json", "best"))  # the same one
+    # The same ensemble's files (its --out), replaced as a run's are: with --overwrite.
+    ensemble.main([*ensemble_args(members, dev_dir, predictions, predictions / "first.json", "best"), "--overwrite"])
     before = contents(predictions)
     line = refused(ensemble.main, ensemble_args(members, dev_dir, predictions, predictions / "second.json"), capsys)
     assert line.startswith(f"error: --predictions-dir {predictions} holds leaderboard files of the ensemble reported "
@@ -211,8 +212,8 @@ def leaderboard_state(folder: Path) -> dict[str, bytes]:
 def test_an_ensemble_killed_at_any_rename_leaves_one_whole_set_and_the_next_writer_no_leftovers(tmp_path, dev_dir):
     members = [make_member(tmp_path / name, random_outputs(seed)) for seed, name in enumerate(("a", "b", "c"))]
     predictions = tmp_path / "predictions"
-    old_args = ensemble_args(members, dev_dir, predictions, predictions / "ensemble.json", "mean")
-    new_args = ensemble_args(members, dev_dir, predictions, predictions / "ensemble.json", "best")
+    old_args = [*ensemble_args(members, dev_dir, predictions, predictions / "ensemble.json", "mean"), "--overwrite"]
+    new_args = [*ensemble_args(members, dev_dir, predictions, predictions / "ensemble.json", "best"), "--overwrite"]
     ensemble.main(new_args)
     new = leaderboard_state(predictions)
     ensemble.main(old_args)

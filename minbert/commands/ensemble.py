@@ -21,7 +21,8 @@ have it. Writes {task}-{dev,test}-output.csv into --predictions-dir and, to --ou
 metrics of every member and of the ensemble (with the course's overall score) and the weights. The files of
 --predictions-dir (and --out, when it lies there) are written as one set, with written-by.json naming the
 ensemble (its --out): a folder holding another run's or ensemble's leaderboard files is refused unless
---overwrite is given.
+--overwrite is given, and so is an --out that holds an ensemble's report already (the default
+predictions/ensemble.json too).
 """
 import json
 import math
@@ -58,7 +59,8 @@ class EnsembleConfig:
     predictions_dir: str = flag(in_repository("predictions"), "the ensemble's leaderboard CSVs go here")
     out: str = flag(in_repository("predictions/ensemble.json"),
                     "dev metrics of every member and of the ensemble, and the weights")
-    overwrite: bool = flag(False, "replace the leaderboard files of another run or ensemble in --predictions-dir")
+    overwrite: bool = flag(False, "replace the report of an ensemble at --out, and the leaderboard files of another "
+                                  "run or ensemble in --predictions-dir")
     COMMAND_LINE_ONLY = ("overwrite",)  # typed each time, never taken from a --config file
 
     def __post_init__(self):
@@ -146,7 +148,7 @@ def ensemble(config: EnsembleConfig) -> dict:
                          f"{out / 'ensemble.json'}")
     report_in_set = out.expanduser().resolve().parent == folder.path.expanduser().resolve()
     with nullcontext() if report_in_set else output_file(out, "--out"):
-        check_report(out)
+        check_report(out, config.overwrite)
         folder.claim(config.overwrite)
         try:
             report, files = weigh(config)
@@ -160,8 +162,9 @@ def ensemble(config: EnsembleConfig) -> dict:
     return report
 
 
-def check_report(out: Path) -> None:
-    """An --out that exists is replaced only if it is an ensemble's report."""
+def check_report(out: Path, overwrite: bool) -> None:
+    """An --out that exists is replaced only if it is an ensemble's report, and with --overwrite: it is owned as a
+    run folder is (run again, an ensemble of other members would silently take its place)."""
     if not out.is_file():
         return
     try:
@@ -171,6 +174,10 @@ def check_report(out: Path) -> None:
     if not (isinstance(report, dict) and {"method", "members", "ensemble", "weights"} <= set(report)):
         raise UsageError(f"--out {out}: a file ensemble.py did not write (not an ensemble's report); choose another "
                          f"--out, or remove it first")
+    if not overwrite:
+        members = ", ".join(map(str, report["members"])) if isinstance(report["members"], dict) else "?"
+        raise UsageError(f"--out {out} holds the report of an ensemble already (--method {report['method']} of "
+                         f"{members}); replace it with --overwrite, or choose another --out")
 
 
 def weigh(config: EnsembleConfig) -> tuple[dict, dict]:

@@ -360,9 +360,9 @@ def check_study_dir(config: SearchConfig) -> None:
     """Before anything is written: --study-dir a folder outside other commands' run, checkpoint and study folders
     (a study folder itself), and, for a command that runs trials, a study that has a limit."""
     folder = Path(config.study_dir)
+    check_place(config.study_dir, "--study-dir", itself=("a study folder",))
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"--study-dir {folder}: a file; give a folder for the study")
-    check_place(folder, "--study-dir", itself=("a study folder",))
     if config.storage and "://" not in config.storage and config.storage not in ("sqlite", "journal"):
         check_place(config.storage, "--storage")
     check_writable(folder, "--study-dir")

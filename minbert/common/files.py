@@ -25,6 +25,17 @@ DEFAULT_DATA = (Path(os.environ[DATA_VARIABLE]).resolve() if os.environ.get(DATA
                 else CHECKOUT.parent / "shared" / "data" if CHECKOUT else HOME / "data")
 
 
+def absolute(path: str | Path) -> str:
+    """A path as an absolute one, as it is spelled (~ expanded, . and .. taken out, links kept): what a run config
+    records, so that a command run from another folder finds the same file."""
+    return os.path.abspath(os.path.expanduser(path))
+
+
+def same_place(a: str | Path, b: str | Path) -> bool:
+    """Whether two paths name one file or folder, however spelled (runs/x, ./runs/x, /home/me/runs/x, a link)."""
+    return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
+
+
 def in_repository(path: str) -> str:
     """A default folder or file of the commands (runs/multitask, predictions): `path` inside the checkout, or inside
     the current folder for an installed package."""

@@ -14,6 +14,8 @@ set's files go.
 """
 import hashlib
 import json
+import os
+import stat
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
@@ -54,7 +56,16 @@ def check_place(path: str | Path, flag: str, inputs: dict[str, str] | None = Non
     run folder or a study folder, other than own_run (the command's own run; a file that a command adds to the
     model folder it was given, as `minbert benchmark --out` does, names that folder as its own), or a folder this
     process owns (owning). itself: the kinds the output may be itself (a trainer's --output-dir is a run folder; a
-    --study-dir, a study folder): only the folders above it are checked."""
+    --study-dir, a study folder): only the folders above it are checked. And never an empty path (the current
+    folder), nor a named pipe, a device or a socket: what a command writes whole and renames into place would replace
+    it (as root, /dev/null itself), and its work would be lost; refused before the work starts."""
+    if not str(path).strip():
+        raise UsageError(f"{flag} '': an empty path, which would be the current folder; give the folder or file to "
+                         f"write")
+    special = special_file(path)
+    if special:
+        raise UsageError(f"{flag} {path}: {special}, not a regular file or folder; give the path of a file or folder "
+                         f"to write")
     target = _resolved(path)
     for source_flag, source in (inputs or {}).items():
         if source and target == _resolved(source):
@@ -67,6 +78,20 @@ def check_place(path: str | Path, flag: str, inputs: dict[str, str] | None = Non
         if kind and not (folder == target and kind in itself):
             raise UsageError(f"{flag} {path}: inside {folder}, {kind}, whose files its own commands write and "
                              f"replace; choose a place outside it")
+
+
+def special_file(path: str | Path) -> str:
+    """What `path` is when it is neither a regular file nor a folder (wherever a link leads): "a named pipe", "a
+    device" or "a socket"; "" for anything else, or nothing there."""
+    try:
+        mode = os.stat(Path(path).expanduser()).st_mode
+    except OSError:
+        return ""
+    if stat.S_ISFIFO(mode):
+        return "a named pipe"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "a socket" if stat.S_ISSOCK(mode) else ""
 
 
 def _kind(folder: Path) -> str:
@@ -94,15 +119,13 @@ def _clean_temporaries(folder: Path, names) -> None:
 def output_file(path: str | Path, flag: str, inputs: dict[str, str] | None = None):
     """Hold the file `path` for the command's writes: checked (check_place, writable), locked (.NAME.lock beside
     it), leftover temporaries of a killed writer removed; unlocked when the block ends."""
+    check_place(path, flag, inputs)  # as given: '' is no path, though Path('') is the current folder
     path = Path(path)
-    check_place(path, flag, inputs)
-    if path.exists() and not path.is_file() and not path.is_dir():  # /dev/full, a pipe: nothing to write whole
-        raise UsageError(f"{flag} {path}: not a regular file (a device or a pipe); give the path of a file to write")
     check_writable_file(path, flag)
     made, lock_file = make_folders(path.parent), path.with_name(f".{path.name}.lock")
     try:
         locks.lock(lock_file, f"{flag} {path} is being written by another command (pid {{pid}}); wait until it "
-                              f"ends, or choose another {flag}")
+                              f"ends, or choose another {flag}", place=f"{flag} {path}")
         try:
             _clean_temporaries(path.parent, [path.name])
             yield path
@@ -117,15 +140,15 @@ def output_folder(path: str | Path, flag: str):
     """Hold the folder `path` for the command's files (written as one set: common.files.atomic_files): checked
     (check_place, writable, not a file), locked (its .lock), what a killed writer left cleaned; unlocked when the
     block ends."""
+    check_place(path, flag)  # as given: '' is no path, though Path('') is the current folder
     path = Path(path)
     if path.is_file():
         raise UsageError(f"{flag} {path}: a file; give a folder for the files it writes")
-    check_place(path, flag)
     check_writable(path, flag)
     made = make_folders(path)
     try:
         locks.lock(path / LOCK, f"{flag} {path} is in use by another command (pid {{pid}}); wait until it ends, or "
-                                f"choose another {flag}")
+                                f"choose another {flag}", place=f"{flag} {path}")
         try:
             recover_files(path)
             yield path
@@ -140,32 +163,35 @@ class LeaderboardFolder:
     written as one set with a record of who wrote them."""
 
     def __init__(self, path: str | Path, flag: str, writer: str):
-        self.path, self.flag, self.writer = Path(path), flag, writer
+        self.path, self.flag, self.writer, self.given = Path(path), flag, writer, str(path)
         self.lock_file = self.path / LOCK
         self.made = []  # the folders its claim created
 
     def __str__(self) -> str:
         return str(self.path)
 
-    def claim(self, overwrite: bool, own_run: Path | None = None) -> "LeaderboardFolder":
+    def claim(self, overwrite: bool, own_run: Path | None = None, resume: bool = False) -> "LeaderboardFolder":
         """Own the folder for the command: checked (check_place, writable), locked, a set a killed writer left
         half-moved completed and its temporaries removed; refused when it holds another writer's leaderboard files
-        (those of a folder written before records were kept count as another's), unless --overwrite."""
-        check_place(self.path, self.flag, own_run=own_run)
+        (those of a folder written before records were kept count as another's), unless --overwrite (which a run
+        continued with --resume cannot take: it is told to take another folder)."""
+        check_place(self.given, self.flag, own_run=own_run)
         check_writable(self.path, self.flag)
         self.made = make_folders(self.path)  # taken back if the command is refused before it writes anything
-        locks.lock(self.lock_file, f"{self.flag} {self.path} is in use by another command (pid {{pid}}); wait until "
-                                   f"it ends, or choose another {self.flag}")
         try:
+            locks.lock(self.lock_file, f"{self.flag} {self.path} is in use by another command (pid {{pid}}); wait "
+                                       f"until it ends, or choose another {self.flag}",
+                       place=f"{self.flag} {self.path}")
             recover_files(self.path)
             _clean_temporaries(self.path, [*self._files(), SET_RECORD])
             record = self.record()
             others = record.get("written_by") if record else (
                 f"a command that left no {SET_RECORD}" if self._unrecorded() else None)
             if others not in (None, self.writer) and not overwrite:
+                advice = (f"resume with another {self.flag} (--resume takes a new one)" if resume else
+                          f"choose another {self.flag}, or replace them with --overwrite")
                 raise UsageError(f"{self.flag} {self.path} holds leaderboard files of {others} "
-                                 f"({', '.join(self._files())}); choose another {self.flag}, or replace them with "
-                                 f"--overwrite")
+                                 f"({', '.join(self._files())}); {advice}")
         except BaseException:
             self.release()
             raise

@@ -1,13 +1,14 @@
 """What a run needs to be reproduced, saved in its run config: the command, the code, the libraries, the data."""
 import hashlib
 import logging
+import os
 import platform
 import subprocess
 from importlib import metadata
 from pathlib import Path
 
 from minbert.common.errors import CheckpointError
-from minbert.common.files import CHECKOUT
+from minbert.common.files import CHECKOUT, absolute
 from minbert.common.run_folder import RUN_CONFIG
 
 log = logging.getLogger(__name__)
@@ -44,8 +45,10 @@ def provenance(command: str, data_files: list[Path]) -> dict:
             versions[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             continue
-    return {"command": command, "git_commit": git_commit(), "versions": versions,
-            "data_sha256": {str(path): file_sha256(path) for path in data_files if Path(path).is_file()}}
+    # The command's paths are relative to the folder it ran in; each data file's, absolute (--resume checks them
+    # from wherever it runs).
+    return {"command": command, "cwd": os.getcwd(), "git_commit": git_commit(), "versions": versions,
+            "data_sha256": {absolute(path): file_sha256(path) for path in data_files if Path(path).is_file()}}
 
 
 def check_data_unchanged(saved: dict, allow_changed: bool) -> None:

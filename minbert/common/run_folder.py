@@ -5,25 +5,28 @@ checkpoint, and owns the folder while a command writes there.
         best/               the best checkpoint (multitask_classifier.py)
         last/               the resumable checkpoint: a checkpoint folder plus training_state.pt
         metrics.jsonl       the metrics log, one JSON object a line
-        run_config.json     every flag, the values chosen for flags left to a default (resolved), what reproduces
-                            the run (provenance: the command, and each --resume's), and, once the command ended,
-                            where the run finished (finished)
+        run_config.json     every flag (each path absolute), the values chosen for flags left to a default
+                            (resolved), what reproduces the run (provenance: the command, the folder it ran in, and
+                            each --resume's), what the run writes in the folder (wrote: all that --overwrite may
+                            remove), and, once the command ended, where the run finished (finished)
         .lock               while a command runs in it: that command's pid, locked by its process
 
 Every checkpoint folder (best/, last/, pretrain_contrastive.py's output and its model1/, model2/) holds the
 run config it was trained with, in a file of the same name. Where the folder is, is not a flag --resume compares
-(engine/engine.py): a moved or copied run folder resumes where it now is.
+(engine/engine.py): a moved or copied run folder resumes where it now is. A folder moved or removed while a command
+runs in it stops the command at its next write (check_in_place): it never writes on where the folder was.
 """
 import json
 import logging
+import os
 from contextlib import contextmanager
 from pathlib import Path
 
 from minbert.common import locks
 from minbert.common.errors import CheckpointError, UsageError
 from minbert.common.files import (append_jsonl, atomic_directory, atomic_file, check_writable, make_folders, read_json,
-                                  recover_directory, recover_files, remove_empty, remove_entry, without_local_path,
-                                  without_local_paths, write_json)
+                                  recover_directory, recover_files, remove_empty, remove_entry, same_place,
+                                  without_local_path, without_local_paths, write_json)
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +35,9 @@ METRICS = "metrics.jsonl"
 RUN_CONFIG = "run_config.json"
 STATE = "training_state.pt"
 LOCK = ".lock"
+WROTE = "wrote"  # the run config's record of the entries of its folder a run writes (RunFolder.manifest)
 # What a run config holds beside the flags: a run's run config is a --config file too, whose reader skips these.
-RECORD_KEYS = ("resolved", "provenance", "finished")
+RECORD_KEYS = ("resolved", "provenance", "finished", WROTE)
 
 # ---- a checkpoint folder's run config ----
 
@@ -99,7 +103,7 @@ class RunFolder:
         self.made = []  # the folders its claim created
         # Between a claim and start(): what the command will replace, kept as it is until the run can train.
         self.waiting = False
-        self.replaced: list[tuple[Path, set[str] | None]] = []  # --overwrite's entries (a folder's: its entries)
+        self.replaced: list[Path] = []  # what --overwrite removes: what the run it replaces wrote
         self.kept_log: bytes | None = None  # metrics.jsonl as --resume cuts it back
         self.new_config: dict | None = None  # the run config the command writes
 
@@ -145,17 +149,17 @@ class RunFolder:
               again: str = "the same command with --overwrite") -> None:
         """Own the folder for a command: created if need be and locked for this process (a second command into it
         is refused, naming the first's pid); a run in it refused unless continued (--resume) or replaced
-        (--overwrite: the entries `owned`, what the command writes, are removed, nothing else; refused when one
-        holds a source the command reads, `sources`: flag -> path), once the newest complete files of saves that
-        died half-way are put back. What the command replaces in a run it finds there (--overwrite's entries, --resume's
-        log lines and run config) stays as it is until start(). Under torchrun rank 0 alone claims (its machine
-        alone has the folder)."""
+        (--overwrite: what the run there recorded writing is removed, nothing else: _replace), once the newest
+        complete files of saves that died half-way are put back. owned: the entries the command writes over whole
+        (best/, last/, metrics.jsonl); sources: flag -> path, what it reads. What the command replaces in a run it
+        finds there (--overwrite's entries, --resume's log lines and run config) stays as it is until start(). Under
+        torchrun rank 0 alone claims (its machine alone has the folder)."""
         if resume and overwrite:
             raise UsageError("--resume continues the run in --output-dir and --overwrite replaces it: give one of them")
         check_writable(self.path, "--output-dir")
         self.made = make_folders(self.path)  # taken back if the command is refused before it writes anything
-        self._lock()
         try:
+            self._lock()
             # First the run as its last command left it: a checkpoint a kill caught between its two renames is
             # back in place, so that --overwrite replaces it too.
             recover_files(self.path)
@@ -170,7 +174,7 @@ class RunFolder:
 
     def _lock(self) -> None:
         locks.lock(self.lock_file, f"--output-dir {self.path} is in use by another command (pid {{pid}}); wait "
-                                   f"until it ends, or choose another --output-dir")
+                                   f"until it ends, or choose another --output-dir", place=f"--output-dir {self.path}")
 
     def release(self) -> None:
         """End this command's claim; the process's last claim unlocks the folder and removes the lock file (the
@@ -186,13 +190,16 @@ class RunFolder:
 
     def _replace(self, owned: tuple[str, ...], overwrite: bool, sources: dict[str, str], again: str) -> None:
         """Refuse to start a run in a folder that holds another (the transformers Trainer's rule: no run is mixed
-        with another, or silently replaced), unless --overwrite replaces what the command owns (at start(), once the
-        new run can train); a run that stopped before its first checkpoint is named as such, with the command that
-        starts it again."""
+        with another, or silently replaced), unless --overwrite replaces it (at start(), once the new run can train);
+        a run that stopped before its first checkpoint is named as such, with the command that starts it again.
+
+        --overwrite removes what the run there recorded writing (its run config's WROTE), never an entry by its name
+        alone: an entry the command writes over whole (`owned`) that no run recorded is the user's, and the command
+        is refused. Everything is checked before anything goes: no entry is, or lies behind, a symbolic link (it
+        would remove what lies outside the folder), each can be removed, none holds what the command reads."""
         # Folders without a file in them do not count: a start refused after check_writable leaves such folders;
         # nor does a run config alone: a start that stopped before its first step (bad data, a loss not finite).
-        held = [entry.name for entry in sorted(self.path.iterdir()) if entry.name != LOCK
-                and (not entry.is_dir() or any(path.is_file() for path in entry.rglob("*")))]
+        held = [entry.name for entry in sorted(self.path.iterdir()) if entry.name != LOCK and _holds_files(entry)]
         if held == [RUN_CONFIG]:
             held = []
         if held and not overwrite and self.stopped_unsaved():
@@ -202,16 +209,65 @@ class RunFolder:
             shown = ", ".join(held[:5]) + (f" and {len(held) - 5} more" if len(held) > 5 else "")
             raise UsageError(f"--output-dir {self.path} already holds files ({shown}): continue its run with --resume, "
                              f"start again over it with --overwrite, or choose another --output-dir")
-        replaced = [self.path / name for name in owned if (self.path / name).exists()]
-        for entry in replaced:
+        self.waiting = bool(held)
+        if not held:
+            return
+        recorded = self.written()
+        foreign = [name for name in owned if name not in recorded and _holds_files(self.path / name)]
+        if foreign:
+            them, were = ("them", "were") if len(foreign) > 1 else ("it", "was")
+            raise UsageError(f"--overwrite: {', '.join(foreign)} in {self.path} {were} not written by a run (no "
+                             f"{RUN_CONFIG} there records {them}), and --overwrite removes only what a run wrote; move "
+                             f"{them} out of {self.path}, or choose another --output-dir")
+        replaced = [(name, self.path / name) for name in recorded if os.path.lexists(self.path / name)]
+        for name, entry in replaced:
+            self._check_removable(name, entry)
             for flag, source in sources.items():
                 if source and _inside(Path(source), entry):
                     raise UsageError(f"--overwrite would remove {entry}, which {flag} {source} reads; copy it out of "
                                      f"{self.path} first, or choose another --output-dir")
-        # A folder's entries as they are now: the new run may add its own to it before it starts (TensorBoard's).
-        self.replaced = [(entry, {path.name for path in entry.iterdir()} if entry.is_dir() else None)
-                         for entry in replaced]
-        self.waiting = bool(held)
+        self.replaced = [entry for _, entry in replaced]
+
+    def _check_removable(self, name: str, entry: Path) -> None:
+        """Refuse (before anything is removed) an entry --overwrite cannot remove whole from within the folder: a
+        symbolic link, or a path through one, which would lead outside it; one a permission keeps."""
+        relative = Path(name)
+        within = (not relative.is_absolute() and ".." not in relative.parts
+                  and entry.parent.resolve() == self.path.resolve().joinpath(*relative.parts[:-1]))
+        if entry.is_symlink() or not within:
+            what = (f"a symbolic link to {os.readlink(entry)}" if entry.is_symlink() else
+                    "which lies outside it, through a symbolic link")
+            raise UsageError(f"--overwrite would remove {entry}, {what}; --overwrite never follows a link out of "
+                             f"{self.path}, and removed nothing: remove the link yourself, or choose another "
+                             f"--output-dir")
+        folders = [entry.parent, *(Path(root) for root, _, _ in os.walk(entry))]  # os.walk follows no link
+        kept = next((folder for folder in folders if not os.access(folder, os.W_OK | os.X_OK)), None)
+        if kept is not None:
+            raise UsageError(f"--overwrite cannot remove {entry} ({kept}: permission denied), and removed nothing: "
+                             f"give yourself the permission, or choose another --output-dir")
+
+    def written(self) -> list[str]:
+        """What the run in the folder recorded writing there (its run config's WROTE: paths inside the folder); []
+        where no run recorded anything."""
+        if not has_config(self.path):
+            return []
+        try:
+            recorded = read_config(self.path).get(WROTE)
+        except CheckpointError:
+            return []
+        return [name for name in recorded if isinstance(name, str) and name] if isinstance(recorded, list) else []
+
+    def manifest(self, owned: tuple[str, ...], files: list[Path], resumed: bool) -> list[str]:
+        """WROTE, recorded before the run writes any of it: the entries the command writes over whole (owned), the
+        files it adds to a folder it does not own whole (its TensorBoard file in OUTPUT_DIR/tensorboard/), by their
+        paths inside the run folder (files elsewhere are not the folder's), and, resumed, what the run wrote before."""
+        root, inside = self.path.resolve(), []
+        for file in files:
+            try:
+                inside.append(Path(file).resolve().relative_to(root).as_posix())
+            except ValueError:
+                continue
+        return list(dict.fromkeys([*(self.written() if resumed else []), *owned, *inside]))
 
     def start(self) -> None:
         """The run can train: its model, data and callbacks are set up, its first step is next. Only now what it
@@ -221,12 +277,14 @@ class RunFolder:
         if not self.waiting:
             return
         self.waiting = False
-        for entry, entries in self.replaced:
-            now = {path.name for path in entry.iterdir()} if entries is not None and entry.is_dir() else None
-            for path in [entry] if now == entries else [entry / name for name in entries or ()]:
-                remove_entry(path)
+        self.check_in_place()
+        for entry in self.replaced:
+            remove_entry(entry)
+            if entry.parent != self.path:  # a file the run added to a folder of the user's (tensorboard/): gone
+                remove_empty([entry.parent])  # with it once empty
         if self.replaced:
-            log.info("--overwrite: removed %s from %s", ", ".join(entry.name for entry, _ in self.replaced), self.path)
+            log.info("--overwrite: removed %s from %s", ", ".join(str(entry.relative_to(self.path))
+                                                                 for entry in self.replaced), self.path)
         if self.kept_log is not None:
             self._write_log()
         if self.new_config is not None:
@@ -252,6 +310,7 @@ class RunFolder:
         """best/ or last/: yields a temporary folder for the checkpoint's files; with the run config beside them it
         takes the place of the old checkpoint in one swap (a save that dies half-way leaves the old one). best/ is
         made to be shared: its run config names no local path (shareable_config)."""
+        self.check_in_place()
         with atomic_directory(self.best if best else self.last, expected=expected) as temp:
             yield temp
             write_config(temp, shareable_config(run_config) if best else run_config)
@@ -265,6 +324,7 @@ class RunFolder:
         if self.waiting:
             self.new_config = config
         else:
+            self.check_in_place()
             write_config(self.path, config)
 
     def saved_config(self) -> dict:
@@ -274,6 +334,22 @@ class RunFolder:
     def finished(self) -> dict | None:
         """Where the run's command ended ({"step", "stopped_early"}), or None when it did not (or never began)."""
         return read_config(self.path).get("finished") if has_config(self.path) else None
+
+    def copied_from(self) -> Path | None:
+        """The run folder this one is a copy of (cp -r), where that run still is: the --output-dir its run config
+        records, another folder, holding a run of the same id. None for a run in the folder it was recorded in, a
+        moved one (nothing of the same id where it was), or a run config recording no absolute --output-dir."""
+        if not has_config(self.path):
+            return None
+        config = read_config(self.path)
+        recorded, own = config.get("output_dir"), run_id(config)
+        if not (isinstance(recorded, str) and os.path.isabs(recorded) and own) or same_place(recorded, self.path):
+            return None
+        original = Path(recorded)
+        try:
+            return original if has_config(original) and run_id(read_config(original)) == own else None
+        except CheckpointError:
+            return None
 
     def stopped_unsaved(self) -> bool:
         """Whether the folder holds a run that stopped (killed, or failed) before it saved last/: nothing to resume."""
@@ -288,19 +364,41 @@ class RunFolder:
 
     def started_with(self) -> str:
         """The command line the run started with (its run config's), or "" where none is recorded."""
+        return self._started("command")
+
+    def started_in(self) -> str:
+        """The folder the run's command started in, its paths relative to it, or "" where none is recorded."""
+        return self._started("cwd")
+
+    def _started(self, key: str) -> str:
         if not has_config(self.path):
             return ""
-        command = read_config(self.path).get("provenance", {}).get("command", "")
-        return command if isinstance(command, str) else ""
+        value = read_config(self.path).get("provenance", {}).get(key, "")
+        return value if isinstance(value, str) else ""
 
     def mark_finished(self, run_config: dict, step: int, stopped_early: bool) -> None:
         """The command ended: --resume has nothing left to do."""
         self.start()
+        self.check_in_place()
         write_config(self.path, {**run_config, "finished": {"step": step, "stopped_early": stopped_early}})
 
     def append_record(self, record: dict) -> None:
-        self.path.mkdir(parents=True, exist_ok=True)
+        self.check_in_place()
         append_jsonl(self.metrics_log, record)
+
+    def check_in_place(self) -> None:
+        """Stop a command whose folder was moved (mv) or removed while it ran, before it writes again: it would
+        write on where the folder was, without a lock, a run of its folder's lines and checkpoints missing. Its lock
+        file tells (common/locks.py): it goes with the folder. What the run saved stays where the folder is now."""
+        if locks.in_place(self.lock_file):
+            return
+        now = locks.now_at(self.lock_file)
+        if now is None:
+            raise UsageError(f"--output-dir {self.path} was removed while the command ran in it; it stopped, and "
+                             f"wrote nothing more")
+        raise UsageError(f"--output-dir {self.path} was moved to {now.parent} while the command ran in it; it "
+                         f"stopped, and wrote nothing more where the folder was; what it saved is in {now.parent}: "
+                         f"to go on, --resume it there (--output-dir {now.parent} --resume)")
 
     def records(self) -> list[tuple[bytes, dict]]:
         """The lines of metrics.jsonl and what each holds, but for a last line a kill or a full disk cut short (no
@@ -368,3 +466,11 @@ def _inside(path: Path, folder: Path) -> bool:
     """Whether `path` is `folder` or lies inside it, wherever either points (symbolic links, ., ..)."""
     path, folder = path.expanduser().resolve(), folder.expanduser().resolve()
     return path == folder or folder in path.parents
+
+
+def _holds_files(entry: Path) -> bool:
+    """Whether an entry holds something: a file or a link, or a folder with one somewhere inside (a folder of empty
+    folders holds nothing: what a refused start leaves)."""
+    if entry.is_symlink() or (entry.exists() and not entry.is_dir()):
+        return True
+    return entry.is_dir() and any(path.is_symlink() or not path.is_dir() for path in entry.rglob("*"))

@@ -13,7 +13,7 @@ from minbert.common import distributed
 from minbert.common.cli import resolve_device
 from minbert.common.outputs import check_place
 from minbert.common.provenance import provenance
-from minbert.common.run_folder import RunFolder, run_id
+from minbert.common.run_folder import WROTE, RunFolder, run_id
 from minbert.common.seeding import seed_everything
 from minbert.models.bert import resolve_attention
 from minbert.models.compile import check_can_compile, compile_encoder
@@ -98,7 +98,7 @@ class Command:
         # Before anything is removed: every output outside the places of other commands' files.
         check_place(config.output_dir, "--output-dir", itself=config.FOLDER_KINDS)
         for flag, path in config.as_flags(config.OUTPUT_FOLDERS).items():
-            if path:
+            if path or flag != "--tensorboard":  # --tensorboard '': no folder of its own; any other '' is refused
                 check_place(path, flag, own_run=config.output_dir)
         store = mlflow_store(config.report_to)
         if store:
@@ -124,7 +124,10 @@ class Command:
         else:  # what its training states carry, told apart from another run's (engine/resume.py)
             record["run_id"] = run_id(self.run_config) or uuid.uuid4().hex  # one id, however often described
         resolved = {"precision": self.precision.name, "precision_reason": self.precision.reason, **resolved}
-        self.run_config = {**self.config.recorded(), "resolved": resolved, "provenance": record}
+        # What the run writes in its folder, recorded before it writes it: all that --overwrite may remove later.
+        wrote = self.folder.manifest(self.config.OUTPUTS, [file for reporter in self.reporters
+                                                           for file in reporter.files()], self.config.resume)
+        self.run_config = {**self.config.recorded(), "resolved": resolved, "provenance": record, WROTE: wrote}
         if self.is_main:
             self.folder.write_config(self.run_config)
         # A flag left to a default chosen later shows that value, not None.

@@ -1,10 +1,11 @@
 """The flags every trainer has (TrainingConfig), and what --resume and --overwrite make of them; a command's config
 extends it."""
+import os
 from dataclasses import dataclass
 
 from minbert.common.cli import (AT_LEAST_0, AT_LEAST_1, FRACTION, POSITIVE, SEED, CommandLine, Range, check_ranges,
                                 command_field, flag, flag_fields)
-from minbert.common.files import in_repository
+from minbert.common.files import absolute, in_repository
 from minbert.common.run_folder import LAST, METRICS
 from minbert.models.bert import ATTENTION
 from minbert.engine.ddp import COMPRESSIONS
@@ -33,8 +34,8 @@ class TrainingConfig:
     seed: int = flag(11711, "random seed; the same seed gives the same run", range=SEED)
     output_dir: str = flag(in_repository("runs/multitask"), f"checkpoints and {METRICS} go here")
     resume: bool = flag(False, "continue the interrupted run in --output-dir from its last checkpoint")
-    overwrite: bool = flag(False, "start a new run in an --output-dir that holds one, replacing the files this "
-                                  "command writes there once the new run can train (a start that fails before "
+    overwrite: bool = flag(False, "start a new run in an --output-dir that holds one, removing what the old run "
+                                  "recorded writing there once the new run can train (a start that fails before "
                                   "leaves the old run as it was; nothing else in it is touched)")
     allow_changed_data: bool = flag(False, "--resume although a data file changed since the run started")
     save_every: int = flag(0, "also save the resumable checkpoint OUTPUT_DIR/last/ every N steps (0 = only when "
@@ -86,10 +87,11 @@ class TrainingConfig:
     # What removes or continues files: typed on the command line each time, never recorded in a run config nor
     # taken from a --config file (common.cli.command_line_only).
     COMMAND_LINE_ONLY = ("resume", "overwrite", "allow_changed_data")
-    # What a run writes in --output-dir (a command adds its own): --overwrite removes these, and nothing else.
-    OUTPUTS = (LAST, METRICS, "tensorboard")
-    # Flags that name what the run reads: --resume compares where they point, not how they are spelled, and
-    # --overwrite refuses to remove them.
+    # What a run writes over whole in --output-dir (a command adds its own): its run config records them
+    # (common.run_folder.WROTE), and --overwrite removes what a run recorded, nothing else.
+    OUTPUTS = (LAST, METRICS)
+    # Flags that name what the run reads: --resume compares where they point, not how they are spelled,
+    # --overwrite refuses to remove them, and a run config records them absolute (recorded).
     SOURCES = ("model",)
     # Folders a command writes besides --output-dir (a command adds its own): none may lie inside best/ or last/.
     OUTPUT_FOLDERS = ("tensorboard",)
@@ -104,8 +106,17 @@ class TrainingConfig:
         return {field.name: getattr(self, field.name) for field in flag_fields(self)}
 
     def recorded(self) -> dict:
-        """The flags a run config records: all but those typed on the command line each time (COMMAND_LINE_ONLY)."""
-        return {name: value for name, value in self.to_dict().items() if name not in self.COMMAND_LINE_ONLY}
+        """The flags a run config records: all but those typed on the command line each time (COMMAND_LINE_ONLY),
+        each path absolute, so that a command run from another folder (--resume, --config RUN/run_config.json) reads
+        and writes where the run did: its outputs always, what it reads where it names a file or folder that
+        exists (not a hub id, nor a data set's name)."""
+        values = {name: value for name, value in self.to_dict().items() if name not in self.COMMAND_LINE_ONLY}
+        for name in ("output_dir", *self.OUTPUT_FOLDERS, *self.SOURCES):
+            value = values.get(name)
+            if isinstance(value, str) and value and (name not in self.SOURCES or os.path.exists(
+                    os.path.expanduser(value))):
+                values[name] = absolute(value)
+        return values
 
     def as_flags(self, names: tuple[str, ...]) -> dict:
         """Some flags' values, by their spelling on the command line (--output-dir)."""

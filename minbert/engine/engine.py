@@ -44,7 +44,7 @@ from minbert.engine.callbacks import (BestCheckpoint, Callback, Control, EarlySt
 from minbert.engine.command import Command
 from minbert.engine.ddp import DataParallel
 from minbert.engine.loss_tracker import LossTracker
-from minbert.engine.resume import resume_command
+from minbert.engine.resume import last_finite_checkpoint, resume_command
 from minbert.engine.run import Run
 
 log = logging.getLogger(__name__)
@@ -256,9 +256,14 @@ class Engine(Command):
             self._diverged("the weights are not finite")
 
     def _diverged(self, what: str) -> None:
-        """One line: the step, what is not finite, and the last good checkpoint."""
-        saved = (f"the last good checkpoint is {self.folder.last}" if self.folder.state_file.exists()
-                 else "no checkpoint was saved")
+        """One line: the step, what is not finite, and the last checkpoint whose weights are finite."""
+        good = last_finite_checkpoint(self.folder)
+        if good:
+            saved = f"the last good checkpoint is {good}"
+        elif self.folder.state_file.exists():
+            saved = "no checkpoint of it holds finite weights"
+        else:
+            saved = "no checkpoint was saved"
         # torchrun: the losses are every process's summed and the weights alike, so every process stops here.
         raise distributed.on_every_process(UserError(
             f"step {self.state.step}: {what}; the run stopped; {saved} (a lower --lr, or --precision fp32, may help)"))
@@ -275,7 +280,9 @@ class Engine(Command):
 
     def save_last(self, run: Run) -> Path:
         """OUTPUT_DIR/last/: the run's files, its run config and the training state, written atomically.
-        Never of weights a non-finite loss has reached: the run stops instead, naming the last good checkpoint."""
+        Never of weights a non-finite loss has reached: the run stops instead, naming the last good checkpoint; nor
+        where the run folder was, once it was moved or removed (every process stops)."""
+        distributed.on_main(self.folder.check_in_place)
         self.check_finite(self.losses.window_means(reset=False))
         self.check_finite_weights()
         rng = distributed.all_gather_objects(rng_state())  # every process's own random state

@@ -35,6 +35,10 @@ class Reporter(Callback):
     def close(self, failed: bool) -> None:
         """The command's end (failed: by an error)."""
 
+    def files(self) -> list[Path]:
+        """The files it made for this command (the run folder records those inside it as the run's)."""
+        return []
+
 
 class MetricsLog(Reporter):
     """OUTPUT_DIR/metrics.jsonl: one JSON object a line."""
@@ -53,7 +57,12 @@ class TensorBoard(Reporter):
     def __init__(self, folder: str):
         from torch.utils.tensorboard import SummaryWriter
 
-        self.writer = SummaryWriter(folder)
+        before = set(Path(folder).glob("*")) if Path(folder).is_dir() else set()
+        self.writer = SummaryWriter(folder)  # which makes its event file at once
+        self.made = sorted(set(Path(folder).glob("*")) - before)
+
+    def files(self):
+        return self.made
 
     def log_config(self, flags):
         from torch.utils.tensorboard.summary import hparams

@@ -11,9 +11,10 @@ import torch
 from minbert.common import distributed
 from minbert.common.cli import flag_fields, with_new_names
 from minbert.common.errors import CheckpointError
-from minbert.common.files import load_or_fail
+from minbert.common.files import absolute, load_or_fail, same_place
 from minbert.common.provenance import check_data_unchanged
 from minbert.common.run_folder import RUN_CONFIG, RunFolder, read_config, run_id
+from minbert.models.loading import not_finite_weights
 from minbert.engine.config import TrainingConfig
 
 log = logging.getLogger(__name__)
@@ -39,7 +40,7 @@ def check_resumable(folder: RunFolder, config: TrainingConfig) -> tuple[Path, di
 
     def same(name, value):  # runs/x, ./runs/x and /home/me/runs/x are one folder
         if name in config.SOURCES and value and saved.get(name):
-            return Path(saved[name]).expanduser().resolve() == Path(value).expanduser().resolve()
+            return same_place(saved[name], value)
         return saved.get(name) == value
 
     changed = [f"--{name.replace('_', '-')} {value} (the run's: {saved.get(name)})"
@@ -54,7 +55,8 @@ def check_resumable(folder: RunFolder, config: TrainingConfig) -> tuple[Path, di
 def start_again(config: TrainingConfig, folder: RunFolder) -> str:
     """The command that starts the run in --output-dir over: the command the run started with (recorded in its run
     config; else the command as given), in this folder, with --overwrite, not --resume. A run's own flags, never a
-    default model: `--resume` alone names none."""
+    default model: `--resume` alone names none. Its paths are relative to the folder it started in: from another,
+    the command goes there first (cd), and names the run folder by its absolute path."""
     text = folder.started_with() or config.command.text
     if not text:  # a config built in Python
         return "the same command with --overwrite"
@@ -63,7 +65,9 @@ def start_again(config: TrainingConfig, folder: RunFolder) -> str:
         if not skip and word not in ("--resume", "--overwrite") and not word.startswith("--output-dir"):
             words.append(word)
         skip = word == "--output-dir"
-    return shlex.join([*words, "--output-dir", str(folder), "--overwrite"])
+    command = shlex.join([*words, "--output-dir", absolute(folder.path), "--overwrite"])
+    started_in = folder.started_in() if folder.started_with() else ""
+    return f"cd {shlex.quote(started_in)} && {command}" if started_in and not same_place(started_in, ".") else command
 
 
 def resume_command(config: TrainingConfig) -> str:
@@ -150,4 +154,20 @@ def find_resumption(folder: RunFolder, config: TrainingConfig) -> Resumption:
     weights, flags, provenance = check_resumable(folder, config)
     if finished:
         return Resumption(flags=flags, provenance=provenance, finished=finished)
+    broken = not_finite_weights(folder.last)
+    if broken:
+        good = last_finite_checkpoint(folder)
+        raise CheckpointError(f"--resume: {folder.last}: weights that are not finite ({broken}), nothing to resume "
+                              f"from; " + (f"the run's last checkpoint whose weights are finite is {good}" if good else
+                                           "no checkpoint of the run holds finite weights"))
     return Resumption(weights, load_training_state(folder), flags, provenance)
+
+
+def last_finite_checkpoint(folder: RunFolder) -> Path | None:
+    """The run's last checkpoint whose weights are finite: last/ (with its training state), else best/; None when
+    neither is."""
+    candidates = [folder.last] if folder.state_file.exists() else []
+    for checkpoint in [*candidates, folder.best]:
+        if any(checkpoint.glob("*.safetensors")) and not_finite_weights(checkpoint) is None:
+            return checkpoint
+    return None

@@ -43,6 +43,9 @@ def read_outputs(path: Path, task: str) -> dict:
     if not isinstance(outputs, torch.Tensor) or list(outputs.shape) != expected:
         shape = list(outputs.shape) if isinstance(outputs, torch.Tensor) else type(outputs).__name__
         raise CheckpointError(f"{path}: outputs of shape {shape} for {len(ids)} ids; expected {expected}")
+    if not torch.isfinite(outputs).all():  # weights that were not finite: no ensemble or analysis uses them
+        raise CheckpointError(f"{path}: outputs that are not finite (NaN or infinity), of weights that were not; "
+                              f"take a checkpoint saved before its run diverged")
     return {"ids": ids, "outputs": outputs}
 
 

@@ -109,6 +109,33 @@ def read_state_dict(folder: Path) -> dict[str, torch.Tensor]:
     raise CheckpointError(f"{folder}: no weights file; expected one of {', '.join(WEIGHT_FILES)}")
 
 
+def not_finite(tensors: dict[str, torch.Tensor]) -> str | None:
+    """The name of the first floating-point tensor holding a NaN or an infinity (a run that diverged, a damaged
+    file), or None."""
+    return next((name for name, tensor in tensors.items()
+                 if tensor.is_floating_point() and not torch.isfinite(tensor).all()), None)
+
+
+def check_finite(tensors: dict[str, torch.Tensor], source: str) -> None:
+    """Refuse weights that are not finite: a model of them predicts nothing but NaN (every command that loads
+    weights: predict, --init, --model, the analysis, the benchmark)."""
+    name = not_finite(tensors)
+    if name is not None:
+        raise CheckpointError(f"{source}: weights that are not finite ({name} holds NaN or infinity); no command "
+                              f"uses them: take a checkpoint saved before its run diverged")
+
+
+def not_finite_weights(folder: str | Path) -> str | None:
+    """"FILE: TENSOR" of the first tensor not finite in a checkpoint folder's weights (every .safetensors file in
+    it: its encoder's, its heads', a Contrastive Tension run's two encoders'), or None where all are finite."""
+    folder = Path(folder)
+    for file in sorted(folder.rglob("*.safetensors")):
+        name = not_finite(load_or_fail(file, load_file, "weights"))
+        if name is not None:
+            return f"{file.relative_to(folder)}: {name}"
+    return None
+
+
 # Where a family's tensor names in transformers differ from ours (BERT's): (theirs, ours), parts of a name.
 RENAMED = {
     "mpnet": (("attention.attn.q.", "attention.self.query."), ("attention.attn.k.", "attention.self.key."),
@@ -160,6 +187,7 @@ def load_weights(model: BertModel, state_dict: dict[str, torch.Tensor], source: 
         if own[name].shape != tensors[name].shape:
             raise CheckpointError(f"{source}: tensor {name} has shape {tuple(tensors[name].shape)}, "
                                   f"the config implies {tuple(own[name].shape)}")
+    check_finite({name: tensors[name] for name in set(own) & set(tensors)}, source)
     model.load_state_dict({k: v for k, v in tensors.items() if k in own}, strict=False)
     if report.missing:
         log.warning("%s: %d encoder tensors missing (left at their initial values): %s",

@@ -242,7 +242,7 @@ class ContrastiveConfig(TrainingConfig):
     RUNTIME_FIELDS = TrainingConfig.RUNTIME_FIELDS + ("eval", "eval_batch_size")
     FOLDER_KINDS = TrainingConfig.FOLDER_KINDS + ("a checkpoint folder",)  # its output is an encoder's folder
     OUTPUTS = TrainingConfig.OUTPUTS + ("model1", "model2", "sts_benchmark.json")
-    SOURCES = TrainingConfig.SOURCES + ("data_dir",)
+    SOURCES = TrainingConfig.SOURCES + ("data", "data_dir")
     # Old flag names (old -> new): still taken on the command line, in --config files and in saved run configs.
     RENAMED_FLAGS = {"consert_schedule": "consert_stages"}  # "schedule" is multitask_classifier.py's task sampling
 

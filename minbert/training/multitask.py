@@ -15,9 +15,10 @@ from torch import nn
 
 from minbert import checkpoint
 from minbert.common import distributed
-from minbert.common.files import read_json
+from minbert.common.errors import UsageError
+from minbert.common.files import read_json, same_place
 from minbert.common.outputs import LeaderboardFolder
-from minbert.common.run_folder import RunFolder
+from minbert.common.run_folder import RunFolder, read_config
 from minbert.common.tables import markdown_table
 from minbert.data.batching import Share, check_token_budget, to_device
 from minbert.data.silver import file_name as silver_file
@@ -77,6 +78,18 @@ def weighted_losses(task_losses: dict[str, torch.Tensor], loss_scale: dict[str, 
     return [loss_scale.get(task, 1.0) * loss for task, loss in task_losses.items()]
 
 
+def check_own_predictions(config: MultitaskConfig, folder: RunFolder) -> None:
+    """--resume of a copied run (cp -r RUN COPY) refused while it would write the --predictions-dir of the run it
+    was copied from (which it takes from the run config it copied): the two runs would write over each other's
+    leaderboard files. The advice gives the copy a folder of its own, which --resume takes."""
+    original = folder.copied_from() if config.resume else None
+    theirs = read_config(original).get("predictions_dir") if original else None
+    if isinstance(theirs, str) and theirs and same_place(theirs, config.predictions_dir):
+        raise UsageError(f"--resume: {folder} is a copy of the run in {original}, and would write its "
+                         f"--predictions-dir {config.predictions_dir}; give the copy its own: --output-dir {folder} "
+                         f"--resume --predictions-dir {folder.path / 'predictions'}")
+
+
 class MultitaskRun(Run):
     name = "multitask"
 
@@ -86,8 +99,9 @@ class MultitaskRun(Run):
         # The leaderboard folder, held as long as the run folder (torchrun: rank 0's machine alone has it).
         self.leaderboard = LeaderboardFolder(config.predictions_dir, "--predictions-dir",
                                              f"the run in {engine.folder.path.expanduser().resolve()}")
-        distributed.on_main(lambda: engine.folder.hold(self.leaderboard.claim(config.overwrite,
-                                                                              own_run=engine.folder.path)))
+        distributed.on_main(lambda: check_own_predictions(config, engine.folder))
+        distributed.on_main(lambda: engine.folder.hold(self.leaderboard.claim(
+            config.overwrite, own_run=engine.folder.path, resume=config.resume)))
         # torchrun: rank 0 alone reads last/; the others start from --init or --model and receive its weights
         # (start_replicas) and its training state (the engine's).
         resume_from = engine.resumed.weights if distributed.is_main() else None
