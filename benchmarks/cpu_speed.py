@@ -19,6 +19,9 @@ It prints four tables (markdown), and with --out writes them as JSON:
    sentence embeddings (mean pooled) stay to fp32's (their cosine similarity).
 4. Ours against transformers.BertModel at base size (the same weights, fp32), a training step and inference;
    then torch.profiler's top operators of one step of each, by their own CPU time.
+5. With --run RUN (a finished multi-task run, e.g. the quick start's): each task's dev metric with fp32 and with
+   --quantize int8 (MultitaskPredictor, as `minbert predict` computes it), and each dev pass's time, tokenising
+   included; the tasks alternate between the two.
 
 Timed steps are medians of --repeats; off a terminal, a progress line at least every 30 seconds.
 """
@@ -42,12 +45,18 @@ from torch import nn
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from benchmarks.encoder_speed import random_batch, run_step, step_seconds  # noqa: E402
+from minbert.checkpoint import model_config  # noqa: E402
 from minbert.common.cli import HelpFormatter  # noqa: E402
+from minbert.common.files import DEFAULT_DATA  # noqa: E402
 from minbert.common.precision import processor  # noqa: E402
 from minbert.common.progress import Progress, log_to_stderr  # noqa: E402
+from minbert.common.run_folder import RunFolder  # noqa: E402
+from minbert.evaluation.outputs import dev_records, read_outputs  # noqa: E402
 from minbert.models import BertConfig, BertModel, compile_encoder, from_pretrained, pool  # noqa: E402
 from minbert.models.loading import load_weights  # noqa: E402
 from minbert.models.quantize import quantize_encoder  # noqa: E402
+from minbert.predictor import MultitaskPredictor  # noqa: E402
+from minbert.tasks import REGISTRY  # noqa: E402
 
 SIZES = ("MiniLM", "base")
 PARTS = ("checkpointing", "compile", "int8", "transformers")
@@ -202,6 +211,30 @@ def transformers_rows(args, batch: dict, bar: Progress) -> tuple[list[dict], dic
     return rows, profiles
 
 
+# ---- 5. int8's dev scores ----
+
+def dev_rows(run: str, data_dir: str, bar: Progress) -> list[dict]:
+    """Each task of the run: its dev examples (those the run evaluated, from best/'s saved outputs) predicted in fp32
+    and in int8, their metric and the pass's seconds."""
+    predictors = {quantize: MultitaskPredictor.from_run(run, "cpu", precision="fp32" if quantize == "none" else
+                                                        "auto", quantize=quantize) for quantize in ("none", "int8")}
+    best = RunFolder(run).checkpoint()
+    rows = []
+    for task in predictors["none"].tasks:
+        spec = REGISTRY[task]
+        records = dev_records(data_dir, task, read_outputs(best / f"outputs-{task}-dev.pt", task)["ids"])
+        examples = [(r.sentence1, r.sentence2) if spec.pair else r.sentence for r in records]
+        labels = torch.tensor([float(r.label) for r in records])
+        row = {"task": f"{task} ({spec.metric_name})", "examples": len(examples)}
+        for name, predictor in (("fp32", predictors["none"]), ("int8", predictors["int8"])):
+            start = time.perf_counter()
+            row[f"{name} dev"] = spec.metric(predictor.soft_outputs(task, examples), labels)
+            row[f"{name} s"] = time.perf_counter() - start
+            bar.update()
+        rows.append({**row, "int8 - fp32": row["int8 dev"] - row["fp32 dev"]})
+    return rows
+
+
 def markdown(rows: list[dict], ratios: dict[str, tuple[str, str]]) -> str:
     """rows as a markdown table, with each ratio a column: name -> (numerator column, denominator column)."""
     columns = list(rows[0]) + list(ratios)
@@ -229,6 +262,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--repeats", type=int, default=3, help="timed steps per side; the median is printed")
     parser.add_argument("--profile-rows", type=int, default=12, help="operators in each profile")
     parser.add_argument("--skip", nargs="*", default=[], choices=PARTS, help="parts left out")
+    parser.add_argument("--run", default="", help="a finished multitask run (e.g. the quick start's): its dev "
+                                                  "scores with fp32 and int8 too (table 5)")
+    parser.add_argument("--data-dir", default=str(DEFAULT_DATA), help="with --run: the course's data files")
     parser.add_argument("--out", default="", help="also write every table and profile as JSON to this file")
     parser.add_argument("--memory-probe", choices=SIZES, help=argparse.SUPPRESS)  # one side of table 1's memory
     parser.add_argument("--on", action="store_true", help=argparse.SUPPRESS)
@@ -244,7 +280,8 @@ def main(argv: list[str] | None = None) -> dict:
     steps = {"checkpointing": len(SIZES) * (2 + 2 * (args.repeats + 1)),
              "compile": len(SIZES) * 2 * (2 + 2 * (args.repeats + 1)), "int8": len(SIZES) * 2 * (args.repeats + 1),
              "transformers": 2 * (2 * (args.repeats + 1) + 2)}
-    bar = Progress(sum(steps[part] for part in parts), "cpu_speed", unit="step")
+    dev_passes = 2 * len(model_config(RunFolder(args.run).checkpoint()).task_list) if args.run else 0
+    bar = Progress(sum(steps[part] for part in parts) + dev_passes, "cpu_speed", unit="step")
     started = time.time()
     print(f"{processor()}, torch {torch.__version__}, transformers {transformers.__version__}, "
           f"{torch.get_num_threads()} threads; load average {os.getloadavg()[0]:.1f} at the start")
@@ -271,6 +308,10 @@ def main(argv: list[str] | None = None) -> dict:
             "ours / transformers": ("ours s", "transformers s")}) + "\n", flush=True)
         for name, table in profiles.items():
             print(f"Profile, {name} (top {args.profile_rows} operators by self CPU time):\n```\n{table}\n```\n")
+    if args.run:
+        results["dev"] = dev_rows(args.run, args.data_dir, bar)
+        print(f"--quantize int8 against fp32, the dev sets of {args.run}:\n" + markdown(results["dev"], {
+            "int8 / fp32 time": ("int8 s", "fp32 s")}) + "\n", flush=True)
     bar.close()
     print(f"{time.time() - started:.0f} s in all; load average {os.getloadavg()[0]:.1f} at the end")
     if args.out:
