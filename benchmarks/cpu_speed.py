@@ -261,7 +261,8 @@ def main(argv: list[str] | None = None) -> dict:
                                                                 "many, the rest padding)")
     parser.add_argument("--repeats", type=int, default=3, help="timed steps per side; the median is printed")
     parser.add_argument("--profile-rows", type=int, default=12, help="operators in each profile")
-    parser.add_argument("--skip", nargs="*", default=[], choices=PARTS, help="parts left out")
+    parser.add_argument("--skip", nargs="*", default=[], choices=PARTS, help="parts left out: checkpointing (table "
+                        "1), compile (2, most of the time), int8 (3), transformers (4)")
     parser.add_argument("--run", default="", help="a finished multitask run (e.g. the quick start's): its dev "
                                                   "scores with fp32 and int8 too (table 5)")
     parser.add_argument("--data-dir", default=str(DEFAULT_DATA), help="with --run: the course's data files")
