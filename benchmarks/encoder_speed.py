@@ -48,6 +48,15 @@ def run_step(model, batch, train: bool) -> None:
             model(**batch)
 
 
+def random_batch(batch_size: int, tokens: int, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
+    """Random token ids (seed 0), the first half of the batch padded to half as many tokens."""
+    torch.manual_seed(0)
+    batch = {"input_ids": torch.randint(1000, 20000, (batch_size, tokens), device=device),
+             "attention_mask": torch.ones(batch_size, tokens, dtype=torch.long, device=device)}
+    batch["attention_mask"][: batch_size // 2, tokens // 2:] = 0
+    return batch
+
+
 def main(argv: list[str] | None = None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--model", default="all-MiniLM-L6-v2",
@@ -73,10 +82,7 @@ def main(argv: list[str] | None = None):
     sides = {f"{name} {args.precision}": (model, bf16) for name, model in models.items()}
     if bf16:
         sides["ours fp32"] = (models["ours"], False)
-    torch.manual_seed(0)
-    batch = {"input_ids": torch.randint(1000, 20000, (args.batch_size, args.tokens), device=args.device),
-             "attention_mask": torch.ones(args.batch_size, args.tokens, dtype=torch.long, device=args.device)}
-    batch["attention_mask"][: args.batch_size // 2, args.tokens // 2:] = 0  # half the batch padded
+    batch = random_batch(args.batch_size, args.tokens, args.device)
     where = processor() if args.device == "cpu" else torch.cuda.get_device_name(args.device)
     print(f"{where}, torch {torch.__version__}")
     print(f"{args.model}, batch {args.batch_size} x {args.tokens} tokens, {args.device}, our attention "

@@ -21,6 +21,7 @@ from minbert.data.splits import TaskSplit, encode_views
 from minbert.evaluation.inference import soft_outputs
 from minbert.model import ModelConfig
 from minbert.models import Tokenizer
+from minbert.models.quantize import inference_precision, quantize_encoder
 from minbert.tasks import PARAPHRASE, REGISTRY, SENTIMENT, SIMILARITY
 
 
@@ -28,18 +29,24 @@ class MultitaskPredictor:
     """A trained multitask model that takes text. Every method takes a list and returns one dict an example."""
 
     def __init__(self, model, tokenizer: Tokenizer, config: ModelConfig, max_length: int, batch_size: int = 128,
-                 precision: str = "auto"):
-        """precision: common/precision.py's PRECISIONS (auto: bf16 autocast where the device computes bf16)."""
+                 precision: str = "auto", quantize: str = "none"):
+        """precision: common/precision.py's PRECISIONS (auto: bf16 autocast where the device computes bf16);
+        quantize: models/quantize.py's QUANTIZATIONS (int8: the encoder's Linear layers quantized in place)."""
         self.model, self.tokenizer, self.config, self.batch_size = model.eval(), tokenizer, config, batch_size
-        self.max_length = max_length
-        self.precision = Precision(precision, next(model.parameters()).device)
+        self.max_length, self.quantize = max_length, quantize
+        device = next(model.parameters()).device
+        self.precision = Precision(inference_precision(quantize, device, precision), device)
+        self.quantized_layers = quantize_encoder(model.encoder, quantize)
 
     @classmethod
     def from_run(cls, run: str | Path, device: str = "auto", batch_size: int = 128,
-                 precision: str = "auto") -> "MultitaskPredictor":
+                 precision: str = "auto", quantize: str = "none") -> "MultitaskPredictor":
         """The model of a finished run of `minbert train` (its best/ checkpoint), or of one of its checkpoint folders;
         a folder that is none of these (an encoder alone, a run with no checkpoint yet) is a CheckpointError saying
-        why. device: cpu, cuda, ... (auto: cuda when present)."""
+        why. device: cpu, cuda, ... (auto: cuda when present); quantize: "int8" runs the encoder's Linear layers in
+        int8 on a CPU (dynamic quantization), "none" in the precision given."""
+        device = cli.resolve_device(device)
+        inference_precision(quantize, device, precision)  # FlagError before any loading
         folder = RunFolder(run).checkpoint()
         if not Path(run).exists():
             raise CheckpointError(f"{run}: not found")
@@ -64,8 +71,8 @@ class MultitaskPredictor:
         except (TypeError, ValueError, KeyError) as error:
             raise CheckpointError(f"{run_folder.config_file(folder)}: not a multitask run's configuration "
                                   f"({error})") from None
-        model = checkpoint.load(folder, config, device=cli.resolve_device(device))
-        return cls(model, Tokenizer.from_pretrained(folder), config, max_length, batch_size, precision)
+        model = checkpoint.load(folder, config, device=device)
+        return cls(model, Tokenizer.from_pretrained(folder), config, max_length, batch_size, precision, quantize)
 
     @property
     def tasks(self) -> list[str]:

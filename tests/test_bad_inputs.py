@@ -181,6 +181,12 @@ CASES = [
      "predict.py: error: --sst: an empty sentence; give the text to predict", 2),
     ("flag", "a pair of empty sentences to predict", "predict", ["finished-run", "--sts", "", ""],
      "predict.py: error: --sts: an empty sentence; give the text to predict", 2),
+    ("flag", "int8 with bf16, to predict", "predict",
+     ["finished-run", "--sst", "a film", "--quantize", "int8", "--precision", "bf16"],
+     "error: --quantize int8 computes in int8 and fp32, not with --precision bf16; leave out one of them", 2),
+    ("flag", "--quantize to train (int8 is for inference)", "multitask", [*TRAIN, "--quantize", "int8"],
+     "multitask_classifier.py: error: unrecognized arguments: --quantize int8 (see .venv/bin/python "
+     "multitask_classifier.py --help)", 2),
     ("flag", "one run twice among the members", "ensemble",
      ["--members", "finished-run,finished-run/", "--data-dir", "DATA", "--out", "OUT/e.json", "--predictions-dir",
       "OUT/p"],

@@ -177,6 +177,9 @@ def data_parallel_worker(rank: int, init_file: str, out: str):
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD)
     torch.set_num_threads(1)
     results = {way: train_steps(EncoderAndUnusedHead(), rank, **options) for way, options in DDP_WAYS.items()}
+    checkpointed = EncoderAndUnusedHead()  # --gradient-checkpointing: each layer's forward again in DDP's backward
+    checkpointed.encoder.encoder.gradient_checkpointing = True
+    results["checkpointing"] = train_steps(checkpointed, rank)
     # A profile of one more step of small buckets: the buckets' all_reduces and the backward pass's functions.
     model = EncoderAndUnusedHead()
     data_parallel = DataParallel(model, list(model.parameters()), bucket_mb=BUCKET_MB)
@@ -224,10 +227,11 @@ GRADIENT_ATOL = 1e-2 * GRADIENT_RTOL
 def test_uneven_shares_averaged_by_ddp_give_the_gradients_and_weights_of_one_process_with_the_whole_batch(
         data_parallel_runs):
     """5 + 3 rows in 2 accumulation parts (the first under no_sync), by DDP's buckets as the pass runs, by small
-    buckets, or apart (PCGrad, gradient caching) and averaged in one all_reduce: one process with the 8 rows."""
+    buckets, apart (PCGrad, gradient caching) and averaged in one all_reduce, or with the layers checkpointed: one
+    process with the 8 rows."""
     ranks, whole = data_parallel_runs
     for result in ranks:
-        for way in ("DDP", "small buckets", "passes apart"):
+        for way in ("DDP", "small buckets", "passes apart", "checkpointing"):
             gradients = result[way]["first gradients"]
             assert gradients["unused.weight"] is None, "a parameter no pass reaches stays without a gradient"
             for name, gradient in whole["first gradients"].items():
@@ -239,9 +243,10 @@ def test_uneven_shares_averaged_by_ddp_give_the_gradients_and_weights_of_one_pro
     # Then the weights: AdamW divides by the root of its second moment, so a gradient that is rounding noise
     # (a key bias's: softmax ignores it) moves a weight by up to lr in any direction; they are compared exactly
     # between the ways and the processes instead. The average of two processes' gradients is exact however it is
-    # sent (a sum of two fp32 numbers, halved), so every way ends with the same weights on both processes.
+    # sent (a sum of two fp32 numbers, halved), so every way ends with the same weights on both processes; a
+    # checkpointed layer's forward runs again with the same kernels on the same inputs, so its gradients are too.
     for result in ranks:
-        for way in ("small buckets", "passes apart"):
+        for way in ("small buckets", "passes apart", "checkpointing"):
             assert_same_weights(result[way]["weights"], ranks[0]["DDP"]["weights"], atol=0)
 
 

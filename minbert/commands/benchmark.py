@@ -20,6 +20,7 @@ from minbert.common.precision import PRECISION_HELP, PRECISIONS
 from minbert.common.tables import markdown_table
 from minbert.evaluation.sts_benchmark import TABLE_COLUMNS, sts_benchmark
 from minbert.models import POOLINGS, SentenceEncoder
+from minbert.models.quantize import QUANTIZATIONS, QUANTIZE_HELP
 from minbert.models.shareable import update_card
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,7 @@ class StsBenchmarkConfig:
     batch_size: int = flag(128, "sentences per batch", range=AT_LEAST_1)
     device: str = flag("auto", "cpu, cuda, ... (auto: cuda when present)")
     precision: str = flag("auto", PRECISION_HELP, choices=PRECISIONS)
+    quantize: str = flag("none", QUANTIZE_HELP, choices=QUANTIZATIONS)
     out: str = flag("", "also write the results as JSON to this file (left out: printed only); a file in the "
                         "model's own folder also adds them to the folder's model card (README.md)")
 
@@ -53,17 +55,21 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         check_place(config.out, "--out", own_run=Path(config.model) if in_model else None)
         check_writable_file(config.out, "--out")
     model = SentenceEncoder.from_pretrained(config.model, config.pooling, config.max_length,
-                                            cli.resolve_device(config.device), config.precision)
-    log.info("STS benchmark of %s: %s pooling%s, up to %d tokens a sentence; precision %s", config.model,
-             model.pooling, ", length 1" if model.normalize else "", model.max_length, model.precision.describe())
+                                            cli.resolve_device(config.device), config.precision, config.quantize)
+    log.info("STS benchmark of %s: %s pooling%s, up to %d tokens a sentence; precision %s%s", config.model,
+             model.pooling, ", length 1" if model.normalize else "", model.max_length, model.precision.describe(),
+             f"; --quantize int8: the encoder's {model.quantized_layers} Linear layers in int8"
+             if model.quantized_layers else "")
     results = sts_benchmark(model, config.data_dir, config.batch_size)
-    print(markdown_table({f"{config.model} ({model.pooling})": results}, TABLE_COLUMNS))
+    quantized = "" if config.quantize == "none" else f", {config.quantize}"
+    print(markdown_table({f"{config.model} ({model.pooling}{quantized})": results}, TABLE_COLUMNS))
     if config.out:
         # Without the folders above the model's: the file may lie in the model's own folder, which is shared.
         write_json(config.out, {"model": without_local_paths(config.model), "pooling": model.pooling,
-                                "max_length": model.max_length, "results": results})
+                                "max_length": model.max_length, "quantize": config.quantize, "results": results})
         folder = Path(config.model).expanduser()
-        if Path(config.out).expanduser().resolve().parent == folder.resolve() and \
+        # The card tells the model's own scores: an int8 benchmark's go to --out only.
+        if config.quantize == "none" and Path(config.out).expanduser().resolve().parent == folder.resolve() and \
                 update_card(folder, "sts-benchmark", results):
             log.info("added the results to the model card %s", folder / "README.md")
     return results

@@ -43,6 +43,7 @@ from minbert.common.outputs import output_file
 from minbert.common.precision import PRECISION_HELP, PRECISIONS
 from minbert.data.readers import ReadReport, text_lines
 from minbert.evaluation.predictions import header_line, row_line
+from minbert.models.quantize import QUANTIZATIONS, QUANTIZE_HELP
 from minbert.predictor import MultitaskPredictor
 from minbert.tasks import REGISTRY, Task
 
@@ -125,6 +126,7 @@ def parse_args(argv: list[str] | None):
     parser.add_argument("--batch-size", type=int, default=128, help="examples per batch")
     parser.add_argument("--device", default="auto", help="cpu, cuda, ... (auto: cuda when present)")
     parser.add_argument("--precision", default="auto", choices=PRECISIONS, help=PRECISION_HELP)
+    parser.add_argument("--quantize", default="none", choices=QUANTIZATIONS, help=QUANTIZE_HELP)
     args = parser.parse_args(argv)
     if args.input and not args.task:
         parser.error("--input needs --task")
@@ -161,12 +163,14 @@ def main(argv: list[str] | None = None) -> list[dict] | None:
 def predict(args) -> list[dict] | None:
     # What can fail on the inputs fails before anything is predicted (the tasks once the run says which it has).
     source = InputFile(Path(args.input), REGISTRY[args.task]) if args.input else None
-    model = MultitaskPredictor.from_run(args.run, args.device, args.batch_size, args.precision)
+    model = MultitaskPredictor.from_run(args.run, args.device, args.batch_size, args.precision, args.quantize)
     for task in [args.task] if args.input else examples_given(args):
         if task not in model.tasks:
             flag = f"--task {task}" if args.input else f"--{task}"
             raise UsageError(f"{flag}: {args.run} was trained on {', '.join(model.tasks)}, not {task}")
     log.info("precision %s", model.precision.describe())
+    if model.quantized_layers:
+        log.info("--quantize int8: the encoder's %d Linear layers compute in int8", model.quantized_layers)
     if source:
         keep_large_blocks_out_of_the_heap()
         predict_file(model, source, args.output, args.format == "leaderboard")

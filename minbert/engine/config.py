@@ -66,6 +66,10 @@ class TrainingConfig:
                           choices=ATTENTION)
     compile: bool = flag(False, "torch.compile the encoder's layers (dynamic shapes: compiled once, at the first "
                                 "step)")
+    gradient_checkpointing: bool = flag(False, "keep only each encoder layer's input for the backward pass, which "
+                                               "runs the layer's forward again (its dropout masks too): the same "
+                                               "gradients, a fraction of the activations' memory, about a third "
+                                               "more time a step (docs/results.md)")
     dist_timeout: float = flag(1800.0, "torchrun: seconds a process waits for the others at a collective before "
                                        "the run fails. They wait while rank 0 evaluates and saves: for bert-base, "
                                        "seconds on a GPU; on one CPU thread about 8 minutes (the dev sets), 10 (the "
@@ -81,7 +85,8 @@ class TrainingConfig:
     # What --resume may change without changing the run; --output-dir among them: a run folder moved or copied
     # resumes where it now is.
     RUNTIME_FIELDS = ("resume", "overwrite", "allow_changed_data", "device", "save_every", "save_every_minutes",
-                      "log_every", "report_to", "tensorboard", "quiet", "dist_timeout", "output_dir", "ddp_bucket_mb")
+                      "log_every", "report_to", "tensorboard", "quiet", "dist_timeout", "output_dir", "ddp_bucket_mb",
+                      "gradient_checkpointing")
     # What belongs to one command, not to its run: --resume never takes these from the run's flags.
     COMMAND_FIELDS = ("resume", "overwrite", "allow_changed_data", "device", "quiet", "dist_timeout", "output_dir")
     # What removes or continues files: typed on the command line each time, never recorded in a run config nor

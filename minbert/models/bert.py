@@ -21,6 +21,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from minbert.common.errors import FlagError
 from minbert.models.config import BertConfig
@@ -236,6 +237,9 @@ class BertEncoder(nn.Module):
         self.relative_attention_bias = (nn.Embedding(config.relative_attention_num_buckets,
                                                      config.num_attention_heads)
                                         if config.relative_attention_num_buckets else None)
+        # --gradient-checkpointing: each layer keeps only its input for the backward pass, which runs its forward
+        # again (about a third more compute for a fraction of the activations' memory).
+        self.gradient_checkpointing = False
 
     def position_bias(self, tokens: int, dtype: torch.dtype) -> torch.Tensor:
         """[1, heads, tokens, tokens]: the bias MPNet adds to the scores of a query (row) for a key (column)."""
@@ -248,7 +252,15 @@ class BertEncoder(nn.Module):
         """Every layer's output, the last one last (the module models.compile compiles)."""
         outputs = []
         for layer in self.layer:
-            hidden = layer(hidden, layout)
+            if self.gradient_checkpointing and torch.is_grad_enabled():
+                # Non-reentrant: takes the layout as it is and works under DDP. The RNG state is replayed, so the
+                # recomputed forward draws the same dropout masks and the gradients are those without it. torch's
+                # check that the recomputed tensors have the saved shapes cannot read a nested tensor's (unpadded
+                # attention's math path on the CPU), so it is left out there.
+                hidden = checkpoint(layer, hidden, layout, use_reentrant=False, preserve_rng_state=True,
+                                    determinism_check="none" if isinstance(layout, Unpadded) else "default")
+            else:
+                hidden = layer(hidden, layout)
             outputs.append(hidden)
         return outputs
 

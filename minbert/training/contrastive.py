@@ -89,7 +89,9 @@ class Pretraining:
         self.config, self.engine, self.method = config, engine, METHODS[config.method]
         self.encoder = from_pretrained(config.model)  # before the tokenizer: a broken config.json is named as such
         check_max_length(self.encoder, config.max_length)
-        self.encoder.attention = config.attention  # before the objectives copy it (a momentum or second encoder)
+        # Before the objectives copy it (a momentum or second encoder).
+        self.encoder.attention = config.attention
+        self.encoder.encoder.gradient_checkpointing = config.gradient_checkpointing
         self.tokenizer = Tokenizer.from_pretrained(config.model)
         self.data_files = []
         self.stages = [self._stage(name) for name in self.method.stages(config)]

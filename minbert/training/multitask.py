@@ -143,8 +143,10 @@ class MultitaskRun(Run):
         self.model.train()
 
     def _load(self, folder, heads: bool = True) -> MultitaskModel:
-        return checkpoint.load(folder, self.config, heads=heads, device=self.engine.device,
-                               attention=self.config.attention, compile=self.config.compile)
+        model = checkpoint.load(folder, self.config, heads=heads, device=self.engine.device,
+                                attention=self.config.attention, compile=self.config.compile)
+        model.encoder.encoder.gradient_checkpointing = self.config.gradient_checkpointing
+        return model
 
     # ---- what the engine trains ----
 
