@@ -22,11 +22,17 @@ BATCH, TOKENS, HIDDEN, INTERMEDIATE = 4, 9, 16, 32
 GRADIENT_RTOL = BATCH * TOKENS * INTERMEDIATE * torch.finfo(torch.float32).eps
 
 
-def tiny_encoder() -> BertModel:
+# MPNet's fields (models/config.py): its relative position bias, computed once outside the checkpointed layers,
+# must get its gradient through each layer's recomputed forward.
+MPNET = dict(model_type="mpnet", positions_after_padding=True, type_vocab_size=0, relative_attention_num_buckets=32,
+             pad_token_id=1)
+
+
+def tiny_encoder(**family) -> BertModel:
     torch.manual_seed(0)
     return BertModel(BertConfig(vocab_size=50, hidden_size=HIDDEN, num_hidden_layers=2, num_attention_heads=2,
                                 intermediate_size=INTERMEDIATE, max_position_embeddings=16, hidden_dropout_prob=0.3,
-                                attention_probs_dropout_prob=0.3))
+                                attention_probs_dropout_prob=0.3, **family))
 
 
 @pytest.fixture
@@ -50,9 +56,10 @@ def gradients(model: BertModel, ids: torch.Tensor, mask: torch.Tensor) -> dict[s
     return {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
 
 
+@pytest.mark.parametrize("family", [{}, MPNET], ids=["bert", "mpnet"])
 @pytest.mark.parametrize("attention", ["padded", "packed", "unpadded"])
-def test_gradients_with_dropout_equal_those_without_checkpointing(attention):
-    model = tiny_encoder()
+def test_gradients_with_dropout_equal_those_without_checkpointing(attention, family):
+    model = tiny_encoder(**family)
     model.attention = attention
     ids = torch.randint(1, 50, (BATCH, TOKENS), generator=torch.Generator().manual_seed(1))
     mask = torch.ones_like(ids)
