@@ -61,10 +61,11 @@ def space_table() -> str:
 
 @pytest.fixture(scope="module")
 def recipe(course_data, tiny_model, tmp_path_factory) -> Path:
-    """A recipe of tiny runs: 2 epochs of 40 examples a task in batches of 8 (heads at 1e-3)."""
+    """A recipe of tiny runs: 2 epochs of 40 examples a task in batches of 8 (heads at 1e-3), in fp32 whatever the
+    processor (--precision auto runs bf16 where it is native)."""
     path = tmp_path_factory.mktemp("recipe") / "tiny.yaml"
-    path.write_text(f"model: {tiny_model}\ndata-dir: {course_data}\ndevice: cpu\nbatch-size: 8\nepochs: 2\n"
-                    f"lr: 1.0e-3\nlog-every: 1\n")
+    path.write_text(f"model: {tiny_model}\ndata-dir: {course_data}\ndevice: cpu\nprecision: fp32\nbatch-size: 8\n"
+                    f"epochs: 2\nlr: 1.0e-3\nlog-every: 1\n")
     return path
 
 
@@ -143,8 +144,9 @@ def test_a_clearly_bad_trial_is_pruned_before_its_end(minilm_dir, data_dir, tmp_
     space.write_text("lr: [5.0e-5, 1.0]\n")
     study = tmp_path / "study"
     flags = ["--space", str(space), "--study-dir", str(study), "--pruner", "median", "--prune-after", "1",
-             "--model", str(minilm_dir), "--data-dir", str(data_dir), "--device", "cpu", "--max-train-examples", "16",
-             "--max-eval-examples", "24", "--batch-size", "8", "--eval-every", "2", "--lr", "5e-5"]
+             "--model", str(minilm_dir), "--data-dir", str(data_dir), "--device", "cpu", "--precision", "fp32",
+             "--max-train-examples", "16", "--max-eval-examples", "24", "--batch-size", "8", "--eval-every", "2",
+             "--lr", "5e-5"]
     search.main([*flags, "--trials", "1"])
     assert [(t.params, t.state) for t in trials_of(study)] == [({"lr": 5e-5}, TrialState.COMPLETE)]
     optuna.load_study(study_name="study", storage=f"sqlite:///{study / 'study.db'}").enqueue_trial({"lr": 1.0})
