@@ -199,7 +199,7 @@ PY
     study=(--config mtdnn-minilm --model "$MODEL" --data-dir "$DATA" --device "$DEVICE"
            --precision "$PRECISION" --space mtdnn-minilm --study-dir "$RUNS/search"
            --storage journal ${EXTRA:-})
-    timed search 450 bash -c 'for i in $(seq "$1"); do "${@:2}" --resume & sleep 1; done; wait' \
+    timed search 450 bash -c 'for i in $(seq "$1"); do "${@:2}" --join & sleep 1; done; wait' \
       workers "$SEARCH_WORKERS" "$PYTHON" search.py "${study[@]}" --timeout "$SEARCH_START"
     timed search-report 60 "$PYTHON" search.py "${study[@]}" --report
     bundle ;;

@@ -50,6 +50,9 @@ class MultitaskPredictor:
         folder = RunFolder(run).checkpoint()
         if not Path(run).exists():
             raise CheckpointError(f"{run}: not found")
+        if not run_folder.has_config(folder) and run_folder.has_config(run):  # the run's own, but not its best/'s
+            raise CheckpointError(f"{folder}: no {run_folder.RUN_CONFIG}, the flags its model was trained with; put it "
+                                  f"back ({run_folder.config_file(run)} is the run's, not the checkpoint's)")
         if not run_folder.has_config(folder):
             raise CheckpointError(f"{run}: not a run of multitask_classifier.py (no {run_folder.RUN_CONFIG} in it or "
                                   f"in its {run_folder.BEST}/)")

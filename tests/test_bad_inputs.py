@@ -31,6 +31,7 @@ from minbert.commands import ensemble  # noqa: E402
 import multitask_classifier  # noqa: E402
 from minbert.commands import predict  # noqa: E402
 from minbert.commands import search  # noqa: E402
+from minbert.commands import silver  # noqa: E402
 import pretrain_contrastive  # noqa: E402
 from minbert.common import cli  # noqa: E402
 from minbert.common.cli import last_wins, shown_path  # noqa: E402
@@ -40,12 +41,16 @@ from minbert.training.contrastive import ContrastiveConfig  # noqa: E402
 from minbert.training.multitask_config import MultitaskConfig  # noqa: E402
 
 COMMANDS = {"multitask": multitask_classifier, "pretrain": pretrain_contrastive, "ensemble": ensemble,
-            "predict": predict, "analyze": analyze, "search": search}
+            "predict": predict, "analyze": analyze, "search": search, "silver": silver, "benchmark": benchmark}
 SCRIPTS = {"multitask": "multitask_classifier.py", "pretrain": "pretrain_contrastive.py", "ensemble": "ensemble.py",
-           "predict": "predict.py", "analyze": "analyze.py", "search": "search.py"}
+           "predict": "predict.py", "analyze": "analyze.py", "search": "search.py", "silver": "minbert silver",
+           "benchmark": "minbert benchmark"}
 TRAIN = ["--model", "MODEL", "--data-dir", "DATA", "--output-dir", "OUT/run", "--predictions-dir", "OUT/predictions",
          "--epochs", "1", "--batch-size", "8", "--device", "cpu"]
 SEARCH = ["--config", "recipe.yaml", "--space", "lr-space.yaml", "--study-dir", "OUT/study", "--trials", "1"]
+SILVER = ["--teacher", "finished-run", "--retriever", "MODEL", "--data-dir", "DATA", "--bank", "bank.txt", "--out",
+          "OUT/silver", "--cache-dir", "OUT/cache", "--tasks", "sst", "--device", "cpu", "--per-class", "2",
+          "--neighbours", "2"]
 CASES = [
     # flags
     ("flag", "negative learning rate", "multitask", [*TRAIN, "--lr", "-1"], "--lr must be > 0, got -1", 2),
@@ -285,6 +290,69 @@ CASES = [
      [*TRAIN, "--data-dir", "edited-data", "--output-dir", "early-state", "--resume", "--allow-changed-data"],
      "error: early-state/last/training_state.pt: another run's training state (it records run another-run, the run "
      "config of early-state run ", 2),
+    # Round six, second half (issue 62): every bound --help shows checked, a study's storage, and one line with
+    # nothing left behind for what gave a traceback or an unclear line.
+    ("flag", "a batch size of 0 to benchmark", "benchmark", ["--model", "MODEL", "--batch-size", "0"],
+     "minbert benchmark: error: --batch-size must be >= 1, got 0", 2),
+    ("flag", "a negative --max-length to benchmark", "benchmark", ["--model", "MODEL", "--max-length", "-1"],
+     "minbert benchmark: error: --max-length must be >= 0, got -1", 2),
+    ("flag", "a batch size of 0 to analyze layers", "analyze", ["layers", "--models", "MODEL", "--batch-size", "0"],
+     "error: --batch-size must be >= 1, got 0", 2),
+    ("flag", "a negative --max-length to analyze spread", "analyze", ["spread", "--models", "MODEL", "--max-length",
+                                                                       "-5"],
+     "error: --max-length must be >= 3, got -5", 2),
+    ("flag", "a config file that is not UTF-8", "multitask", [*TRAIN, "--config", "latin1.yaml"],
+     "multitask_classifier.py: error: --config latin1.yaml: line 2: not UTF-8 text; save it as UTF-8 (e.g. iconv -f "
+     "latin1 -t utf-8)", 2),
+    ("flag", "a YAML list for a flag of one value, in a config file", "multitask", [*TRAIN, "--config", "lr-list.yaml"],
+     "multitask_classifier.py: error: --config lr-list.yaml: lr: a YAML list ([0.001, 0.002]); give one value, as on "
+     "the command line", 2),
+    ("flag", "a flag that is neither search.py's nor a trial's", "search", [*SEARCH, "--tri", "1"],
+     "search.py: error: unrecognized arguments: --tri 1 (see .venv/bin/python search.py --help)", 2),
+    ("flag", "--resume of a folder with no study", "search", [*SEARCH, "--study-dir", "OUT/new", "--resume"],
+     "error: --study-dir OUT/new: no study there (no study.db); give the folder of a study that has trials", 2),
+    ("flag", "--resume of a study with another --storage than it was started in", "search",
+     [*SEARCH, "--study-dir", "old-study", "--resume", "--storage", "journal"],
+     "error: --storage journal: the study in old-study is kept in study.db (the default --storage); leave --storage "
+     "out to use it, or give another --study-dir", 2),
+    ("file system", "a study's storage that is a named pipe", "search", [*SEARCH, "--storage", "a-pipe"],
+     "error: --storage a-pipe: not a regular file (a device or a pipe); give a journal file's path (or an RDB URL)", 2),
+    ("file system", "a study's storage that is a device (a-device: a link to /dev/null)", "search",
+     [*SEARCH, "--storage", "a-device"],
+     "error: --storage a-device: not a regular file (a device or a pipe); give a journal file's path (or an RDB URL)",
+     2),
+    ("file system", "the disk is full as the study's database is made", "search", SEARCH,
+     "error: --storage sqlite:///OUT/study/study.db: cannot open it (OperationalError: (sqlite3.OperationalError) "
+     "database or disk is full", 2),
+    ("file system", "a bank cache folder that is a file", "silver", [*SILVER, "--cache-dir", "FILE"],
+     "error: --cache-dir FILE: a file; give a folder for the bank's embeddings", 2),
+    ("file system", "a bank cache folder on a read-only file system", "silver",
+     [*SILVER, "--cache-dir", "OUT-ro/cache"],
+     "error: --cache-dir OUT-ro/cache: cannot write there (Read-only file system)", 2),
+    ("file system", "the disk fills up as the bank's embeddings are cached", "silver", SILVER,
+     "/chunk-00000.safetensors: no space left on the device; nothing of it was written", 2),
+    ("data", "no --bank, and none in --data-dir", "silver", [arg for arg in SILVER if arg != "--bank"
+                                                             and arg != "bank.txt"],
+     "no such file (--data-dir's; no --bank was given); give --bank, a file of the unlabeled sentences to retrieve "
+     "from", 2),
+    ("file system", "the disk is full as the TensorBoard file is begun", "multitask",
+     [*TRAIN, "--tensorboard", "OUT/tb"],
+     "error: --tensorboard OUT/tb: cannot write its event file (No space left on device)", 2),
+    ("file system", "an MLflow tracking store on a read-only file system", "multitask",
+     [*TRAIN, "--report-to", "mlflow"],
+     "error: --report-to mlflow: cannot write MLflow's tracking store sqlite:///OUT-ro/mlflow.db (Read-only file "
+     "system)", 2),
+    ("file system", "an MLflow tracking store that is a file, not a database", "multitask",
+     [*TRAIN, "--report-to", "mlflow"],
+     "error: --report-to mlflow: cannot write MLflow's tracking store OUT/notes.txt (a file, not a folder: set "
+     "MLFLOW_TRACKING_URI=sqlite:///OUT/mlflow.db)", 2),
+    ("file system", "the disk is full as the MLflow database is made", "multitask", [*TRAIN, "--report-to", "mlflow"],
+     "error: --report-to mlflow: cannot write MLflow's tracking store sqlite:///OUT/mlflow.db (OperationalError: "
+     "(sqlite3.OperationalError) database or disk is full", 2),
+    ("checkpoint", "a run whose best/run_config.json was removed, to predict", "predict",
+     ["no-best-config", "--sst", "a film"],
+     "error: no-best-config/best: no run_config.json, the flags its model was trained with; put it back "
+     "(no-best-config/run_config.json is the run's, not the checkpoint's)", 2),
     # data files
     ("data", "empty file to pretrain on", "pretrain", ["--model", "MODEL", "--data", "empty.txt", "--output-dir", "OUT"],
      "error: empty.txt: no usable rows", 2),
@@ -552,6 +620,76 @@ def read_only_folder(monkeypatch, out):
             letter in mode for letter in writing)))
 
 
+def full_disk_error(*args, **kwargs):
+    """What safetensors raises on a full disk."""
+    from safetensors import SafetensorError
+
+    raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+
+def full_disk_at_the_bank_cache(monkeypatch, out):
+    """The bank's embeddings find no space left as the first chunk of them is written."""
+    monkeypatch.setattr("minbert.data.retrieval.save_file", full_disk_error)
+
+
+def full_disk_at_the_study(monkeypatch, out):
+    """The disk fills up as SQLite makes the study's database: the file is made, 0 bytes, and its tables find no
+    room (the error sqlite3 raises then, through SQLAlchemy)."""
+    import sqlite3
+
+    import optuna
+    import sqlalchemy.exc
+
+    def database(url, **kwargs):
+        Path(url.removeprefix("sqlite:///")).touch()
+        raise sqlalchemy.exc.OperationalError("CREATE TABLE", {}, sqlite3.OperationalError("database or disk is full"))
+
+    monkeypatch.setattr(optuna.storages, "RDBStorage", database)
+
+
+def full_disk_at_the_event_file(monkeypatch, out):
+    """The disk fills up as TensorBoard's event file is first written: the file is made, its bytes find no room."""
+    import errno
+
+    from tensorboard.compat.tensorflow_stub.io import gfile
+
+    def write(self, filename, content, mode):
+        open(filename, "ab").close()
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), filename)
+
+    monkeypatch.setattr(gfile.LocalFileSystem, "_write", write)
+
+
+def mlflow_store_in(uri: str):
+    """A fault: $MLFLOW_TRACKING_URI set to uri (OUT in it the case's output folder)."""
+    return lambda monkeypatch, out: monkeypatch.setenv("MLFLOW_TRACKING_URI", uri.replace("OUT", str(out)))
+
+
+def read_only_mlflow_store(monkeypatch, out):
+    read_only_folder(monkeypatch, out)
+    mlflow_store_in("sqlite:///OUT-ro/mlflow.db")(monkeypatch, out)
+
+
+def a_file_as_the_mlflow_store(monkeypatch, out):
+    (out / "notes.txt").write_text("the user's notes")
+    mlflow_store_in("OUT/notes.txt")(monkeypatch, out)
+
+
+def full_disk_at_the_mlflow_store(monkeypatch, out):
+    """The disk fills up as MLflow makes its database: the file is made, 0 bytes, and its tables find no room."""
+    import sqlite3
+
+    import sqlalchemy.exc
+
+    mlflow_store_in("sqlite:///OUT/mlflow.db")(monkeypatch, out)
+
+    def client():
+        (out / "mlflow.db").touch()
+        raise sqlalchemy.exc.OperationalError("CREATE TABLE", {}, sqlite3.OperationalError("database or disk is full"))
+
+    monkeypatch.setattr("mlflow.MlflowClient", client)
+
+
 FAULTS = {"an MLflow tracking store that cannot be written": unwritable_mlflow_store,
           "the disk fills up while a checkpoint is saved": disk_full,
           "--compile where torch cannot compile": no_compiler,
@@ -563,7 +701,18 @@ FAULTS = {"an MLflow tracking store that cannot be written": unwritable_mlflow_s
                            "an ensemble's report on a read-only file system",
                            "an ensemble's predictions folder on a read-only file system",
                            "a study folder on a read-only file system",
-                           "a study's journal on a read-only file system"], read_only_folder)}
+                           "a study's journal on a read-only file system",
+                           "a bank cache folder on a read-only file system"], read_only_folder),
+          "the disk fills up as the bank's embeddings are cached": full_disk_at_the_bank_cache,
+          "the disk is full as the study's database is made": full_disk_at_the_study,
+          "the disk is full as the TensorBoard file is begun": full_disk_at_the_event_file,
+          "an MLflow tracking store on a read-only file system": read_only_mlflow_store,
+          "an MLflow tracking store that is a file, not a database": a_file_as_the_mlflow_store,
+          "the disk is full as the MLflow database is made": full_disk_at_the_mlflow_store}
+# What a case's command may have begun and must not leave behind (besides a trained run, and a search's anything).
+LEFT_NOTHING = {"the disk fills up as the bank's embeddings are cached": ["OUT/cache", "OUT/silver"],
+                "the disk is full as the TensorBoard file is begun": ["OUT/tb"],
+                "the disk is full as the MLflow database is made": ["OUT/mlflow.db"]}
 
 
 @pytest.fixture(scope="module")
@@ -741,6 +890,17 @@ def places(tiny_model, tmp_path_factory) -> dict[str, Path]:
     unfinished = {k: v for k, v in saved.items() if k != "finished"}
     (places["killed-run"] / "run_config.json").write_text(json.dumps(unfinished))
     shutil.copy(places["finished-run"] / "metrics.jsonl", places["killed-run"])
+    # Round six, second half (issue 62): a config file in Latin-1, one with a list for a flag of one value, a bank,
+    # and a finished run whose best/ lost its run config.
+    places["latin1.yaml"] = root / "latin1.yaml"
+    places["latin1.yaml"].write_bytes("epochs: 1\nlr: caf\u00e9\n".encode("latin-1"))
+    places["lr-list.yaml"] = root / "lr-list.yaml"
+    places["lr-list.yaml"].write_text("lr: [0.001, 0.002]\n")
+    places["bank.txt"] = root / "bank.txt"
+    places["bank.txt"].write_text("\n".join(f"a {colour} house on the hill" for colour in ("red", "green", "blue"))
+                                  + "\n")
+    places["no-best-config"] = Path(shutil.copytree(places["finished-run"], root / "no-best-config"))
+    (places["no-best-config"] / "best" / "run_config.json").unlink()
     ownership_places(root, places)
     return places
 
@@ -802,7 +962,7 @@ def substitute(text: str, places: dict[str, Path], out: Path) -> str:
 @pytest.mark.parametrize("kind, wrong, command, args, message, code", CASES, ids=[case[1] for case in CASES])
 def test_bad_input_gets_one_line_and_its_exit_code(places, tmp_path, capsys, monkeypatch, request, kind, wrong,
                                                    command, args, message, code):
-    if args[:len(TRAIN)] == TRAIN or args[:len(SEARCH)] == SEARCH:  # a case's own flags replace TRAIN's
+    if any(args[:len(flags)] == flags for flags in (TRAIN, SEARCH, SILVER)):  # a case's own flags replace these
         args = last_wins(args)
     argv = [substitute(arg, places, tmp_path) for arg in args]
     if wrong in FAULTS:
@@ -820,6 +980,8 @@ def test_bad_input_gets_one_line_and_its_exit_code(places, tmp_path, capsys, mon
     assert not (tmp_path / "run" / "last").exists(), "nothing was trained"
     if command == "search":
         assert not any(tmp_path.rglob("*")), "a refused search leaves nothing behind"
+    for path in LEFT_NOTHING.get(wrong, []):
+        assert not Path(substitute(path, places, tmp_path)).exists(), f"{path} is left behind"
 
 
 # Each "use X" of a message above, run: (the case, X as arguments of its command). A step of training is enough to

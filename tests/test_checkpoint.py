@@ -45,6 +45,27 @@ def test_a_checkpoint_that_records_no_head_flag_is_refused_whatever_the_flags(tm
         check_head_flags(config("--pair-mlp", pair_mlp), tmp_path)
 
 
+def test_init_refuses_heads_trained_with_another_sts_target(tiny_model, course_data, tmp_path, capsys):
+    """--sts-target says what the STS head's number means (a 0-5 score, or a cosine mapped onto [M, 1]): heads
+    trained as one and continued as the other would score STS wrong without a word. STS bi-encoded, the default
+    --sts-target auto is cosine-range: --init from heads trained with --sts-target score is refused, naming it,
+    before any training; with --sts-target score given, the same heads are taken."""
+    def run(out, *extra):
+        return multitask_argv(tiny_model, course_data, tmp_path / out, "--tasks", "sts", "--max-steps", "1",
+                              "--no-predict-test", "--quiet", *extra)
+
+    multitask_classifier.main(run("score", "--sts-target", "score"))
+    start = tmp_path / "score" / "run" / "best"
+    with pytest.raises(SystemExit) as exit_:
+        cli.run(lambda: multitask_classifier.main(run("cosine", "--init", str(start))))
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == \
+        f"error: {start}: its heads were trained with --sts-target score; start with the same flags to use them"
+    assert not (tmp_path / "cosine" / "run" / "last").exists()
+    multitask_classifier.main(run("again", "--init", str(start), "--sts-target", "score"))
+    assert (tmp_path / "again" / "run" / "best" / "heads.safetensors").is_file()
+
+
 def test_heads_without_a_run_config_are_refused(tmp_path):
     with pytest.raises(CheckpointError, match="heads without run_config.json, which says what they compute"):
         check_head_flags(config(), tmp_path)

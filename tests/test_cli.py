@@ -173,3 +173,15 @@ def test_parse_task_order():
         parse_task_order("sst,quora", TASKS)
     with pytest.raises(ValueError, match="--tasks 'sst,x': unknown task 'x'"):
         parse_task_order("sst,x", TASKS, option="--tasks")
+
+
+def test_a_config_files_yaml_list_is_a_comma_separated_flag(tmp_path):
+    """`tasks: [sst, sts]`, as YAML writes a list, is --tasks sst,sts (not the task "['sst'"); the command line
+    written out spells it so."""
+    from minbert.training.multitask_config import MultitaskConfig
+
+    file = tmp_path / "recipe.yaml"
+    file.write_text("tasks: [sst, sts]\nepochs: 1\n")
+    config = parse_config(MultitaskConfig, "", ["--config", str(file)], program=["minbert", "train"])
+    assert config.task_list == ("sst", "sts")
+    assert config.command.with_values == "minbert train --tasks sst,sts --epochs 1"

@@ -97,7 +97,7 @@ def test_bad_rows_are_skipped_counted_and_reported(tmp_path, caplog):
         "2\tc\tno label\t\n",         # line 4: missing label
         "3\td\tnan label\tnan\n",     # line 5: NaN label
         "4\te\ttoo high\t5\n",        # line 6: out of range for SST-5
-        "5\tf\tnot integral\t2.5\n",  # line 7: out of range (not a class)
+        "5\tf\tnot integral\t2.5\n",  # line 7: within the range, yet not a class
         "6\tg\tword label\tgood\n",   # line 8: not a number
         "7\th\ttoo\tmany\tfields\n",  # line 9: wrong number of fields
         "8\ti\tfine too\t4.0\n",      # line 10: kept, 4.0 is class 4
@@ -105,8 +105,9 @@ def test_bad_rows_are_skipped_counted_and_reported(tmp_path, caplog):
     with caplog.at_level(logging.WARNING):
         records, report = SST(path)
     assert [(r.id, r.label) for r in records] == [("a", 3), ("i", 4)]
-    assert dict(report.skipped) == {"empty sentence": [3], "missing label": [4, 5], "label out of range 0-4": [6, 7],
-                                    "label is not a number": [8], "5 fields, header has 4": [9]}
+    assert dict(report.skipped) == {"empty sentence": [3], "missing label": [4, 5], "label out of range 0-4": [6],
+                                    "label not a whole number (a class 0-4)": [7], "label is not a number": [8],
+                                    "5 fields, header has 4": [9]}
     assert "bad.csv: kept 2 of 9 rows" in caplog.text and "missing label: lines 4, 5" in caplog.text
 
 

@@ -115,7 +115,7 @@ def test_two_workers_share_one_study_each_on_one_thread(recipe, tmp_path):
     space.write_text("lr: {low: 1.0e-4, high: 1.0e-2, log: true}\nhead-dropout: {low: 0.0, high: 0.3}\n")
     study = tmp_path / "study"
     command = [sys.executable, "search.py", "--config", str(recipe), "--space", str(space), "--study-dir", str(study),
-               "--trials", "4", "--pruner", "none", "--sampler", "random", "--resume"]
+               "--trials", "4", "--pruner", "none", "--sampler", "random", "--join"]
     env = {**os.environ, "OMP_NUM_THREADS": "2"}
     workers = [subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True) for _ in range(2)]
@@ -193,6 +193,50 @@ def test_a_study_resumed_after_its_worker_was_killed_loses_and_repeats_no_trial(
     assert (study / "trial-0000" / "metrics.jsonl").read_bytes() == first
     gone = "trial(s) 1 of a worker that is gone: failed, and queued again" in capsys.readouterr().out
     assert gone == (kill == signal.SIGKILL)
+
+
+def test_a_journal_study_resumed_without_storage_goes_on_in_its_journal(recipe, tmp_path, one_thread):
+    """The storage a study was started in is recorded in its folder: --resume without --storage journal continues
+    the journal (no second study begins in a study.db beside it), and trials.md counts the journal's trials."""
+    space = tmp_path / "space.yaml"
+    space.write_text("head-dropout: {low: 0.0, high: 0.3}\nepochs: 1\n")
+    study = tmp_path / "study"
+    flags = ["--config", str(recipe), "--space", str(space), "--study-dir", str(study), "--pruner", "none",
+             "--sampler", "random"]
+    search.main([*flags, "--trials", "1", "--storage", "journal"])
+    search.main([*flags, "--trials", "2", "--resume"])
+    assert not (study / "study.db").exists()
+    assert [trial.state for trial in trials_of(study)] == [TrialState.COMPLETE] * 2
+    assert (study / "trials.md").read_text().count("| complete |") == 2
+
+
+def test_the_recorded_storage_is_the_studys_and_another_is_refused(tmp_path, monkeypatch):
+    """What the record keeps: the folder's own files by their --storage name (a moved or cloned folder finds them),
+    any other file by its absolute path, an RDB URL without its password; a command that leaves --storage out gets
+    the study's, one that gives another is refused, and one that must give the password is told so."""
+    from minbert.tuning.study import canonical_storage, record_storage, study_storage
+
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "study"
+    assert canonical_storage("", folder) == canonical_storage("sqlite:///study/study.db", folder) == "sqlite"
+    assert canonical_storage("study/study.journal", folder) == "journal"
+    assert canonical_storage("shared/s.journal", folder) == str(tmp_path / "shared" / "s.journal")
+    assert canonical_storage("sqlite:///other.db", folder) == f"sqlite:///{tmp_path / 'other.db'}"
+    assert canonical_storage("postgresql://me:secret@host/db", folder) == "postgresql://me:***@host/db"
+    assert study_storage("journal", folder) == "journal"  # nothing recorded: --storage as given
+    folder.mkdir()
+    record_storage("shared/s.journal", folder)
+    assert study_storage("", folder) == str(tmp_path / "shared" / "s.journal")
+    assert study_storage(str(tmp_path / "shared" / "s.journal"), folder) == str(tmp_path / "shared" / "s.journal")
+    with pytest.raises(UsageError, match=f"--storage journal: the study in {folder} is kept in "
+                                         f"{tmp_path}/shared/s.journal; leave"):
+        study_storage("journal", folder)
+    (folder / "study-storage.json").unlink()
+    record_storage("postgresql://me:secret@host/db", folder)
+    assert "secret" not in (folder / "study-storage.json").read_text()
+    assert study_storage("postgresql://me:secret@host/db", folder) == "postgresql://me:secret@host/db"
+    with pytest.raises(UsageError, match=r"kept in postgresql://me:\*\*\*@host/db, whose password is not recorded"):
+        study_storage("", folder)
 
 
 def test_no_predict_test_writes_the_dev_files_only(tiny_model, course_data, tmp_path, one_thread):

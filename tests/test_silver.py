@@ -266,3 +266,143 @@ def test_a_silver_folder_another_command_writes_is_refused(teacher, bank_file, c
         holder.kill()
         holder.wait()
     assert not (out / "sst-silver.csv").exists()
+
+
+# ---- what silver data keeps, against a teacher whose every answer the test sets ----
+
+class ScriptedTeacher:
+    """A teacher whose soft output for each sentence (or pair) the test gives: what it keeps is then known."""
+
+    def __init__(self, outputs: dict):
+        self.outputs = outputs
+
+    def soft(self, task: str, examples: list) -> torch.Tensor:
+        return torch.tensor([self.outputs[example] for example in examples], dtype=torch.float).reshape(
+            len(examples), *REGISTRY[task].soft_shape)
+
+
+def sure_of(label: int, probability: float) -> list[float]:
+    """SST-5 probabilities: `probability` on the class `label`, the rest spread evenly."""
+    return [probability if c == label else (1 - probability) / 4 for c in range(5)]
+
+
+# Sentences of words no course sentence of the tiny data has (tests/conftest.py's WORDS): none is held out.
+NEW_WORDS = "alpha beta gamma delta epsilon zeta theta kappa lambda sigma omega iota".split()
+
+
+def new_sentences(count: int, seed: int = 0) -> list[str]:
+    rng = random.Random(seed)
+    found = []
+    while len(found) < count:
+        text = " ".join(rng.sample(NEW_WORDS, 4))
+        if text not in found:
+            found.append(text)
+    return found
+
+
+def sst_silver(bank, teacher, course_data, tiny_model, tmp_path, per_class):
+    """SST's silver data from the bank with every bank sentence retrieved (as many neighbours as the bank has)."""
+    from minbert.training.silver import HeldOut, sentence_silver
+
+    sst = REGISTRY["sst"]
+    train = sst.read(course_data / sst.files[0], labeled=True)
+    retriever = SentenceEncoder.from_pretrained(tiny_model)
+    cache = BankEmbeddings(retriever, str(tiny_model), bank, tmp_path / "cache")
+    return sentence_silver(sst, train, teacher, retriever, bank, cache, HeldOut(course_data), len(bank), per_class)
+
+
+def test_sst_silver_keeps_each_classs_most_confident_teacher_labels(course_data, tiny_model, tmp_path, one_thread):
+    """Of each class the teacher predicts, the --per-class sentences it is surest of: here 3 a class, at
+    probabilities 0.4, 0.6 and 0.8 in an order of their own, and the 2 kept those at 0.8 and 0.6."""
+    bank, outputs, surest = new_sentences(15), {}, set()
+    rng = random.Random(1)
+    for label in range(5):
+        probabilities = rng.sample([0.4, 0.6, 0.8], 3)
+        for sentence, probability in zip(bank[label * 3:label * 3 + 3], probabilities):
+            outputs[sentence] = sure_of(label, probability)
+            if probability > 0.5:
+                surest.add(sentence)
+    silver, counts = sst_silver(bank, ScriptedTeacher(outputs), course_data, tiny_model, tmp_path, per_class=2)
+    assert {text for (text,) in silver.texts} == surest and counts["kept"] == 10
+    for (text,), soft in zip(silver.texts, silver.soft):
+        torch.testing.assert_close(soft, torch.tensor(outputs[text]))
+
+
+def test_no_dev_or_test_sentence_of_the_bank_reaches_sst_silver_and_the_counts_say_so(
+        course_data, tiny_model, tmp_path, one_thread):
+    """A bank holding an SST dev sentence and a Quora test sentence, written as another tokeniser would: with room
+    for every bank sentence (--per-class as large as the bank), all the others are kept, those two are not, and the
+    counts report the two removed."""
+    dev = rows_of(course_data / "ids-sst-dev.csv")[0]["sentence"]
+    test = rows_of(course_data / "quora-test-student.csv")[0]["sentence2"]
+    others = new_sentences(10)
+    bank = [*others[:5], dev.upper() + " .", *others[5:], "  " + test]
+    outputs = {sentence: sure_of(number % 5, 0.6) for number, sentence in enumerate(bank)}
+    silver, counts = sst_silver(bank, ScriptedTeacher(outputs), course_data, tiny_model, tmp_path,
+                                per_class=len(bank))
+    assert sorted(text for (text,) in silver.texts) == sorted(others)
+    assert counts["removed_dev_or_test"] == 2 and counts["kept"] == len(others)
+
+
+def pair_silver_of(train, course_data, tiny_model, seed):
+    """STS's silver pairs of `train`, every training sentence drawn, a teacher that scores every pair 2.5."""
+    from minbert.training.silver import HeldOut, pair_silver
+
+    class Halfway:
+        def soft(self, task, examples):
+            return torch.full((len(examples),), 2.5)
+
+    retriever = SentenceEncoder.from_pretrained(tiny_model)
+    return pair_silver(REGISTRY["sts"], train, Halfway(), retriever, HeldOut(course_data), 1000, seed)
+
+
+def test_no_silver_pair_holds_a_dev_or_test_sentence_first_or_second(course_data, tiny_model, one_thread):
+    """A training pair whose first sentence is an SST dev sentence (the course's files share sentences): paired
+    with the others, that sentence falls first in some pairs and second in others, over ten seeds; no pair that
+    holds it is kept, and each is counted."""
+    from minbert.data.readers import PairExample
+
+    held = rows_of(course_data / "ids-sst-dev.csv")[0]["sentence"]
+    sentences = new_sentences(8)
+    train = [PairExample("0", held, sentences[0], 1.0)] + [
+        PairExample(str(i), sentences[i], sentences[i + 1], 3.0) for i in range(1, 7, 2)]
+    removed = 0
+    for seed in range(10):
+        silver, counts = pair_silver_of(train, course_data, tiny_model, seed)
+        assert silver.texts and not any(normalise(held) in map(normalise, pair) for pair in silver.texts)
+        removed += counts["removed_dev_or_test"]
+    assert removed >= 10  # each seed's nearest pairs alone hold it twice: first, and as another's neighbour
+
+
+def test_silver_pairs_never_repeat_the_tasks_own_training_pairs(course_data, tiny_model, one_thread):
+    """Training pairs of every two of four sentences: every pair of them is a gold pair, so no silver pair is left,
+    and the counts say they were removed as training pairs."""
+    from minbert.data.readers import PairExample
+
+    sentences = new_sentences(4)
+    train = [PairExample(f"{i}-{j}", sentences[i], sentences[j], 2.0) for i in range(4) for j in range(i + 1, 4)]
+    gold = {frozenset(map(normalise, (record.sentence1, record.sentence2))) for record in train}
+    for seed in range(3):
+        silver, counts = pair_silver_of(train, course_data, tiny_model, seed)
+        assert not any(frozenset(map(normalise, pair)) in gold for pair in silver.texts)
+        assert counts["kept"] == 0 and counts["removed_in_training"] >= 4  # each sentence's nearest: a gold pair
+
+
+def test_the_silver_loss_joins_the_gold_loss_weighted_by_silver_weight(silver_folder, course_data, tiny_model,
+                                                                       tmp_path, one_thread):
+    """The first step's logged loss of each task, at the same starting weights and batches: gold + w x silver, so
+    that going from w = 1 to w = 3 adds twice what going to w = 2 adds (the silver loss itself is not 0)."""
+    def first_losses(weight: str) -> dict[str, float]:
+        out = tmp_path / f"weight-{weight}"
+        multitask_classifier.main(multitask_argv(tiny_model, course_data, out, "--silver", str(silver_folder),
+                                                 "--silver-weight", weight, "--max-steps", "1", "--log-every", "1",
+                                                 "--no-predict-test", "--quiet"))
+        records = [json.loads(line) for line in (out / "run" / "metrics.jsonl").read_text().splitlines()]
+        return next(record["loss"] for record in records if record.get("step") == 1 and "loss" in record)
+
+    once, twice, thrice = first_losses("1"), first_losses("2"), first_losses("3")
+    assert once and once.keys() == twice.keys() == thrice.keys()  # the step's task(s): the same in each run
+    for task in once:
+        silver = twice[task] - once[task]
+        assert abs(silver) > 1e-4, task
+        assert thrice[task] - once[task] == pytest.approx(2 * silver, rel=1e-3, abs=1e-6), task

@@ -86,6 +86,21 @@ def test_the_moving_average_follows_the_weights_with_momentum_beta():
     assert not any(p.requires_grad for p in average.model.parameters())
 
 
+def test_the_moving_averages_outputs_are_the_trained_models_in_training_mode_dropout_included():
+    """The Bregman term's reference outputs f(x; theta_avg) are computed as the trained model's are, in training
+    mode (SMART's code keeps dropout on for both), whatever mode the model was in: with the same random draws, they
+    are the training-mode outputs of the model the average started from, not its evaluation-mode outputs."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Dropout(0.5), torch.nn.Linear(8, 2))
+    average, x = MovingAverage(model), torch.randn(4, 8)
+    average.model.eval()
+    torch.manual_seed(1)
+    reference = average.outputs(x)
+    torch.manual_seed(1)
+    torch.testing.assert_close(reference, model.train()(x))
+    assert not torch.allclose(reference, model.eval()(x))
+
+
 @pytest.mark.parametrize("schedule", [["--schedule", "mtdnn"], ["--schedule", "avg", "--combine", "pcgrad"]])
 def test_smart_trains_in_every_schedule_and_changes_the_run(tiny_model, tmp_path, schedule):
     data = write_course_files(tmp_path, random.Random(0), train_rows=16)

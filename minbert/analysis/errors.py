@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 
 from minbert.analysis.figures import counted, integer_ticks, new_figure
 from minbert.analysis.report import Report, short_names
-from minbert.common.cli import flag
+from minbert.common.cli import AT_LEAST_0, AT_LEAST_1, check_ranges, flag
 from minbert.common.errors import DataError
 from minbert.common.files import DEFAULT_DATA, in_repository
 from minbert.common.metrics import accuracy, confusion_matrix, pearson, row_normalised
@@ -41,13 +41,13 @@ class ErrorsConfig:
     run: str = flag(in_repository("runs/multitask"),
                     "run folder (its best/ is read) or a checkpoint folder with outputs-*-dev.pt")
     data_dir: str = flag(str(DEFAULT_DATA), "folder with the dev files the run was evaluated on (gold labels)")
-    top: int = flag(20, "rows of each list in the Markdown table (the JSON has them all)")
-    sts_error: float = flag(1.0, "an STS pair counts as wrong, when comparing tasks, if its error exceeds this")
+    top: int = flag(20, "rows of each list in the Markdown table (the JSON has them all)", range=AT_LEAST_1)
+    sts_error: float = flag(1.0, "an STS pair counts as wrong, when comparing tasks, if its error exceeds this",
+                            range=AT_LEAST_0)
     out: str = flag(in_repository("runs/analysis/errors"), "folder for errors.png, errors.md and errors.json")
 
     def __post_init__(self):
-        if self.top < 1:
-            raise ValueError("--top must be at least 1")
+        check_ranges(self)
 
 
 # ---- compute and report: each kind of task's errors ----

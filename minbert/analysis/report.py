@@ -13,7 +13,7 @@ from scipy.stats import ConstantInputWarning
 
 from minbert.analysis.figures import POOLING_NAMES, save
 from minbert.common import cli
-from minbert.common.cli import flag
+from minbert.common.cli import AT_LEAST_0, AT_LEAST_1, Range, check_ranges, flag
 from minbert.common.files import DEFAULT_DATA, atomic_files, write_json
 from minbert.common.metrics import spearman
 from minbert.common.precision import PRECISION_HELP, PRECISIONS
@@ -44,19 +44,18 @@ class EncoderFlags:
                                            "checkpoint folder such as runs/multitask/best")
     data_dir: str = flag(str(DEFAULT_DATA), "folder with sts-train.csv, sts-dev.csv and sts-eval/")
     max_pairs: int = flag(0, "use at most this many pairs of each set, drawn at random (the same for every "
-                             "encoder); 0: all of them")
-    max_length: int = flag(128, "tokens per sentence")
-    batch_size: int = flag(64, "sentences per batch")
+                             "encoder); 0: all of them", range=AT_LEAST_0)
+    max_length: int = flag(128, "tokens per sentence", range=Range(3))  # [CLS], a token of the sentence, [SEP]
+    batch_size: int = flag(64, "sentences per batch", range=AT_LEAST_1)
     device: str = flag("auto", "cpu, cuda, ... (auto: cuda when present)")
     precision: str = flag("auto", PRECISION_HELP, choices=PRECISIONS)
     POOLING_CHOICES = (*POOLINGS, "max")
     poolings: str = flag("mean", f"sentence embeddings, comma-separated: any of {', '.join(POOLING_CHOICES)}")
 
     def __post_init__(self):
+        check_ranges(self)
         self.model_list = distinct("--models", items(self.models))
         self.pooling_list = distinct("--poolings", items(self.poolings), self.POOLING_CHOICES)
-        if self.max_pairs < 0:
-            raise ValueError("--max-pairs must be 0 (all pairs) or more")
 
 
 def encoders(config: EncoderFlags):

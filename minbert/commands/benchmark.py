@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from minbert.common import cli
-from minbert.common.cli import AT_LEAST_0, AT_LEAST_1, flag
+from minbert.common.cli import AT_LEAST_0, AT_LEAST_1, check_ranges, flag
 from minbert.common.outputs import check_place
 from minbert.common.files import DEFAULT_DATA, check_writable_file, without_local_paths, write_json
 from minbert.common.precision import PRECISION_HELP, PRECISIONS
@@ -43,6 +43,9 @@ class StsBenchmarkConfig:
     quantize: str = flag("none", QUANTIZE_HELP, choices=QUANTIZATIONS)
     out: str = flag("", "also write the results as JSON to this file (left out: printed only); a file in the "
                         "model's own folder also adds them to the folder's model card (README.md)")
+
+    def __post_init__(self):
+        check_ranges(self)
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:

@@ -123,7 +123,7 @@ def parse_args(argv: list[str] | None):
     parser.add_argument("--format", choices=["auto", *FORMATS], default="auto", help="the --output file's columns. "
                         + " ".join(f"{name}: {text}." for name, text in FORMATS.items())
                         + " auto: leaderboard for an --output named *.csv with --input, else table")
-    parser.add_argument("--batch-size", type=int, default=128, help="examples per batch")
+    parser.add_argument("--batch-size", type=int, default=128, help="examples per batch", range=cli.AT_LEAST_1)
     parser.add_argument("--device", default="auto", help="cpu, cuda, ... (auto: cuda when present)")
     parser.add_argument("--precision", default="auto", choices=PRECISIONS, help=PRECISION_HELP)
     parser.add_argument("--quantize", default="none", choices=QUANTIZATIONS, help=QUANTIZE_HELP)
@@ -136,8 +136,6 @@ def parse_args(argv: list[str] | None):
     for task, example in examples_given(args).items():
         if not all(text.strip() for text in ([example] if isinstance(example, str) else example)):
             parser.error(f"--{task}: an empty sentence; give the text to predict")
-    if args.batch_size < 1:
-        parser.error("--batch-size must be at least 1")
     if args.format == "leaderboard" and not (args.input and args.output):
         parser.error("--format leaderboard: needs --input and --output (a leaderboard file's rows are the ids of a "
                      "file's examples)")

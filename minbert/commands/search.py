@@ -3,6 +3,7 @@
     minbert search --config quick-start --space quick-start \\
         --study-dir runs/search/quick-start --trials 24 --eval-every 96
     minbert search ... --resume          # continue a stopped study, or join it as one more worker
+    minbert search ... --join            # start the study, or join it: for workers started together
     minbert search ... --report          # rewrite its table, pictures and best.yaml, and run no trial
     minbert search ... --confirm 3 --seeds 1,2,3    # the recipe and the 3 best trials again, over 3 seeds
 
@@ -13,8 +14,9 @@ leaderboard files (predictions/), its output beside it in trial-NNNN.log. A tria
 test predictions (a quarter of a quick-start run's time) unless given --predict-test. Each of its evaluations
 (--eval-every, and each epoch's end) is reported to the study; a trial that the pruner finds behind the others at
 the same step stops there, as early stopping stops a run. The study is kept in a storage (an SQLite file in
-STUDY_DIR by default): search.py started several times with the same --study-dir or --storage, on one machine or
-several, runs one study's trials in parallel, each process on --threads threads. The best trial is printed at the
+STUDY_DIR by default, recorded in STUDY_DIR, which later commands use): search.py started several times with the
+same --study-dir or --storage and --join, on one machine or several, runs one study's trials in parallel, each
+process on --threads threads. The best trial is printed at the
 end and written to STUDY_DIR/best.yaml, a recipe that `multitask_classifier.py --config` takes as it is, with
 trials.md (a table of the trials) and pictures beside it. With --confirm K, search.py trains the recipe and the K
 best trials again with each of --seeds and writes STUDY_DIR/confirm.md: which, if any, beats the recipe by more than
@@ -51,8 +53,8 @@ from minbert.tasks import REGISTRY
 from minbert.training.multitask_config import BEST_METRICS, MultitaskConfig, best_metric
 from minbert.tuning import confirm, report
 from minbert.tuning.space import OWNED, Param, as_dict, read_space
-from minbert.tuning.study import (fail_dead_workers, one_at_a_time, open_storage, open_study, queue_again, trials_needed,
-                                  worker_id)
+from minbert.tuning.study import (fail_dead_workers, one_at_a_time, open_storage, open_study, queue_again,
+                                  record_storage, storage_file, study_storage, trials_needed, worker_id)
 
 log = logging.getLogger("search")
 SPACES = RECIPES / "search"  # the packaged search spaces: --space quick-start
@@ -73,7 +75,8 @@ class SearchConfig:
     storage: str = flag("", "where the study is kept: empty, an SQLite file STUDY_DIR/study.db; journal, a journal "
                             "file STUDY_DIR/study.journal (plain text, fit for git); an RDB URL (postgresql://..., "
                             "mysql://..., sqlite:///...) or a journal file's path, shared by workers on several "
-                            "machines")
+                            "machines. Recorded in STUDY_DIR/study-storage.json when the study starts: left out, "
+                            "later commands use the study's, and another is refused")
     trials: int = flag(0, "run trials until the study has this many complete or pruned ones, counting every "
                           "worker's (0 = no limit: give --timeout)", range=AT_LEAST_0)
     timeout: float = flag(0.0, "start no new trial after this many seconds (0 = no limit: give --trials)",
@@ -93,7 +96,9 @@ class SearchConfig:
     threads: int = flag(1, "CPU threads of this worker (torch.set_num_threads): run as many workers as cores",
                         range=AT_LEAST_1)
     resume: bool = flag(False, "continue the study in --study-dir (or --storage) that has trials already: a "
-                               "stopped study, or one other workers are running")
+                               "stopped study, or one other workers are running; a folder with no study is refused")
+    join: bool = flag(False, "start the study, or join it if another worker has (its trials and all): for workers "
+                             "started together, e.g. a SLURM array")
     report: bool = flag(False, "only write the study's trials.md, best.yaml and pictures, and run no trial")
     confirm: int = flag(0, "run no trial: train the recipe and the study's N best complete trials again with each "
                            "of --seeds (at least 2), and write STUDY_DIR/confirm.md, the means over the seeds and "
@@ -112,6 +117,13 @@ class SearchConfig:
             raise ValueError(f"--seeds {self.seeds!r}: each seed once, each {SEED}")
         if self.confirm and len(self.seed_list) < 2:
             raise ValueError("--confirm needs --seeds with at least 2 seeds: it compares means over seeds")
+        if self.join and (self.resume or self.report or self.confirm):
+            raise ValueError("--join starts a study or joins it to run trials; with --resume, --report or --confirm, "
+                             "which read a study that exists, leave it out")
+
+    def reads_a_study(self) -> bool:
+        """Whether the command reads a study that must exist (--resume, --report, --confirm): it starts none."""
+        return self.resume or self.report or bool(self.confirm)
 
 
 def parse_flags(argv: list[str]) -> tuple[SearchConfig, list[str], MultitaskConfig]:
@@ -136,8 +148,9 @@ def parse_flags(argv: list[str]) -> tuple[SearchConfig, list[str], MultitaskConf
         if word.startswith("--") and name in OWNED:
             parser.error(f"{word.split('=')[0]}: search.py sets it in every trial ({OWNED[name]})")
     trial_argv = (["--config", recipe] if recipe else []) + trial_argv
+    # The trials' flags are refused as this command's (its name and --help), where the user typed them.
     base = cli.parse_config(MultitaskConfig, train_command.__doc__, trial_argv,
-                            program=cli.program("multitask_classifier.py", "train"))
+                            program=cli.program("search.py", "search"))
     return config, trial_argv, base
 
 
@@ -335,16 +348,24 @@ def main(argv: list[str] | None = None) -> optuna.Study:
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # the study's progress is this command's lines
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # heartbeat, plots
     name = config.study_name or folder.resolve().name
-    made = make_folders(folder)
+    made, new_file = make_folders(folder), None
     try:
         with one_at_a_time(folder):  # workers started together: one creates the storage's tables and the study
-            storage, where = open_storage(config.storage, folder, must_exist=config.report or bool(config.confirm))
+            storage_name = study_storage(config.storage, folder)  # the study's own, when --storage is left out
+            new_file = storage_file(storage_name, folder)
+            new_file = new_file if new_file is not None and not new_file.exists() else None
+            storage, where = open_storage(storage_name, folder, must_exist=config.reads_a_study())
             study = open_study(storage, name, recipe_values(base), as_dict(space),
-                               config.resume or config.report or bool(config.confirm), build_sampler(config.sampler),
+                               config.reads_a_study() or config.join, build_sampler(config.sampler),
                                build_pruner(config), baseline(space, base), config.objective,
-                               must_exist=config.report or bool(config.confirm))
-    except BaseException:
+                               must_exist=config.reads_a_study())
+            record_storage(storage_name, folder)
+    except BaseException as error:
+        if new_file is not None and new_file.is_file() and not new_file.stat().st_size:
+            new_file.unlink()  # the storage file it began holds nothing (a full disk): not a study
         remove_empty(made)  # a refused command leaves no folder behind
+        if isinstance(error, OSError):  # a storage file that cannot be written (a full disk)
+            raise UsageError(f"--study-dir {folder}: cannot write the study ({error.strerror or error})") from None
         raise
     with owning(folder):  # its trials' run folders lie inside it
         if config.confirm:
@@ -365,6 +386,10 @@ def check_study_dir(config: SearchConfig) -> None:
         raise UsageError(f"--study-dir {folder}: a file; give a folder for the study")
     if config.storage and "://" not in config.storage and config.storage not in ("sqlite", "journal"):
         check_place(config.storage, "--storage")
+        storage = Path(config.storage).expanduser()
+        if storage.exists() and not storage.is_file() and not storage.is_dir():  # reading a pipe waits for ever
+            raise UsageError(f"--storage {config.storage}: not a regular file (a device or a pipe); give a journal "
+                             f"file's path (or an RDB URL)")
     check_writable(folder, "--study-dir")
     if not (config.report or config.confirm or config.trials or config.timeout):
         raise UsageError("give --trials N, --timeout SECONDS or both: how long the study runs")

@@ -25,7 +25,7 @@ from pathlib import Path
 from minbert.common import cli
 from minbert.common.cli import AT_LEAST_0, AT_LEAST_1, SEED, check_ranges, flag, parse_task_order
 from minbert.common.errors import DataError, UsageError
-from minbert.common.files import DEFAULT_DATA, atomic_file, in_repository, read_json, write_json
+from minbert.common.files import DEFAULT_DATA, atomic_file, check_writable, in_repository, read_json, write_json
 from minbert.common.outputs import output_folder
 from minbert.data.retrieval import BankEmbeddings, read_bank
 from minbert.data.silver import INFO, file_name
@@ -34,6 +34,7 @@ from minbert.tasks import COURSE_TASKS, REGISTRY, TASK_NAMES
 from minbert.training.silver import HeldOut, Teacher, pair_silver, sentence_silver
 
 log = logging.getLogger(__name__)
+BANK = "unlabeled-sentences.txt"  # the course's unlabeled sentences, in --data-dir
 
 
 @dataclass
@@ -42,8 +43,8 @@ class SilverConfig:
                             "(the mean of their outputs), or the report (--out) of a `minbert ensemble --method mean`")
     out: str = flag(in_repository("runs/silver"), "the silver folder to write")
     tasks: str = flag(",".join(COURSE_TASKS), "the tasks to make silver data for")
-    bank: str = flag(str(DEFAULT_DATA / "unlabeled-sentences.txt"),
-                     "sentence tasks: the unlabeled sentences to retrieve from, one a line (UTF-8)")
+    bank: str = flag("", "sentence tasks: the unlabeled sentences to retrieve from, one a line (UTF-8) (default: "
+                         f"--data-dir's {BANK})")
     bank_sample: int = flag(0, "sentence tasks: retrieve from a random sample of at most this many bank sentences "
                                "(0 = the whole bank)", range=AT_LEAST_0)
     retriever: str = flag("all-MiniLM-L6-v2", "the encoder whose sentence embeddings find neighbours")
@@ -69,8 +70,25 @@ class SilverConfig:
         shared = {"teacher": self.teacher_runs(), "seed": self.seed, "retriever": self.retriever}
         if REGISTRY[task].pair:
             return {**shared, "pair_sentences": self.pair_sentences}
-        return {**shared, "bank": str(Path(self.bank).resolve()), "bank_sample": self.bank_sample,
+        return {**shared, "bank": str(self.bank_file().resolve()), "bank_sample": self.bank_sample,
                 "neighbours": self.neighbours, "per_class": self.per_class}
+
+    def bank_file(self) -> Path:
+        """--bank, or --data-dir's bank when it is left out."""
+        return Path(self.bank) if self.bank else Path(self.data_dir) / BANK
+
+    def check_files(self) -> None:
+        """Before a teacher is loaded, for a sentence task: the bank, and a --cache-dir that can be written
+        (UsageError naming the flag)."""
+        if all(REGISTRY[task].pair for task in self.task_list):
+            return
+        if not self.bank_file().is_file():
+            given = "" if self.bank else " (--data-dir's; no --bank was given)"
+            raise UsageError(f"--bank {self.bank_file()}: no such file{given}; give --bank, a file of the unlabeled "
+                             f"sentences to retrieve from")
+        if Path(self.cache_dir).exists() and not Path(self.cache_dir).is_dir():
+            raise UsageError(f"--cache-dir {self.cache_dir}: a file; give a folder for the bank's embeddings")
+        check_writable(self.cache_dir, "--cache-dir")
 
     def teacher_runs(self) -> list[str]:
         """The runs of --teacher: an ensemble's report names its members."""
@@ -88,18 +106,20 @@ class SilverConfig:
 
 
 def sampled_bank(config: SilverConfig) -> list[str]:
-    bank = read_bank(config.bank)
+    bank = read_bank(config.bank_file())
     if config.bank_sample and config.bank_sample < len(bank):
         keep = sorted(random.Random(config.seed).sample(range(len(bank)), config.bank_sample))
         bank = [bank[i] for i in keep]
     for flag_name, value in (("--per-class", config.per_class), ("--neighbours", config.neighbours)):
         if value > len(bank):
-            raise DataError(f"{flag_name} {value}: more than the {len(bank):,} sentences of the bank {config.bank}")
+            raise DataError(f"{flag_name} {value}: more than the {len(bank):,} sentences of the bank "
+                            f"{config.bank_file()}")
     return bank
 
 
 def make(config: SilverConfig) -> dict:
     """Write the silver folder; returns silver.json's record."""
+    config.check_files()
     teacher = Teacher(config.teacher_runs(), device=str(cli.resolve_device(config.device)))
     teacher.check(list(config.task_list))
     data_dir = Path(config.data_dir)

@@ -4,9 +4,11 @@ lists of tasks that flags name.
 Each field of a command's config dataclass becomes a flag (`max_length` -> `--max-length`); its
 `help` metadata is the flag's help and its default the flag's default, so configuration lives in
 one place: the dataclass, which is also what is saved beside every checkpoint. A flag's range
-(Range) is checked where the config is built (check_ranges) and shown in its --help. A renamed flag is one line
-of its config class, RENAMED_FLAGS = {"old_name": "new_name"}: its old name still works, on the command line, in a
---config file and in a saved run config, with a line naming the new one.
+(Range) is given to the parser (Parser.add_argument's range), which shows it in --help and checks every value
+parsed against it, from the command line or a --config file; a config built in Python checks it too
+(check_ranges). A renamed flag is one line of its config class, RENAMED_FLAGS = {"old_name": "new_name"}: its
+old name still works, on the command line, in a --config file and in a saved run config, with a line naming the
+new one.
 """
 import argparse
 import dataclasses
@@ -65,8 +67,6 @@ SEED = Range(0, 2**32 - 1)  # what numpy's seed takes
 
 def flag(default: Any, help: str, choices: tuple | None = None, range: Range | None = None, **extra) -> Any:
     """A config field that is also a command-line flag; range: the values it takes (checked, and shown in --help)."""
-    if range is not None:
-        help = f"{help} [{range}]"
     return dataclasses.field(default=default, metadata={"help": help, "choices": choices, "range": range, **extra})
 
 
@@ -101,14 +101,23 @@ def with_new_names(config_class: type, values: dict) -> dict:
     return {renamed.get(name, name): value for name, value in values.items()}
 
 
+def out_of_range(option: str, value: float | None, allowed: Range | None) -> str:
+    """What is wrong with the value of a flag (option: --lr) against its range, inf and nan among them (a rate of
+    inf trains a model of nan); "" for nothing; None means "the default, chosen later"."""
+    if allowed is None or value is None or (math.isfinite(value) and allowed.contains(value)):
+        return ""
+    finite = "" if math.isfinite(value) else "a finite number "
+    return f"{option} must be {finite}{allowed}, got {shown(value)}"
+
+
 def check_ranges(config) -> None:
-    """ValueError (a usage error) for the first flag outside its range, inf and nan among them (a rate of inf
-    trains a model of nan); None means "the default, chosen later"."""
+    """ValueError (a usage error) for the first flag outside its range: a config built in Python (the parser checks
+    those of the command line and of --config files)."""
     for field in dataclasses.fields(config):
-        allowed, value = field.metadata.get("range"), getattr(config, field.name)
-        if allowed is not None and value is not None and not (math.isfinite(value) and allowed.contains(value)):
-            finite = "" if math.isfinite(value) else "a finite number "
-            raise ValueError(f"--{field.name.replace('_', '-')} must be {finite}{allowed}, got {shown(value)}")
+        problem = out_of_range(f"--{field.name.replace('_', '-')}", getattr(config, field.name),
+                               field.metadata.get("range"))
+        if problem:
+            raise ValueError(problem)
 
 
 class Parser(argparse.ArgumentParser):
@@ -118,6 +127,15 @@ class Parser(argparse.ArgumentParser):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **{"allow_abbrev": False, **kwargs})  # --se is not --seed: a flag is typed whole
 
+    def add_argument(self, *args, range: Range | None = None, **kwargs):
+        """argparse's, and range: the values a numeric flag takes, shown at the end of its help ([>= 1]) and checked
+        in every parse (check_in_range), so that --help never shows a bound that nothing checks."""
+        if range is not None and kwargs.get("help") not in (None, argparse.SUPPRESS):
+            kwargs["help"] = f"{kwargs['help']} [{range}]"
+        action = super().add_argument(*args, **kwargs)
+        action.range = range
+        return action
+
     def error(self, message: str):
         # Named as a user knows the command (multitask_classifier.py, minbert train); its help as they run it.
         name = self.prog.removeprefix(shown_path(sys.executable)).strip().removeprefix("-m ")
@@ -125,7 +143,17 @@ class Parser(argparse.ArgumentParser):
 
     def parse_known_args(self, args=None, namespace=None):
         self.check_given_once(sys.argv[1:] if args is None else list(args))
-        return super().parse_known_args(args, namespace)
+        parsed, rest = super().parse_known_args(args, namespace)
+        self.check_in_range(parsed)
+        return parsed, rest
+
+    def check_in_range(self, parsed: argparse.Namespace) -> None:
+        """Each value parsed (given, from a --config file, or the default) within its flag's range."""
+        for action in self._actions:
+            problem = out_of_range(action.option_strings[0] if action.option_strings else action.dest,
+                                   getattr(parsed, action.dest, None), getattr(action, "range", None))
+            if problem:
+                self.error(problem)
 
     def check_given_once(self, argv: list[str]) -> None:
         """A flag given twice on the command line (--seed 1 --seed 5, --eval --no-eval, --config A --config B) is
@@ -182,7 +210,8 @@ def add_flags(parser: argparse.ArgumentParser, config_class: type) -> None:
                                     default=field.default, help=help)
             else:
                 parser.add_argument(flag, dest=field.name, type=kind, default=field.default,
-                                    choices=field.metadata.get("choices"), help=help)
+                                    choices=field.metadata.get("choices"), help=help,
+                                    range=field.metadata.get("range"))
 
 
 def note_old_names(parser: argparse.ArgumentParser, config_class: type, argv: list[str]) -> None:
@@ -324,8 +353,11 @@ def config_file_values(parser: argparse.ArgumentParser, path: str, renamed: dict
 
     Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, unique_keys)
     try:
-        with open(path, encoding="utf-8") as file:
-            content = yaml.load(file, Loader=Loader)  # noqa: S506 (a SafeLoader)
+        data = Path(path).read_bytes()
+        content = yaml.load(data.decode("utf-8"), Loader=Loader)  # noqa: S506 (a SafeLoader)
+    except UnicodeDecodeError as error:
+        line = data[:error.start].count(b"\n") + 1
+        parser.error(f"--config {path}: line {line}: not UTF-8 text; save it as UTF-8 (e.g. iconv -f latin1 -t utf-8)")
     except (OSError, yaml.YAMLError) as error:
         parser.error(f"--config {path}: cannot read it ({error.__class__.__name__}: {str(error).splitlines()[0]})")
     if content is None:
@@ -358,12 +390,20 @@ def config_file_values(parser: argparse.ArgumentParser, path: str, renamed: dict
                 parser.error(f"--config {path}: {key} must be true or false, got {value!r}")
             values[name] = value
             continue
+        if isinstance(value, list) and action.type is str and not any(isinstance(v, (list, dict)) for v in value):
+            value = ",".join(map(str, value))  # `tasks: [sst, sts]` is --tasks sst,sts
+        elif isinstance(value, (list, dict)):
+            parser.error(f"--config {path}: {key}: a YAML {'list' if isinstance(value, list) else 'mapping'} "
+                         f"({value!r}); give one value, as on the command line")
         try:
             value = action.type(str(value)) if action.type else str(value)
         except ValueError:
             parser.error(f"--config {path}: {key}: invalid value {value!r}")
         if action.choices is not None and value not in action.choices:
             parser.error(f"--config {path}: {key}: {value!r} is not one of {', '.join(map(str, action.choices))}")
+        problem = out_of_range(action.option_strings[0], value, getattr(action, "range", None))
+        if problem:
+            parser.error(f"--config {path}: {key}: {problem}")
         values[name] = value
     return values
 

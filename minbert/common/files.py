@@ -300,15 +300,24 @@ def remove_empty(folders: list[Path]) -> None:
 def check_writable(folder: str | Path, flag: str, shown: Path | None = None) -> None:
     """Fail before any training if `folder` cannot be created or written, not at the first save. shown: what the
     message names as the flag's value (default: the folder). Folders it had to create are removed again."""
+    reason = why_not_writable(folder)
+    if reason:
+        raise UsageError(f"{flag} {shown or folder}: cannot write there ({reason})")
+
+
+def why_not_writable(folder: str | Path) -> str:
+    """Why `folder` cannot be created or written (the system's reason), or "" if it can; folders it had to create
+    are removed again."""
     folder, made = Path(folder), []
     try:
         made = make_folders(folder)
         probe = tempfile.NamedTemporaryFile(dir=folder, prefix=".write-test-", delete=True)
         probe.close()
     except OSError as error:
-        raise UsageError(f"{flag} {shown or folder}: cannot write there ({error.strerror or error})") from None
+        return error.strerror or str(error)
     finally:
         remove_empty(made)
+    return ""
 
 
 def check_writable_file(path: str | Path, flag: str) -> None:

@@ -33,8 +33,9 @@ def _resolved(path: str | Path) -> Path:
     return Path(path).expanduser().resolve()
 
 
-# The study folders of search.py (tuning/study.py's default storages name them): no other command writes there.
-STUDY_FILES = ("study.db", "study.journal")
+# The study folders of search.py (tuning/study.py's default storages, and the record of the storage its study is
+# kept in, name them): no other command writes there.
+STUDY_FILES = ("study.db", "study.journal", "study-storage.json")
 _own: list[Path] = []  # folders this process writes in as their owner (owning): its own runs may lie inside them
 
 

@@ -209,8 +209,10 @@ def _label(text: str, line: int, report: ReadReport, low: float, high: float, in
         return None
     if math.isnan(value):
         report.skip(line, "missing label")
-    elif not low <= value <= high or (integral and not value.is_integer()):
+    elif not low <= value <= high:
         report.skip(line, f"label out of range {low:g}-{high:g}")
+    elif integral and not value.is_integer():
+        report.skip(line, f"label not a whole number (a class {low:g}-{high:g})")
     else:
         return value
     return None

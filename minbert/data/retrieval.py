@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
 from minbert.common.errors import DataError
-from minbert.common.files import atomic_file, write_json, read_json
+from minbert.common.files import atomic_file, make_folders, read_json, remove_empty, write_json
 from minbert.common.progress import Progress
 from minbert.data.readers import read_lines
 from minbert.models.sentence_encoder import SentenceEncoder
@@ -74,11 +74,20 @@ class BankEmbeddings:
         if not missing:
             log.info("bank embeddings: all %s sentences cached in %s", f"{len(self.sentences):,}", self.folder)
             return
-        self.folder.mkdir(parents=True, exist_ok=True)
-        if not (self.folder / "info.json").is_file():
-            write_json(self.folder / "info.json", self.info)
-        elif read_json(self.folder / "info.json") != self.info:
-            raise DataError(f"{self.folder}: a cache of other embeddings under this name; remove the folder")
+        made, info = make_folders(self.folder), self.folder / "info.json"
+        try:
+            if not info.is_file():
+                write_json(info, self.info)
+            elif read_json(info) != self.info:
+                raise DataError(f"{self.folder}: a cache of other embeddings under this name; remove the folder")
+            self._embed(missing)
+        except BaseException:
+            if made and self.missing() == list(range(self.count)):  # a cache this command began holds no chunk
+                info.unlink(missing_ok=True)
+                remove_empty(made)
+            raise
+
+    def _embed(self, missing: list[int]) -> None:
         todo = sum(len(self.sentences[i * CHUNK:(i + 1) * CHUNK]) for i in missing)
         log.info("bank embeddings: embedding %s of %s sentences into %s", f"{todo:,}", f"{len(self.sentences):,}",
                  self.folder)

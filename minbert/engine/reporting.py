@@ -5,11 +5,14 @@ a logger's library is imported only by the runs that ask for it. The loggers nam
 train/loss/<name>, train/epoch_loss/<name>, train/lr, train/head_lr, train/examples_per_s, dev/<metric> (a
 multi-stage run's with its stage first: unsup/train/loss/loss)."""
 import os
+import socket
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from minbert.common.errors import UsageError
-from minbert.common.files import check_writable, load_failure
+from minbert.common.files import check_writable, load_failure, make_folders, remove_empty, why_not_writable
 from minbert.common.run_folder import RunFolder
 from minbert.engine.callbacks import Callback
 
@@ -52,35 +55,78 @@ class MetricsLog(Reporter):
 
 class TensorBoard(Reporter):
     """--report-to tensorboard (or --tensorboard DIR): the lines' numbers as scalars at their step; the flags as
-    hparams (its HPARAMS tab, in this folder, not a sub-run) and as text."""
+    hparams (its HPARAMS tab, in this folder, not a sub-run) and as text. An event file that cannot be written (a
+    full disk) stops the command with one line; one that could not even be started is removed, with the folders
+    made for it."""
 
-    def __init__(self, folder: str):
+    def __init__(self, folder: str, flag: str = "--tensorboard"):
         from torch.utils.tensorboard import SummaryWriter
 
-        before = set(Path(folder).glob("*")) if Path(folder).is_dir() else set()
-        self.writer = SummaryWriter(folder)  # which makes its event file at once
-        self.made = sorted(set(Path(folder).glob("*")) - before)
+        self.folder, self.flag = Path(folder), flag
+        _quiet_event_writer_threads()
+        before = set(self.folder.glob("*")) if self.folder.is_dir() else set()
+        made = make_folders(folder)
+        try:
+            with self.writing():
+                self.writer = SummaryWriter(folder)  # which makes its event file at once
+        except BaseException:
+            for events in self.folder.glob(f"events.out.tfevents.*.{socket.gethostname()}.{os.getpid()}.*"):
+                events.unlink(missing_ok=True)  # this process's, made a moment ago: it holds nothing of a run
+            remove_empty(made)
+            raise
+        self.made = sorted(set(self.folder.glob("*")) - before)
 
     def files(self):
         return self.made
+
+    @contextmanager
+    def writing(self):
+        """What the event file's writer raises as one line (its writes fail in a thread of its own and are raised
+        at the next write or flush)."""
+        try:
+            yield
+        except OSError as error:
+            raise UsageError(f"{self.flag} {self.folder}: cannot write its event file "
+                             f"({error.strerror or error})") from None
 
     def log_config(self, flags):
         from torch.utils.tensorboard.summary import hparams
 
         values = {name: value if isinstance(value, (bool, int, float, str)) else str(value)
                   for name, value in flags.items()}
-        for summary in hparams(values, {}):
-            self.writer.file_writer.add_summary(summary)
-        self.writer.add_text("flags", "\n".join(f"    --{name.replace('_', '-')} {value}"
-                                                for name, value in flags.items()))
+        with self.writing():
+            for summary in hparams(values, {}):
+                self.writer.file_writer.add_summary(summary)
+            self.writer.add_text("flags", "\n".join(f"    --{name.replace('_', '-')} {value}"
+                                                    for name, value in flags.items()))
 
     def on_log(self, state, control, record):
-        for name, value in scalars(record).items():
-            self.writer.add_scalar(name, value, record["step"])
-        self.writer.flush()
+        with self.writing():
+            for name, value in scalars(record).items():
+                self.writer.add_scalar(name, value, record["step"])
+            self.writer.flush()
 
     def close(self, failed):
-        self.writer.close()
+        try:
+            self.writer.close()
+        except OSError:  # a write that failed, said already (or the command's own error is what it says)
+            pass
+
+
+def _quiet_event_writer_threads() -> None:
+    """TensorBoard's event file is written by a thread of its own, which prints the traceback of a write that
+    failed (a full disk) before the writer raises the same error, which the command says in one line: that
+    thread's traceback is left out (any other thread's is printed as before)."""
+    previous = threading.excepthook
+    if getattr(previous, "quiet_event_writers", False):
+        return
+
+    def hook(args):
+        if not (type(args.thread).__name__ == "_AsyncWriterThread" and isinstance(args.exc_value, OSError)):
+            previous(args)
+
+    hook.quiet_event_writers = True
+    threading.excepthook = hook
 
 
 class MLflow(Reporter):
@@ -114,16 +160,49 @@ class MLflow(Reporter):
         self.client.set_terminated(self.run_id, "FAILED" if failed else "FINISHED")
 
 
+def mlflow_uri() -> str:
+    """MLflow's tracking store as $MLFLOW_TRACKING_URI names it (unset: ./mlflow.db, as MLflow 3's default)."""
+    return os.environ.get("MLFLOW_TRACKING_URI", "") or "sqlite:///mlflow.db"
+
+
 def mlflow_store(report_to: str) -> Path | None:
     """The local path of MLflow's tracking store that --report-to mlflow writes ($MLFLOW_TRACKING_URI: a sqlite:///
     or file: URI, or a folder; unset, ./mlflow.db), or None: no MLflow, or a store on a server."""
     if "mlflow" not in report_to.split(","):
         return None
-    uri = os.environ.get("MLFLOW_TRACKING_URI", "") or "sqlite:///mlflow.db"
+    uri = mlflow_uri()
     for scheme in ("sqlite:///", "file://", "file:"):
         if uri.startswith(scheme):
             return Path(uri.removeprefix(scheme))
     return None if "://" in uri else Path(uri)
+
+
+def check_mlflow_store(store: Path) -> None:
+    """A local tracking store checked before MLflow opens it: MLflow retries a database it cannot open for two
+    minutes, and takes a path that is not a database for its old folder store, which it no longer writes."""
+    uri = mlflow_uri()
+    unusable = f"--report-to mlflow: cannot write MLflow's tracking store {uri}"
+    database = store.is_file() and _is_sqlite(store)
+    if not uri.startswith("sqlite:"):
+        if store.is_file():  # MLflow would take it for a folder store
+            raise UsageError(f"{unusable} (a file, not a folder: set MLFLOW_TRACKING_URI="
+                             f"sqlite:///{store if database else store.parent / 'mlflow.db'})")
+        return
+    if store.exists() and not store.is_file():
+        raise UsageError(f"{unusable} (not a file: a folder, a device or a pipe)")
+    if store.is_file() and store.stat().st_size and not database:
+        raise UsageError(f"{unusable} (a file that is not an SQLite database)")
+    reason = why_not_writable(store.parent)
+    if reason:
+        raise UsageError(f"{unusable} ({reason})")
+
+
+def _is_sqlite(path: Path) -> bool:
+    try:
+        with open(path, "rb") as file:
+            return file.read(16) == b"SQLite format 3\x00"
+    except OSError:
+        return False
 
 
 def reporters(report_to: str, tensorboard: str, folder: RunFolder) -> list[Reporter]:
@@ -134,15 +213,21 @@ def reporters(report_to: str, tensorboard: str, folder: RunFolder) -> list[Repor
     if unknown:
         raise UsageError(f"--report-to {report_to}: {', '.join(unknown)} is not one of {', '.join(REPORTERS)}")
     chosen = [MetricsLog(folder)]
+    store = mlflow_store(report_to)
+    if store:
+        check_mlflow_store(store)
     if "tensorboard" in names or tensorboard:
+        flag = "--tensorboard" if tensorboard else "--report-to tensorboard:"
         tensorboard = tensorboard or str(folder.path / "tensorboard")
-        check_writable(tensorboard, "--tensorboard")
-        chosen.append(TensorBoard(tensorboard))
+        check_writable(tensorboard, flag)
+        chosen.append(TensorBoard(tensorboard, flag))
     if "mlflow" in names:
+        new = store is not None and not store.exists()
         try:
             chosen.append(MLflow(Path(folder.path).resolve().name))
-        except Exception as error:  # a store that cannot be written, a server that does not answer
-            store = os.environ.get("MLFLOW_TRACKING_URI") or "mlflow.db"
-            raise UsageError(f"--report-to mlflow: cannot write MLflow's tracking store {store} "
+        except Exception as error:  # a full disk, a server that does not answer
+            if new and store.is_file() and not store.stat().st_size:
+                store.unlink()  # the database it began holds nothing (a full disk)
+            raise UsageError(f"--report-to mlflow: cannot write MLflow's tracking store {mlflow_uri()} "
                              f"({load_failure(error)})") from None
     return chosen

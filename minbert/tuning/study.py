@@ -4,7 +4,9 @@ worker died.
 
 Storage (--storage): an SQLite file in the study folder by default; `journal`, a journal file there (text, appended
 to: one line an event, fit to be committed to git); an RDB URL (postgresql://, mysql://, sqlite:///) or a journal
-file's path on a shared disk for workers on several machines.
+file's path on a shared disk for workers on several machines. The storage a study folder's study is kept in is
+recorded there (STORAGE_RECORD) when the study is made, and used when --storage is left out: a command that names
+another is refused, so that a study is never continued in a second storage beside the first.
 
 Workers. Every worker records its host and process id on the trials it runs. A trial left running by a worker that
 died (killed, out of memory, a machine switched off) is marked failed, and its configuration is run again once as a
@@ -23,11 +25,12 @@ import optuna
 from optuna.trial import TrialState
 
 from minbert.common.errors import UsageError
+from minbert.common.files import write_json
 from minbert.common.outputs import STUDY_FILES
 
 HEARTBEAT_INTERVAL, HEARTBEAT_GRACE = 60, 180  # seconds (RDB storages only: Optuna's heartbeat)
 COUNTED = (TrialState.COMPLETE, TrialState.PRUNED)
-SQLITE, JOURNAL = STUDY_FILES
+SQLITE, JOURNAL, STORAGE_RECORD = STUDY_FILES
 
 
 def worker_id() -> str:
@@ -57,11 +60,85 @@ def one_at_a_time(study_dir: Path):
         lock.close()
 
 
+def recorded_storage(study_dir: Path) -> str | None:
+    """The storage the study of a study folder is kept in (as canonical_storage writes it): its record, or for a
+    study made before records were kept, the one default storage file in the folder; None if neither says."""
+    record = study_dir / STORAGE_RECORD
+    if record.is_file():
+        try:
+            return str(json.loads(record.read_text(encoding="utf-8"))["storage"])
+        except (OSError, ValueError, KeyError, TypeError):
+            raise UsageError(f"{record}: not the record of the study's storage (a JSON object with its \"storage\"); "
+                             f"put it back, or remove it and give --storage") from None
+    found = [name for name, file in (("sqlite", SQLITE), ("journal", JOURNAL)) if (study_dir / file).is_file()]
+    return found[0] if len(found) == 1 else None
+
+
+def canonical_storage(storage: str, study_dir: Path) -> str:
+    """--storage as the record keeps it: sqlite or journal for the study folder's own files (however they were
+    named: the folder may be moved, or cloned with git), an absolute path for any other journal or SQLite file,
+    and an RDB URL with its password hidden (a study folder may be committed)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    if storage in ("", "sqlite", "journal"):
+        return storage or "sqlite"
+    if "://" not in storage:
+        path = Path(storage).expanduser().resolve()
+        return "journal" if path == (study_dir / JOURNAL).resolve() else str(path)
+    try:
+        url = make_url(storage)
+    except ArgumentError:
+        return storage
+    if url.drivername.startswith("sqlite") and url.database:
+        path = Path(url.database).expanduser().resolve()  # relative to the folder the command runs in
+        return "sqlite" if path == (study_dir / SQLITE).resolve() else f"sqlite:///{path}"
+    return url.render_as_string(hide_password=True)
+
+
+def study_storage(storage: str, study_dir: Path) -> str:
+    """The storage a command opens: --storage, or when it is left out, the one the study folder's study is kept in.
+    A --storage other than the study's is refused (UsageError)."""
+    recorded = recorded_storage(study_dir)
+    if recorded is None:
+        return storage
+    if not storage:
+        if ":***@" in recorded:
+            raise UsageError(f"--study-dir {study_dir}: its study is kept in {recorded}, whose password is not "
+                             f"recorded; give it: --storage URL")
+        return recorded
+    if canonical_storage(storage, study_dir) != recorded:
+        raise UsageError(f"--storage {storage}: the study in {study_dir} is kept in {shown_storage(recorded)}; leave "
+                         f"--storage out to use it, or give another --study-dir")
+    return storage
+
+
+def shown_storage(storage: str) -> str:
+    """A storage as --storage takes it, said in a line: the study folder's own files by their flag value."""
+    return {"sqlite": f"{SQLITE} (the default --storage)", "journal": f"{JOURNAL} (--storage journal)"}.get(
+        storage, storage)
+
+
+def record_storage(storage: str, study_dir: Path) -> None:
+    """Record the storage of the study folder's study, if it is not recorded yet (at the study's start)."""
+    if not (study_dir / STORAGE_RECORD).is_file():
+        write_json(study_dir / STORAGE_RECORD, {"storage": canonical_storage(storage, study_dir)})
+
+
+def storage_file(storage: str, study_dir: Path) -> Path | None:
+    """The local file a storage is kept in (an SQLite file, a journal), or None for a database server."""
+    if storage in ("", "sqlite", "journal"):
+        return study_dir / (JOURNAL if storage == "journal" else SQLITE)
+    if storage.startswith("sqlite:///"):
+        return Path(storage.removeprefix("sqlite:///"))
+    return None if "://" in storage else Path(storage)
+
+
 def open_storage(storage: str, study_dir: Path, must_exist: bool = False) -> tuple[optuna.storages.BaseStorage, str]:
     """The storage that --storage names, and how to say it in a line. must_exist: a command that reads a study
-    (--report, --confirm) creates no storage; one that is not there is refused."""
+    (--report, --confirm, --resume) creates no storage; one that is not there is refused."""
     if storage in ("", "sqlite", "journal"):
-        path = study_dir / (JOURNAL if storage == "journal" else SQLITE)
+        path = storage_file(storage, study_dir)
         if must_exist and not path.is_file():
             raise UsageError(f"--study-dir {study_dir}: no study there (no {path.name}); give the folder of a study "
                              f"that has trials")
@@ -132,7 +209,8 @@ def open_study(storage, name: str, recipe: dict, space: dict, resume: bool, samp
         study = optuna.load_study(storage=storage, study_name=name, sampler=sampler, pruner=pruner)
     if study.get_trials(deepcopy=False) and not resume:
         raise UsageError(f"the study {name!r} in {storage_name(storage)} has {len(study.trials)} trial(s) already; "
-                         f"add --resume to continue it (or to join its other workers), or give another --study-dir")
+                         f"add --resume to continue it (or --join to join its other workers), or give another "
+                         f"--study-dir")
     saved = study.user_attrs.get("objective", objective)  # a study from before objectives were kept takes ours
     if saved != objective:
         raise UsageError(f"the study {name!r} was started with --objective {saved}, not {objective}: its values are "
