@@ -316,10 +316,11 @@ CASES = [
      "error: --storage journal: the study in old-study is kept in study.db (the default --storage); leave --storage "
      "out to use it, or give another --study-dir", 2),
     ("file system", "a study's storage that is a named pipe", "search", [*SEARCH, "--storage", "a-pipe"],
-     "error: --storage a-pipe: not a regular file (a device or a pipe); give a journal file's path (or an RDB URL)", 2),
+     "error: --storage a-pipe: a named pipe, not a regular file or folder; give the path of a file or folder to write",
+     2),
     ("file system", "a study's storage that is a device (a-device: a link to /dev/null)", "search",
      [*SEARCH, "--storage", "a-device"],
-     "error: --storage a-device: not a regular file (a device or a pipe); give a journal file's path (or an RDB URL)",
+     "error: --storage a-device: a device, not a regular file or folder; give the path of a file or folder to write",
      2),
     ("file system", "the disk is full as the study's database is made", "search", SEARCH,
      "error: --storage sqlite:///OUT/study/study.db: cannot open it (OperationalError: (sqlite3.OperationalError) "

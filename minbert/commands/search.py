@@ -385,11 +385,7 @@ def check_study_dir(config: SearchConfig) -> None:
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"--study-dir {folder}: a file; give a folder for the study")
     if config.storage and "://" not in config.storage and config.storage not in ("sqlite", "journal"):
-        check_place(config.storage, "--storage")
-        storage = Path(config.storage).expanduser()
-        if storage.exists() and not storage.is_file() and not storage.is_dir():  # reading a pipe waits for ever
-            raise UsageError(f"--storage {config.storage}: not a regular file (a device or a pipe); give a journal "
-                             f"file's path (or an RDB URL)")
+        check_place(config.storage, "--storage")  # a pipe or a device too: reading a pipe waits for ever
     check_writable(folder, "--study-dir")
     if not (config.report or config.confirm or config.trials or config.timeout):
         raise UsageError("give --trials N, --timeout SECONDS or both: how long the study runs")
