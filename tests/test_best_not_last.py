@@ -145,7 +145,7 @@ def test_predict_py_on_a_run_folder_predicts_with_best(run, data, tmp_path, task
     def predicted(folder: Path) -> torch.Tensor:
         out = tmp_path / f"{folder.name}.tsv"
         predict.main([str(folder), "--task", task, "--input", str(data / REGISTRY[task].files[1]), "--output",
-                      str(out), "--device", "cpu"])
+                      str(out), "--device", "cpu", "--precision", "fp32"])
         return torch.tensor([json.loads(row[column]) for row in rows_of(out)])
 
     ids, best = saved_outputs(run.folder / "best", task, "dev")  # what the run computed at its best evaluation
@@ -157,16 +157,18 @@ def test_predict_py_on_a_run_folder_predicts_with_best(run, data, tmp_path, task
 def test_multitask_predictor_from_a_run_folder_is_its_best_checkpoint(run, data):
     _, pairs = examples(data / REGISTRY["sts"].files[1], "sts")
     _, best = saved_outputs(run.folder / "best", "sts", "dev")
-    last = predict.MultitaskPredictor.from_run(run.folder / "last", device="cpu").soft_outputs("sts", pairs)
+    last = predict.MultitaskPredictor.from_run(run.folder / "last", device="cpu", precision="fp32").soft_outputs(
+        "sts", pairs)
     assert max_difference(last, best) > APART
-    from_run = predict.MultitaskPredictor.from_run(run.folder, device="cpu").soft_outputs("sts", pairs)
+    from_run = predict.MultitaskPredictor.from_run(run.folder, device="cpu", precision="fp32").soft_outputs(
+        "sts", pairs)
     assert max_difference(from_run, best) < SAME
 
 
 @pytest.mark.parametrize("split", ["dev", "test"])
 def test_the_runs_leaderboard_files_hold_best_checkpoints_predictions(run, data, split):
-    best = predict.MultitaskPredictor.from_run(run.folder / "best", device="cpu")
-    last = predict.MultitaskPredictor.from_run(run.folder / "last", device="cpu")
+    best = predict.MultitaskPredictor.from_run(run.folder / "best", device="cpu", precision="fp32")
+    last = predict.MultitaskPredictor.from_run(run.folder / "last", device="cpu", precision="fp32")
     for task in TASKS:
         ids, texts = examples(data / REGISTRY[task].files[1 if split == "dev" else 2], task)
         written = leaderboard(run.predictions, task, split)
