@@ -360,13 +360,15 @@ def test_every_marker_of_the_pictures_stands_out_from_the_background(tmp_path, m
             assert max(contrast(face, background), contrast(edge, background)) >= 4.5, (face, edge, background)
 
 
-def test_the_best_command_trains_into_a_folder_of_its_own(tmp_path):
+def test_the_best_command_trains_into_a_folder_of_its_own(tmp_path, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")  # the study's threads: its trials' times are theirs
     study = a_study(2)
     command = report.write_best(tmp_path / "best.yaml", study, {"config": "quick-start"}, {}, "overall")
     words = shlex.split(command)
     run = tmp_path / "best-run"
+    assert words[0] == "OMP_NUM_THREADS=2"
     assert words[-4:] == ["--output-dir", str(run), "--predictions-dir", str(run / "predictions")]
-    config = cli.parse_config(MultitaskConfig, "", words[2:])  # what the command runs: after the program's words
+    config = cli.parse_config(MultitaskConfig, "", words[3:])  # what the command runs: after the program's words
     assert (config.output_dir, config.predictions_dir) == (str(run), str(run / "predictions"))
     train_it = (tmp_path / "best.yaml").read_text().splitlines()[1].removeprefix("# Train it: ")
     assert shlex.split(train_it)[-6:] == ["--config", str(tmp_path / "best.yaml"), "--output-dir", str(run),

@@ -211,6 +211,19 @@ def program(script: str, subcommand: str) -> list[str]:
     return [*launcher, *script.split()]
 
 
+# What the environment sets that shapes how a run runs, not what it computes: a command printed for the user to run
+# next (to resume, or to fine-tune what was pretrained) sets what this one had, so that it runs as this one did (the
+# README's times are one thread's, OMP_NUM_THREADS=1).
+SHAPING_VARIABLES = ("OMP_NUM_THREADS",)
+
+
+def printed_command(words: Sequence[str]) -> str:
+    """A command line printed for the user to run: the words, shell-quoted, after the SHAPING_VARIABLES this process
+    was given (`OMP_NUM_THREADS=1 .venv/bin/minbert train ... --resume`)."""
+    settings = [f"{name}={shlex.quote(os.environ[name])}" for name in SHAPING_VARIABLES if name in os.environ]
+    return " ".join([*settings, shlex.join(words)])
+
+
 def shown_path(path: str) -> str:
     """A path as a command line shows it: relative to the current folder when inside it, else as it is."""
     try:

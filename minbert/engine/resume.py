@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from minbert.common import distributed
-from minbert.common.cli import flag_fields, with_new_names
+from minbert.common.cli import flag_fields, printed_command, with_new_names
 from minbert.common.errors import CheckpointError
 from minbert.common.files import load_or_fail
 from minbert.common.provenance import check_data_unchanged
@@ -63,15 +63,15 @@ def start_again(config: TrainingConfig, folder: RunFolder) -> str:
         if not skip and word not in ("--resume", "--overwrite") and not word.startswith("--output-dir"):
             words.append(word)
         skip = word == "--output-dir"
-    return shlex.join([*words, "--output-dir", str(folder), "--overwrite"])
+    return printed_command([*words, "--output-dir", str(folder), "--overwrite"])
 
 
 def resume_command(config: TrainingConfig) -> str:
     """The command that continues the run in --output-dir: the command as given, with --resume, not --overwrite."""
     if not config.command.text:  # a config built in Python
         return "the same command with --resume"
-    return shlex.join([word for word in shlex.split(config.command.text) if word not in ("--resume", "--overwrite")]
-                      + ["--resume"])
+    return printed_command([word for word in shlex.split(config.command.text)
+                            if word not in ("--resume", "--overwrite")] + ["--resume"])
 
 
 def flags_after_restart(folder: RunFolder) -> dict:
