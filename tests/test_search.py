@@ -25,6 +25,7 @@ from minbert.tuning import confirm, report  # noqa: E402
 from minbert.common import cli, progress  # noqa: E402
 from minbert.common.errors import UsageError  # noqa: E402
 from tests.conftest import multitask_argv  # noqa: E402
+from tests.test_timed_save import interpreter  # noqa: E402
 from minbert.training.multitask_config import MultitaskConfig  # noqa: E402
 
 # (what is wrong, the space file, the line search.py prints after "SPACE:")
@@ -160,37 +161,50 @@ def test_a_clearly_bad_trial_is_pruned_before_its_end(minilm_dir, data_dir, tmp_
     assert "trial 1 pruned at step 2" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("kill", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+@pytest.mark.parametrize("kill", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT],
+                         ids=["SIGKILL", "SIGTERM", "SIGINT"])
 def test_a_study_resumed_after_its_worker_was_killed_loses_and_repeats_no_trial(kill, recipe, tmp_path, capsys,
                                                                                 one_thread):
-    """The worker killed during trial 1: --resume fails trial 1 (SIGTERM: the worker itself did, as for Ctrl-C),
-    runs its configuration again as trial 2 and goes on to 3 finished trials; trial 0, finished before the kill, is
-    not run again. The study in a journal file (the other tests' are in SQLite)."""
+    """The worker killed during trial 1: --resume fails trial 1 (SIGTERM and Ctrl-C: the worker itself did), runs
+    its configuration again as trial 2 and goes on to 3 finished trials; trial 0, finished before the kill, is not
+    run again. Stopped by a signal, the worker says so and prints its own command that goes on, which is run as
+    printed. The study in a journal file (the other tests' are in SQLite)."""
     space = tmp_path / "space.yaml"
     space.write_text("head-dropout: {low: 0.0, high: 0.3}\n")
     study = tmp_path / "study"
     flags = ["--config", str(recipe), "--space", str(space), "--study-dir", str(study), "--trials", "3",
              "--pruner", "none", "--sampler", "random", "--epochs", "12", "--storage", "journal"]
-    worker = subprocess.Popen([sys.executable, "search.py", *flags], cwd=ROOT, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    while not (study / "trial-0001" / "metrics.jsonl").exists():  # its first training step is logged
-        assert worker.poll() is None, "the worker ended before its second trial started"
-        time.sleep(0.02)
-    worker.send_signal(kill)
-    worker.wait()
+    with open(tmp_path / "worker.err", "w") as errors:
+        worker = subprocess.Popen([sys.executable, "search.py", *flags], cwd=ROOT, stdout=subprocess.DEVNULL,
+                                  stderr=errors, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        while not (study / "trial-0001" / "metrics.jsonl").exists():  # its first training step is logged
+            assert worker.poll() is None, "the worker ended before its second trial started"
+            time.sleep(0.02)
+        worker.send_signal(kill)
+        worker.wait()
     first = (study / "trial-0000" / "metrics.jsonl").read_bytes()
     killed = TrialState.RUNNING if kill == signal.SIGKILL else TrialState.FAIL
     assert [t.state for t in trials_of(study)][:2] == [TrialState.COMPLETE, killed]
 
-    search.main([*flags, "--resume"])
+    if kill == signal.SIGKILL:  # no word from the worker
+        search.main([*flags, "--resume"])
+        assert "trial(s) 1 of a worker that is gone: failed, and queued again" in capsys.readouterr().out
+    else:
+        last = (tmp_path / "worker.err").read_text().strip().splitlines()[-1]
+        told = (f"{signal.Signals(kill).name}: trial 1 stopped, and is queued again: the study runs its "
+                f"configuration first when it goes on; to go on: ")
+        assert last.startswith(told), last
+        again = last[len(told):]
+        assert shlex.split(again) == ["OMP_NUM_THREADS=1", interpreter(), "search.py", *flags, "--resume"]
+        resumed = subprocess.run(["bash", "-c", again], cwd=ROOT, capture_output=True, text=True)
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+        assert "of a worker that is gone" not in resumed.stdout
     trials = trials_of(study)
     assert [t.state for t in trials] == [TrialState.COMPLETE, TrialState.FAIL, TrialState.COMPLETE,
                                          TrialState.COMPLETE]
     assert trials[2].user_attrs["retry_of"] == 1 and trials[2].params == trials[1].params
     assert trials[3].params != trials[1].params
     assert (study / "trial-0000" / "metrics.jsonl").read_bytes() == first
-    gone = "trial(s) 1 of a worker that is gone: failed, and queued again" in capsys.readouterr().out
-    assert gone == (kill == signal.SIGKILL)
 
 
 def test_no_predict_test_writes_the_dev_files_only(tiny_model, course_data, tmp_path, one_thread):

@@ -27,6 +27,7 @@ import statistics
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -328,7 +329,8 @@ def write_reports(study: optuna.Study, config: SearchConfig, base: MultitaskConf
 
 
 def main(argv: list[str] | None = None) -> optuna.Study:
-    config, trial_argv, base = parse_flags(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    config, trial_argv, base = parse_flags(argv)
     space = read_checked_space(config.space, base, config.objective)
     folder = Path(config.study_dir)
     check_study_dir(config)
@@ -348,12 +350,36 @@ def main(argv: list[str] | None = None) -> optuna.Study:
         raise
     with owning(folder):  # its trials' run folders lie inside it
         if config.confirm:
-            confirm_best(config, study, space, trial_argv, base)
+            with going_on(own_command(argv), lambda: "the confirming runs stopped (those that ended are kept)"):
+                confirm_best(config, study, space, trial_argv, base)
             return study
         if not config.report:
-            run_trials(config, study, space, trial_argv, base, where)
+            run_trials(config, study, space, trial_argv, base, where, own_command(argv, resume=True))
         write_reports(study, config, base, space)
     return study
+
+
+def own_command(argv: list[str], resume: bool = False) -> str:
+    """The command that goes on where this one stopped: itself as it was given, with --resume where it runs trials
+    (--confirm goes on without it), and the OMP_NUM_THREADS it had."""
+    if resume:
+        argv = [word for word in argv if word not in ("--resume", "--no-resume")] + ["--resume"]
+    return cli.printed_command([*cli.program("search.py", "search"), *argv])
+
+
+@contextmanager
+def going_on(command: str, under_way: Callable[[], str]):
+    """Ctrl-C or SIGTERM (kill, a batch job's time limit) in the block, in a run's training (which saves its last/
+    first) or between runs: the search stops with one line saying what stopped (under_way()) and the search's own
+    command that goes on, not the run's, which is refused inside the study folder."""
+    previous = signal.signal(signal.SIGTERM, stop)  # SIGTERM outside a run's training: as Ctrl-C there
+    try:
+        yield
+    except (KeyboardInterrupt, Interrupted) as stopped:
+        number = getattr(stopped, "signal_number", signal.SIGINT)
+        raise Interrupted(f"{signal.Signals(number).name}: {under_way()}; to go on: {command}", number) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def check_study_dir(config: SearchConfig) -> None:
@@ -406,7 +432,9 @@ def baseline(space: list[Param], base: MultitaskConfig) -> dict | None:
 
 
 def run_trials(config: SearchConfig, study: optuna.Study, space: list[Param], trial_argv: list[str],
-               base: MultitaskConfig, where: str) -> None:
+               base: MultitaskConfig, where: str, resume: str) -> None:
+    """The trials this worker runs, until the study has --trials or --timeout passes; resume: the command that goes
+    on, printed when a signal stops the worker."""
     failed = fail_dead_workers(study)
     if failed:
         print(f"trial(s) {', '.join(map(str, failed))} of a worker that is gone: failed, and queued again")
@@ -419,20 +447,27 @@ def run_trials(config: SearchConfig, study: optuna.Study, space: list[Param], tr
     if config.trials and trials_needed(study, config.trials) <= 0:
         return
     worker = Worker(config, study, space, trial_argv, base)
-    signal.signal(signal.SIGTERM, stop)  # kill, or a batch job's time limit: as Ctrl-C
     started = time.time()
-    try:
-        study.optimize(worker.objective, timeout=config.timeout or None, catch=(TrialFailed,),
-                       callbacks=[worker.after_trial], gc_after_trial=True)
-    except (KeyboardInterrupt, Interrupted):  # stopped (Ctrl-C, SIGTERM; in a trial, its run saved last/ first): the
-        # trial under way is failed (by Optuna), and its configuration runs again later
-        if worker.current is not None:
-            queue_again(study, study.trials[worker.current.number])
-        raise
+
+    def under_way() -> str:
+        if worker.current is None:
+            return "the worker stopped before its first trial"
+        return (f"trial {worker.current.number} stopped, and is queued again: the study runs its configuration "
+                f"first when it goes on")
+
+    with going_on(resume, under_way):
+        try:
+            study.optimize(worker.objective, timeout=config.timeout or None, catch=(TrialFailed,),
+                           callbacks=[worker.after_trial], gc_after_trial=True)
+        except (KeyboardInterrupt, Interrupted):  # the trial under way is failed (by Optuna), and its configuration
+            # runs again later
+            if worker.current is not None:
+                queue_again(study, study.trials[worker.current.number])
+            raise
     log.info("this worker ran for %s", duration(time.time() - started))
 
 
 def stop(signum, frame):
     """SIGTERM stops the worker as Ctrl-C does: the trial under way is failed and queued again."""
-    raise KeyboardInterrupt
+    raise Interrupted(signal.Signals(signum).name, signum)
 
