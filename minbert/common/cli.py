@@ -25,7 +25,7 @@ import torch
 
 from minbert.common import distributed
 from minbert.common.errors import Interrupted, UsageError, UserError
-from minbert.common.files import packaged_recipes, recipe_file
+from minbert.common.files import RECIPES, in_repository, packaged_recipes, recipe_file
 from minbert.common.progress import log_to_stderr
 from minbert.common.run_folder import RECORD_KEYS, RUN_CONFIG
 
@@ -250,6 +250,8 @@ def parse_config(config_class: type, description: str, argv: list[str] | None = 
     config_file = config_file and recipe_file(config_file)
     file_values = config_file_values(parser, config_file, renamed_flags(config_class),
                                      command_line_only(config_class)) if config_file else {}
+    if config_file and Path(config_file).parent == RECIPES:
+        file_values = packaged_folders(config_class, file_values)
     parser.set_defaults(**file_values)
     args = vars(parser.parse_args(argv))
     args.pop("config")
@@ -263,6 +265,14 @@ def parse_config(config_class: type, description: str, argv: list[str] | None = 
         return config_class(**args)
     except ValueError as error:
         parser.error(str(error))
+
+
+def packaged_folders(config_class: type, values: dict) -> dict:
+    """A packaged recipe's values with the folders it names (the quick start's runs/quick-start) as default folders
+    are: the repository's, or the current folder's for an installed package (files.in_repository), wherever the
+    command runs from."""
+    folders = {"output_dir", *getattr(config_class, "OUTPUT_FOLDERS", ())}
+    return {name: in_repository(value) if name in folders and value else value for name, value in values.items()}
 
 
 def given(action: argparse.Action, argv: list[str]) -> bool:

