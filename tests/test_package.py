@@ -62,14 +62,14 @@ def test_minbert_lists_its_subcommands_and_refuses_an_unknown_one(tmp_path):
 @pytest.mark.parametrize("subcommand", [name for name, (_, script, _) in COMMANDS.items() if script])
 def test_each_subcommand_is_its_script_with_the_same_flags(subcommand):
     """`minbert train --help` and `python multitask_classifier.py --help` list the same flags, and their usage
-    line names the command as it was run."""
+    line names the command as a user knows it, without the interpreter's path."""
     script = COMMANDS[subcommand][1]
     by_command = run([sys.executable, "-m", "minbert", subcommand, "--help"], ROOT)
     by_script = run([sys.executable, script, "--help"], ROOT)
     assert by_command.returncode == by_script.returncode == 0, by_command.stderr + by_script.stderr
     assert flags_of(by_command.stdout) == flags_of(by_script.stdout) and "--help" in flags_of(by_script.stdout)
-    assert f"-m minbert {subcommand}" in by_command.stdout.splitlines()[0]
-    assert script in by_script.stdout.splitlines()[0]
+    assert by_command.stdout.startswith(f"usage: minbert {subcommand} [-h]"), by_command.stdout.splitlines()[0]
+    assert by_script.stdout.startswith(f"usage: {script} [-h]"), by_script.stdout.splitlines()[0]
 
 
 def test_printed_commands_name_the_interpreter_that_runs_never_a_bare_python(monkeypatch, tmp_path):

@@ -403,3 +403,14 @@ def test_a_trials_progress_lines_reach_the_commands_output_too(tmp_path, caplog)
         [True, True] and len(logged) == 2
     progress.log.info("after the trial")  # the command's own output again, once
     assert caplog.messages[-1] == "after the trial" and len(caplog.records) == 2
+
+
+def test_a_trials_progress_lines_name_the_trial(tiny_model, course_data, tmp_path, caplog, monkeypatch, one_thread):
+    """Off a terminal the search's output has its trials' progress lines: each says which trial it is of."""
+    monkeypatch.setattr(progress, "INTERVAL", 0.0)  # a line at every update
+    monkeypatch.setattr(progress, "start_timer", lambda tick, stop: None)  # and none between
+    caplog.set_level(logging.INFO)
+    argv = multitask_argv(tiny_model, course_data, tmp_path, "--epochs", "1", "--max-steps", "2")
+    search.train(argv, {}, tmp_path / "study" / "trial-0007", 1, "overall", "trial 7")
+    assert caplog.messages and all(line.startswith("trial 7: ") for line in caplog.messages), caplog.messages
+    assert any(line.startswith("trial 7: multitask: ") for line in caplog.messages)

@@ -21,7 +21,6 @@ best trials again with each of --seeds and writes STUDY_DIR/confirm.md: which, i
 the seed spread (tuning/confirm.py).
 """
 import logging
-import shlex
 import signal
 import statistics
 import sys
@@ -118,7 +117,7 @@ class SearchConfig:
 def parse_flags(argv: list[str]) -> tuple[SearchConfig, list[str], MultitaskConfig]:
     """search.py's flags, the trials' own (--config RECIPE and multitask_classifier.py's flags), and the recipe
     those make, checked as multitask_classifier.py checks them."""
-    parser = cli.Parser(prog=shlex.join(cli.program("search.py", "search")), description=__doc__,
+    parser = cli.Parser(program=cli.program("search.py", "search"), description=__doc__,
                         formatter_class=cli.HelpFormatter,
                         allow_abbrev=False)  # --seed is the trials' flag, not --seeds
     cli.add_flags(parser, SearchConfig)
@@ -232,18 +231,18 @@ def output_to(path: Path):
                 progress_log.removeHandler(console)
 
 
-def train(trial_argv: list[str], values: dict, run: Path, seed: int, objective: str,
+def train(trial_argv: list[str], values: dict, run: Path, seed: int, objective: str, name: str,
           callbacks: list[Callback] = (), overwrite: bool = False) -> dict:
     """One run of multitask_classifier.py in folder `run` (its output in run.log beside it): the recipe and the
-    command line's flags, then `values` (a trial's), then search.py's own; returns its best dev metrics. overwrite:
-    start over a run that was stopped before its end."""
+    command line's flags, then `values` (a trial's), then search.py's own; returns its best dev metrics. name: the
+    run's, as its progress lines say it ("trial 3"); overwrite: start over a run that was stopped before its end."""
     words = [word for name, value in values.items() for word in cli.flag_words(name, value)]
     # The trial's values win over the recipe's and the command line's, which win over --no-predict-test.
     argv = cli.last_wins(["--no-predict-test", *trial_argv, *words, "--output-dir", str(run),
                           "--predictions-dir", str(run / "predictions"), "--seed", str(seed),
                           "--metric-for-best", objective, *(["--overwrite"] if overwrite else [])])
     try:
-        with output_to(run.with_name(run.name + ".log")):
+        with output_to(run.with_name(run.name + ".log")), progress.named(name):
             return train_command.main(argv, callbacks=callbacks)
     except (UserError, SystemExit) as error:  # SystemExit: flags the run refused (its log says why)
         raise TrialFailed(str(error) if isinstance(error, UserError) else "its flags were refused") from None
@@ -277,7 +276,8 @@ class Worker:
             pruning = ReportToTrial(trial, self.config.objective, prune=i == 0 and self.config.pruner != "none")
             trial.set_user_attr("folder", str(folder))
             try:
-                metrics = train(self.trial_argv, values, run, seed, self.config.objective, [pruning])
+                name = f"trial {trial.number}" + (f" seed {seed}" if len(self.seeds) > 1 else "")
+                metrics = train(self.trial_argv, values, run, seed, self.config.objective, name, [pruning])
             except TrialFailed as error:
                 trial.set_user_attr("error", str(error))
                 raise
@@ -413,7 +413,8 @@ def confirm_best(config: SearchConfig, study: optuna.Study, space: list[Param], 
     def run_one(values: dict, run: Path, seed: int) -> dict:
         started = time.time()
         try:
-            metrics = train(trial_argv, values, run, seed, config.objective, overwrite=run.exists())
+            metrics = train(trial_argv, values, run, seed, config.objective, f"{run.parent.name} seed {seed}",
+                            overwrite=run.exists())
         except TrialFailed as error:
             raise UserError(f"{run}: {error} (its output: {run}.log)") from None
         print(f"{run.parent.name} seed {seed}: {config.objective} {best_metric(metrics, config.objective):.4f}, "

@@ -113,15 +113,19 @@ def check_ranges(config) -> None:
 
 class Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line and a pointer to --help, not the whole usage (some 40 lines, which
-    bury the one that says what is wrong); --help still prints everything."""
+    bury the one that says what is wrong); --help still prints everything. program: the words that run the command
+    (program()): its usage line names it as a user knows it (usage_name: minbert train, multitask_classifier.py), a
+    refusal points to its --help as they run it."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, program: Sequence[str] = (), **kwargs):
         super().__init__(*args, **{"allow_abbrev": False, **kwargs})  # --se is not --seed: a flag is typed whole
+        self.program = list(program)
+        if program:
+            self.prog = usage_name(program)
 
     def error(self, message: str):
-        # Named as a user knows the command (multitask_classifier.py, minbert train); its help as they run it.
-        name = self.prog.removeprefix(shown_path(sys.executable)).strip().removeprefix("-m ")
-        distributed.refuse(f"{name}: error: {message} (see {self.prog} --help)")  # torchrun: once
+        again = printed_command([*self.program, "--help"]) if self.program else f"{self.prog} --help"
+        distributed.refuse(f"{self.prog}: error: {message} (see {again})")  # torchrun: once
 
     def parse_known_args(self, args=None, namespace=None):
         self.check_given_once(sys.argv[1:] if args is None else list(args))
@@ -158,8 +162,8 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
         return action.help if action.default in (None, "") else super()._get_help_string(action)
 
 
-def build_parser(config_class: type, description: str) -> argparse.ArgumentParser:
-    parser = Parser(description=description, formatter_class=HelpFormatter)
+def build_parser(config_class: type, description: str, program: Sequence[str] = ()) -> argparse.ArgumentParser:
+    parser = Parser(description=description, formatter_class=HelpFormatter, program=program)
     add_flags(parser, config_class)
     return parser
 
@@ -224,6 +228,18 @@ def printed_command(words: Sequence[str]) -> str:
     return " ".join([*settings, shlex.join(words)])
 
 
+def usage_name(program: Sequence[str]) -> str:
+    """The command as --help's usage line names it, from the words that run it (program()): `minbert train` (the
+    console command, or python -m minbert), or the script (`multitask_classifier.py`); not the interpreter's path nor
+    torchrun's flags, which would squeeze the usage into a narrow column."""
+    words = list(program)
+    console = [index for index, word in enumerate(words) if Path(word).name == "minbert"]
+    if console:
+        return " ".join(["minbert", *words[console[-1] + 1:]])
+    scripts = [word for word in words if word.endswith(".py")]
+    return Path(scripts[-1]).name if scripts else shlex.join(words)
+
+
 def shown_path(path: str) -> str:
     """A path as a command line shows it: relative to the current folder when inside it, else as it is."""
     try:
@@ -238,9 +254,8 @@ def parse_config(config_class: type, description: str, argv: list[str] | None = 
     A config with a command field (command_field) gets its CommandLine. program: the words that run the command
     (program(); left out, a config built for Python code is named by the program running); recipe: the name of a
     packaged recipe of this command's, for --config's help."""
-    parser = build_parser(config_class, description)
+    parser = build_parser(config_class, description, program or ())
     program = program or [parser.prog]
-    parser.prog = shlex.join(program)
     example = (f" or the name of a recipe that comes with the toolkit (e.g. {recipe}; all: {packaged_recipes()}), "
                f"or a run's {RUN_CONFIG}") if recipe else ""
     parser.add_argument("--config", metavar="FILE", help=f"a YAML file of flags{example}: its keys are flag names, "
@@ -397,12 +412,12 @@ def parse_subcommand(commands: dict[str, type], description: str, argv: list[str
     Each config class's docstring is its subcommand's help: the first line in the list of subcommands,
     all of it (example lines kept) in `command SUBCOMMAND --help`.
     """
-    parser = Parser(prog=shlex.join(program), description=description, formatter_class=HelpFormatter)
+    parser = Parser(program=program, description=description, formatter_class=HelpFormatter)
     subcommands = parser.add_subparsers(dest="subcommand", required=True, metavar="SUBCOMMAND")
     for name, config_class in commands.items():
         text = inspect.cleandoc(config_class.__doc__ or "")
         add_flags(subcommands.add_parser(name, help=text.splitlines()[0] if text else None, description=text,
-                                         formatter_class=HelpFormatter), config_class)
+                                         formatter_class=HelpFormatter, program=[*program, name]), config_class)
     argv = sys.argv[1:] if argv is None else argv
     args = vars(parser.parse_args(argv))
     name = args.pop("subcommand")
