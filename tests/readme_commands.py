@@ -29,7 +29,8 @@ What does not run, and says why:
 A command that a page before gave already (the same words, its comment aside: the tutorial's quick start is the
 README's) ran there and is not run again; later commands use what it made. (A page may repeat its own commands.)
 A command that closes with the next step to take (a line "fine-tune it: COMMAND") must be followed on the page by
-that command, which then runs: the hint works as printed, in the page's flow.
+that command (with the variables it sets, such as OMP_NUM_THREADS=1), which then runs: the hint works as printed,
+in the page's flow.
 Prints a line per command (ok and seconds, skipped and why, or FAILED with its output's tail); exit code 1
 when any command failed.
 """
@@ -219,11 +220,8 @@ def run(command: Command, repo: Path, timeout: int) -> Result:
 
 
 def words(command: Command) -> list[str]:
-    """The command's words, without its comment and the variables set before it (OMP_NUM_THREADS=1)."""
-    found = shlex.split(command.text.replace("\\\n", " "), comments=True)
-    while found and re.match(r"^[A-Za-z_]\w*=", found[0]):
-        found.pop(0)
-    return found
+    """The command's words, with the variables set before it (OMP_NUM_THREADS=1), without its comment."""
+    return shlex.split(command.text.replace("\\\n", " "), comments=True)
 
 
 def key(command: Command) -> tuple:

@@ -34,7 +34,7 @@ from minbert.commands import search  # noqa: E402
 from minbert.commands import silver  # noqa: E402
 import pretrain_contrastive  # noqa: E402
 from minbert.common import cli  # noqa: E402
-from minbert.common.cli import last_wins, shown_path  # noqa: E402
+from minbert.common.cli import last_wins, printed_command, shown_path  # noqa: E402
 from minbert.engine.callbacks import Callback  # noqa: E402
 from tests.conftest import contents  # noqa: E402
 from minbert.training.contrastive import ContrastiveConfig  # noqa: E402
@@ -954,10 +954,10 @@ def ownership_places(root: Path, places: dict[str, Path]) -> None:
 
 def substitute(text: str, places: dict[str, Path], out: Path) -> str:
     """A case's text with its places' names, OUT and the setup's interpreter (.venv/bin/python, as the messages name
-    the interpreter that runs) as they are in this test."""
+    the interpreter that runs, after the OMP_NUM_THREADS it runs with) as they are in this test."""
     for name in sorted(places, key=len, reverse=True):
         text = text.replace(name, str(places[name]))
-    return text.replace("OUT", str(out)).replace(".venv/bin/python", shown_path(sys.executable))
+    return text.replace("OUT", str(out)).replace(".venv/bin/python", printed_command([shown_path(sys.executable)]))
 
 
 @pytest.mark.parametrize("kind, wrong, command, args, message, code", CASES, ids=[case[1] for case in CASES])

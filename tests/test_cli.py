@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pytest
 
 from minbert.common.cli import (CommandLine, build_parser, command_field, flag, parse_config, parse_task_order,
-                                parse_task_weights, shown_path, task_weights_text)
+                                parse_task_weights, printed_command, shown_path, task_weights_text)
 
 
 @dataclass
@@ -111,7 +111,7 @@ def test_a_usage_error_is_one_line_and_help_still_has_the_whole_usage(capsys, sc
     assert exit_.value.code == 2 and output.out == ""
     assert len(output.err.splitlines()) == 1, output.err
     # named as the user knows it; its help as they run it: this interpreter and the script, never a bare python
-    run_again = f"{shown_path(sys.executable)} {script}"
+    run_again = printed_command([shown_path(sys.executable), script])
     assert output.err.startswith(f"{script}: error: ") and output.err.endswith(f" (see {run_again} --help)\n")
     with pytest.raises(SystemExit) as exit_:
         command.main(["--help"])

@@ -46,3 +46,18 @@ def test_a_path_given_is_relative_to_the_current_folder(tmp_path, monkeypatch, c
     monkeypatch.chdir(tmp_path)
     parsed = cli.parse_config(config, "", [flag, "mine", *ARGV[config]])
     assert Path(getattr(parsed, name)).resolve() == tmp_path / "mine"
+
+
+def test_the_quick_start_writes_into_folders_of_its_own_the_repositorys_not_the_courses_commands(tmp_path,
+                                                                                                 monkeypatch):
+    """The README's flow, `minbert train --config quick-start` then the course's `multitask_classifier.py --schedule
+    mtdnn --option finetune`, never finds the second's folders taken by the first: no folder of one is, holds or
+    lies inside a folder of the other. The recipe's folders are default folders, the repository's."""
+    monkeypatch.chdir(tmp_path)
+    quick = cli.parse_config(MultitaskConfig, "", ["--config", "quick-start"])
+    course = cli.parse_config(MultitaskConfig, "", ["--schedule", "mtdnn", "--option", "finetune"])
+    assert Path(quick.output_dir) == ROOT / "runs" / "quick-start"
+    assert Path(quick.predictions_dir) == ROOT / "runs" / "quick-start" / "predictions"
+    for mine in (quick.output_dir, quick.predictions_dir):
+        for theirs in (course.output_dir, course.predictions_dir):
+            assert not (Path(mine).is_relative_to(theirs) or Path(theirs).is_relative_to(mine)), (mine, theirs)

@@ -132,3 +132,25 @@ def test_every_example_in_a_commands_help_is_accepted(command, program, config, 
 def test_the_default_model_is_said_to_come_from_the_hub(command):
     invocation, text = help_entries(command)["--model"]
     assert "from the hub" in text and "all-MiniLM-L6-v2" in text and "offline" in text, text
+
+
+def test_predicts_help_shows_the_readmes_data_path_and_import():
+    """predict --help and the README show a user the same: the course's test file where the data lies (as the
+    README's commands, run from the repository, read it) and the API imported from the package itself."""
+    text, readme = help_output("predict.py").stdout, (ROOT / "README.md").read_text()
+    inputs = re.findall(r"--input (\S+ids-sst-test-student\.csv)", text)
+    assert inputs and all(re.search(rf"--input\s+{re.escape(path)}", readme) for path in inputs), inputs
+    assert (ROOT / inputs[0]).resolve() == (ROOT.parent / "shared" / "data" / "ids-sst-test-student.csv").resolve()
+    imports = set(re.findall(r"from (minbert\S*) import MultitaskPredictor", text))
+    assert imports and imports == set(re.findall(r"from (minbert\S*) import MultitaskPredictor", readme)), imports
+
+
+def test_a_usage_line_names_the_command_as_a_user_knows_it():
+    """Not the interpreter's path nor torchrun's flags: the console command and its subcommand, or the script."""
+    from minbert.common.cli import usage_name
+
+    assert usage_name(["/home/me/.venv/bin/python", "multitask_classifier.py"]) == "multitask_classifier.py"
+    assert usage_name(["/home/me/.venv/bin/minbert", "train"]) == "minbert train"
+    assert usage_name([".venv/bin/python", "-m", "minbert", "analyze", "layers"]) == "minbert analyze layers"
+    assert usage_name([".venv/bin/torchrun", "--nproc-per-node", "2", "multitask_classifier.py"]) == \
+        "multitask_classifier.py"

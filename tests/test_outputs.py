@@ -259,9 +259,12 @@ def test_a_refused_command_takes_back_the_folders_it_made(tiny_model, tmp_path, 
 
 
 def test_a_contrastive_tension_run_lists_what_it_wrote_and_its_init_line_fine_tunes(tiny_model, course_data,
-                                                                                  tmp_path, capsys, one_thread):
+                                                                                  tmp_path, capsys, one_thread,
+                                                                                  monkeypatch):
     import multitask_classifier
     import pretrain_contrastive
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # as the README's commands run
 
     sentences = tmp_path / "sentences.txt"
     sentences.write_text("".join(f"sentence number {i} is here\n" for i in range(24)))
@@ -278,10 +281,12 @@ def test_a_contrastive_tension_run_lists_what_it_wrote_and_its_init_line_fine_tu
     assert hints[0].startswith("fine-tune it (model1): ") and hints[1].startswith("fine-tune it (model2): ")
     words = shlex.split(hints[0].partition(": ")[2])
     tuned = tmp_path / "from-ct-model1-2"
-    assert words[2:] == ["--config", "quick-start", "--init", str(out / "model1"), "--pooling", "mean",
+    # The thread setting the run had, the program's words, then the flags.
+    assert words[0] == "OMP_NUM_THREADS=1"
+    assert words[3:] == ["--config", "quick-start", "--init", str(out / "model1"), "--pooling", "mean",
                          "--output-dir", str(tuned), "--predictions-dir", str(tuned / "predictions")]
     # The line, run (after the program's words), on the tiny data for a step: the first checkpoint fine-tuned.
-    multitask_classifier.main([*words[2:], "--data-dir", str(course_data), "--max-steps", "1", "--batch-size", "8",
+    multitask_classifier.main([*words[3:], "--data-dir", str(course_data), "--max-steps", "1", "--batch-size", "8",
                                "--device", "cpu", "--max-train-examples", "16"])
     assert (tuned / "best" / "model.safetensors").is_file()
     assert (tuned / "predictions" / "sst-test-output.csv").is_file()

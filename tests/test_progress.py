@@ -370,3 +370,18 @@ def test_gpu_throughput_off_a_terminal_writes_a_line_at_least_every_interval(clo
     assert clock.now - started == 2 * 100  # ours and transformers
     assert_a_line_every_interval(lines.lines, started, clock.now)
     assert lines.lines[0][1] == "gpu_throughput: 0/2 configurations (0%), 30 s"
+
+
+def test_named_work_says_whose_its_progress_is(monkeypatch, caplog):
+    """A command that runs others (the search's trials, silver's teachers) names each: the lines of every Progress
+    made inside, nested names outermost first; none after."""
+    monkeypatch.setattr(progress, "INTERVAL", 0.0)  # a line at every update
+    monkeypatch.setattr(progress, "start_timer", lambda tick, stop: None)  # and none between
+    caplog.set_level(logging.INFO, logger=progress.log.name)
+    with progress.named("trial 3"):
+        progress.Progress(4, "multitask", unit="step").update(1)
+        with progress.named("teacher runs/a"):
+            progress.Progress(4, "predicting sst", unit="example").update(1)
+    progress.Progress(4, "multitask", unit="step").update(1)
+    assert [message.split(" (")[0] for message in caplog.messages] == [
+        "trial 3: multitask: 1/4 steps", "trial 3: teacher runs/a: predicting sst: 1/4 examples", "multitask: 1/4 steps"]

@@ -72,13 +72,14 @@ def test_commands_run_in_the_copy_and_a_failure_is_seen(tmp_path):
 
 
 def test_a_printed_next_step_must_be_the_pages_next_command(tmp_path):
+    """The same words, and the same variables set before them: OMP_NUM_THREADS=1 in the hint and on the page."""
     page = tmp_path / "page.md"
-    page.write_text("```bash\necho \"fine-tune it: echo 'the next step'\"\n"
+    page.write_text("```bash\necho \"fine-tune it: OMP_NUM_THREADS=1 echo 'the next step'\"\n"
                     "OMP_NUM_THREADS=1 echo 'the next step'    # as printed\n"
-                    "echo \"fine-tune it: echo 'the next step'\"\necho another\n```\n")
+                    "echo \"fine-tune it: OMP_NUM_THREADS=1 echo 'the next step'\"\necho 'the next step'\n```\n")
     results = runner.run_page([page], timeout=60, log=lambda line: None)
     assert [result.status for result in results] == ["ok", "ok", "ok", "FAILED"]
-    assert "printed the next step echo 'the next step'" in results[3].detail
+    assert "printed the next step OMP_NUM_THREADS=1 echo 'the next step'" in results[3].detail
 
 
 def test_a_command_a_page_before_gave_runs_once(tmp_path):

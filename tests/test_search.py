@@ -25,6 +25,7 @@ from minbert.tuning import confirm, report  # noqa: E402
 from minbert.common import cli, progress  # noqa: E402
 from minbert.common.errors import UsageError  # noqa: E402
 from tests.conftest import multitask_argv  # noqa: E402
+from tests.test_timed_save import interpreter  # noqa: E402
 from minbert.training.multitask_config import MultitaskConfig  # noqa: E402
 
 # (what is wrong, the space file, the line search.py prints after "SPACE:")
@@ -162,37 +163,50 @@ def test_a_clearly_bad_trial_is_pruned_before_its_end(minilm_dir, data_dir, tmp_
     assert "trial 1 pruned at step 2" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("kill", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+@pytest.mark.parametrize("kill", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT],
+                         ids=["SIGKILL", "SIGTERM", "SIGINT"])
 def test_a_study_resumed_after_its_worker_was_killed_loses_and_repeats_no_trial(kill, recipe, tmp_path, capsys,
                                                                                 one_thread):
-    """The worker killed during trial 1: --resume fails trial 1 (SIGTERM: the worker itself did, as for Ctrl-C),
-    runs its configuration again as trial 2 and goes on to 3 finished trials; trial 0, finished before the kill, is
-    not run again. The study in a journal file (the other tests' are in SQLite)."""
+    """The worker killed during trial 1: --resume fails trial 1 (SIGTERM and Ctrl-C: the worker itself did), runs
+    its configuration again as trial 2 and goes on to 3 finished trials; trial 0, finished before the kill, is not
+    run again. Stopped by a signal, the worker says so and prints its own command that goes on, which is run as
+    printed. The study in a journal file (the other tests' are in SQLite)."""
     space = tmp_path / "space.yaml"
     space.write_text("head-dropout: {low: 0.0, high: 0.3}\n")
     study = tmp_path / "study"
     flags = ["--config", str(recipe), "--space", str(space), "--study-dir", str(study), "--trials", "3",
              "--pruner", "none", "--sampler", "random", "--epochs", "12", "--storage", "journal"]
-    worker = subprocess.Popen([sys.executable, "search.py", *flags], cwd=ROOT, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    while not (study / "trial-0001" / "metrics.jsonl").exists():  # its first training step is logged
-        assert worker.poll() is None, "the worker ended before its second trial started"
-        time.sleep(0.02)
-    worker.send_signal(kill)
-    worker.wait()
+    with open(tmp_path / "worker.err", "w") as errors:
+        worker = subprocess.Popen([sys.executable, "search.py", *flags], cwd=ROOT, stdout=subprocess.DEVNULL,
+                                  stderr=errors, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        while not (study / "trial-0001" / "metrics.jsonl").exists():  # its first training step is logged
+            assert worker.poll() is None, "the worker ended before its second trial started"
+            time.sleep(0.02)
+        worker.send_signal(kill)
+        worker.wait()
     first = (study / "trial-0000" / "metrics.jsonl").read_bytes()
     killed = TrialState.RUNNING if kill == signal.SIGKILL else TrialState.FAIL
     assert [t.state for t in trials_of(study)][:2] == [TrialState.COMPLETE, killed]
 
-    search.main([*flags, "--resume"])
+    if kill == signal.SIGKILL:  # no word from the worker
+        search.main([*flags, "--resume"])
+        assert "trial(s) 1 of a worker that is gone: failed, and queued again" in capsys.readouterr().out
+    else:
+        last = (tmp_path / "worker.err").read_text().strip().splitlines()[-1]
+        told = (f"{signal.Signals(kill).name}: trial 1 stopped, and is queued again: the study runs its "
+                f"configuration first when it goes on; to go on: ")
+        assert last.startswith(told), last
+        again = last[len(told):]
+        assert shlex.split(again) == ["OMP_NUM_THREADS=1", interpreter(), "search.py", *flags, "--resume"]
+        resumed = subprocess.run(["bash", "-c", again], cwd=ROOT, capture_output=True, text=True)
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+        assert "of a worker that is gone" not in resumed.stdout
     trials = trials_of(study)
     assert [t.state for t in trials] == [TrialState.COMPLETE, TrialState.FAIL, TrialState.COMPLETE,
                                          TrialState.COMPLETE]
     assert trials[2].user_attrs["retry_of"] == 1 and trials[2].params == trials[1].params
     assert trials[3].params != trials[1].params
     assert (study / "trial-0000" / "metrics.jsonl").read_bytes() == first
-    gone = "trial(s) 1 of a worker that is gone: failed, and queued again" in capsys.readouterr().out
-    assert gone == (kill == signal.SIGKILL)
 
 
 def test_a_journal_study_resumed_without_storage_goes_on_in_its_journal(recipe, tmp_path, one_thread):
@@ -406,13 +420,15 @@ def test_every_marker_of_the_pictures_stands_out_from_the_background(tmp_path, m
             assert max(contrast(face, background), contrast(edge, background)) >= 4.5, (face, edge, background)
 
 
-def test_the_best_command_trains_into_a_folder_of_its_own(tmp_path):
+def test_the_best_command_trains_into_a_folder_of_its_own(tmp_path, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")  # the study's threads: its trials' times are theirs
     study = a_study(2)
     command = report.write_best(tmp_path / "best.yaml", study, {"config": "quick-start"}, {}, "overall")
     words = shlex.split(command)
     run = tmp_path / "best-run"
+    assert words[0] == "OMP_NUM_THREADS=2"
     assert words[-4:] == ["--output-dir", str(run), "--predictions-dir", str(run / "predictions")]
-    config = cli.parse_config(MultitaskConfig, "", words[2:])  # what the command runs: after the program's words
+    config = cli.parse_config(MultitaskConfig, "", words[3:])  # what the command runs: after the program's words
     assert (config.output_dir, config.predictions_dir) == (str(run), str(run / "predictions"))
     train_it = (tmp_path / "best.yaml").read_text().splitlines()[1].removeprefix("# Train it: ")
     assert shlex.split(train_it)[-6:] == ["--config", str(tmp_path / "best.yaml"), "--output-dir", str(run),
@@ -433,3 +449,14 @@ def test_a_trials_progress_lines_reach_the_commands_output_too(tmp_path, caplog)
         [True, True] and len(logged) == 2
     progress.log.info("after the trial")  # the command's own output again, once
     assert caplog.messages[-1] == "after the trial" and len(caplog.records) == 2
+
+
+def test_a_trials_progress_lines_name_the_trial(tiny_model, course_data, tmp_path, caplog, monkeypatch, one_thread):
+    """Off a terminal the search's output has its trials' progress lines: each says which trial it is of."""
+    monkeypatch.setattr(progress, "INTERVAL", 0.0)  # a line at every update
+    monkeypatch.setattr(progress, "start_timer", lambda tick, stop: None)  # and none between
+    caplog.set_level(logging.INFO)
+    argv = multitask_argv(tiny_model, course_data, tmp_path, "--epochs", "1", "--max-steps", "2")
+    search.train(argv, {}, tmp_path / "study" / "trial-0007", 1, "overall", "trial 7")
+    assert caplog.messages and all(line.startswith("trial 7: ") for line in caplog.messages), caplog.messages
+    assert any(line.startswith("trial 7: multitask: ") for line in caplog.messages)

@@ -1,6 +1,7 @@
 """Silver data: the bank's search against a brute-force one, its cache, the soft losses by hand, the files, and
 `minbert silver` then `minbert train --silver` end to end on a tiny teacher, tiny data and a tiny bank."""
 import json
+import logging
 import random
 import subprocess
 import sys
@@ -11,7 +12,7 @@ import torch.nn.functional as F
 
 from minbert.commands import search
 from minbert.commands import silver as silver_command
-from minbert.common import cli
+from minbert.common import cli, progress
 from minbert.common.errors import UsageError
 from minbert.data import retrieval
 from minbert.data.retrieval import BankEmbeddings, nearest_in_chunks
@@ -19,6 +20,7 @@ from minbert.data.silver import SilverSet, normalise
 from minbert.models.sentence_encoder import SentenceEncoder
 from minbert.predictor import MultitaskPredictor
 from minbert.tasks import REGISTRY
+from minbert.training.silver import Teacher
 import multitask_classifier
 
 from tests.conftest import checkpoint_weights, killed_and_resumed, multitask_argv, rows_of, sentence
@@ -148,6 +150,16 @@ def test_silver_keeps_no_dev_or_test_sentence_and_the_teachers_mean_labels(
     sst = REGISTRY["sst"].read_silver(out / "sst-silver.csv").soft
     assert all(count <= 2 for count in torch.bincount(sst.argmax(-1)).tolist())
     assert json.loads((out / "silver.json").read_text())["tasks"]["sst"]["counts"] == counts
+
+
+def test_each_teachers_progress_lines_name_it(teacher, caplog, monkeypatch, one_thread):
+    """The teacher's labelling, and its predictions within, say which run of the teacher is under way."""
+    monkeypatch.setattr(progress, "INTERVAL", 0.0)  # a line at every update
+    monkeypatch.setattr(progress, "start_timer", lambda tick, stop: None)  # and none between
+    caplog.set_level(logging.INFO, logger=progress.log.name)
+    Teacher([str(teacher), str(teacher)], device="cpu").soft("sst", ["a fine film", "a dull film"])
+    assert caplog.messages and all(line.startswith(f"teacher {teacher}: ") for line in caplog.messages)
+    assert {line.split(": ")[1] for line in caplog.messages} == {"labelling sst", "predicting sst"}
 
 
 def test_a_second_command_keeps_the_finished_tasks_and_remakes_one_under_other_settings(

@@ -82,11 +82,14 @@ def signalled(tmp_path: Path, run_args: list[str], name: str, whom: str, torchru
 
 
 def told(result: subprocess.CompletedProcess, name: str, out: Path) -> list[str]:
-    """The command rank 0 printed to go on, once, after saying where it stopped."""
+    """The command rank 0 printed to go on, once, after saying where it stopped: its words after the setting of
+    OMP_NUM_THREADS it ran with."""
     said = f"{name}: stopped after step {STOP_AT} of 6, saved in {out / 'run' / 'last'}; to go on: "
     lines = [line for line in result.stderr.splitlines() if line.startswith(said)]
     assert len(lines) == 1, result.stderr[-3000:]
-    return shlex.split(lines[0][len(said):])
+    setting, *words = shlex.split(lines[0][len(said):])
+    assert setting == f"OMP_NUM_THREADS={ENV['OMP_NUM_THREADS']}"  # as the job ran
+    return words
 
 
 def saved_step(out: Path) -> int:

@@ -3,7 +3,8 @@
     minbert predict runs/multitask --sst "A gorgeous, witty film." --para "How do I learn Python?" "What is
         the best way to learn Python?" --sts "A man plays a guitar." "Someone plays guitar."
     minbert predict runs/multitask --task sst --input my-sentences.txt --output predictions.tsv
-    minbert predict runs/multitask --task sst --input data/ids-sst-test-student.csv --output sst-test-output.csv
+    minbert predict runs/multitask --task sst --input ../shared/data/ids-sst-test-student.csv \\
+        --output sst-test-output.csv
 
 RUN is a run folder (its best/ checkpoint is used) or a checkpoint folder of multitask_classifier.py. --input
 reads the course's CSV formats (the columns id, sentence or id, sentence1, sentence2) or plain text: one sentence
@@ -14,7 +15,7 @@ is read: memory stays bounded whatever the file's size, and an interrupted comma
 course's leaderboard file (the id and the prediction, as multitask_classifier.py writes them).
 
 In Python:
-    from minbert.commands.predict import MultitaskPredictor
+    from minbert import MultitaskPredictor
     model = MultitaskPredictor.from_run("runs/multitask")
     model.sentiment(["A gorgeous, witty film."])           # [{"class": 4, "name": "positive", "probabilities": [...]}]
     model.paraphrase([("How do I ...?", "What is ...?")])  # [{"paraphrase": 1, "probability": 0.93}]
@@ -25,7 +26,6 @@ import errno
 import io
 import logging
 import os
-import shlex
 import sys
 import time
 from collections.abc import Iterator
@@ -107,7 +107,7 @@ class InputFile:
 
 
 def parse_args(argv: list[str] | None):
-    parser = cli.Parser(prog=shlex.join(cli.program("predict.py", "predict")), description=__doc__,
+    parser = cli.Parser(program=cli.program("predict.py", "predict"), description=__doc__,
                         formatter_class=cli.HelpFormatter)
     parser.add_argument("run", help="the run folder (its best/ checkpoint is used) or a checkpoint folder of "
                                     "multitask_classifier.py")

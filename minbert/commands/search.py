@@ -23,12 +23,12 @@ best trials again with each of --seeds and writes STUDY_DIR/confirm.md: which, i
 the seed spread (tuning/confirm.py).
 """
 import logging
-import shlex
 import signal
 import statistics
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -129,7 +129,7 @@ class SearchConfig:
 def parse_flags(argv: list[str]) -> tuple[SearchConfig, list[str], MultitaskConfig]:
     """search.py's flags, the trials' own (--config RECIPE and multitask_classifier.py's flags), and the recipe
     those make, checked as multitask_classifier.py checks them."""
-    parser = cli.Parser(prog=shlex.join(cli.program("search.py", "search")), description=__doc__,
+    parser = cli.Parser(program=cli.program("search.py", "search"), description=__doc__,
                         formatter_class=cli.HelpFormatter,
                         allow_abbrev=False)  # --seed is the trials' flag, not --seeds
     cli.add_flags(parser, SearchConfig)
@@ -244,18 +244,18 @@ def output_to(path: Path):
                 progress_log.removeHandler(console)
 
 
-def train(trial_argv: list[str], values: dict, run: Path, seed: int, objective: str,
+def train(trial_argv: list[str], values: dict, run: Path, seed: int, objective: str, name: str,
           callbacks: list[Callback] = (), overwrite: bool = False) -> dict:
     """One run of multitask_classifier.py in folder `run` (its output in run.log beside it): the recipe and the
-    command line's flags, then `values` (a trial's), then search.py's own; returns its best dev metrics. overwrite:
-    start over a run that was stopped before its end."""
+    command line's flags, then `values` (a trial's), then search.py's own; returns its best dev metrics. name: the
+    run's, as its progress lines say it ("trial 3"); overwrite: start over a run that was stopped before its end."""
     words = [word for name, value in values.items() for word in cli.flag_words(name, value)]
     # The trial's values win over the recipe's and the command line's, which win over --no-predict-test.
     argv = cli.last_wins(["--no-predict-test", *trial_argv, *words, "--output-dir", str(run),
                           "--predictions-dir", str(run / "predictions"), "--seed", str(seed),
                           "--metric-for-best", objective, *(["--overwrite"] if overwrite else [])])
     try:
-        with output_to(run.with_name(run.name + ".log")):
+        with output_to(run.with_name(run.name + ".log")), progress.named(name):
             return train_command.main(argv, callbacks=callbacks)
     except (UserError, SystemExit) as error:  # SystemExit: flags the run refused (its log says why)
         raise TrialFailed(str(error) if isinstance(error, UserError) else "its flags were refused") from None
@@ -289,7 +289,8 @@ class Worker:
             pruning = ReportToTrial(trial, self.config.objective, prune=i == 0 and self.config.pruner != "none")
             trial.set_user_attr("folder", str(folder))
             try:
-                metrics = train(self.trial_argv, values, run, seed, self.config.objective, [pruning])
+                name = f"trial {trial.number}" + (f" seed {seed}" if len(self.seeds) > 1 else "")
+                metrics = train(self.trial_argv, values, run, seed, self.config.objective, name, [pruning])
             except TrialFailed as error:
                 trial.set_user_attr("error", str(error))
                 raise
@@ -341,7 +342,8 @@ def write_reports(study: optuna.Study, config: SearchConfig, base: MultitaskConf
 
 
 def main(argv: list[str] | None = None) -> optuna.Study:
-    config, trial_argv, base = parse_flags(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    config, trial_argv, base = parse_flags(argv)
     space = read_checked_space(config.space, base, config.objective)
     folder = Path(config.study_dir)
     check_study_dir(config)
@@ -369,12 +371,36 @@ def main(argv: list[str] | None = None) -> optuna.Study:
         raise
     with owning(folder):  # its trials' run folders lie inside it
         if config.confirm:
-            confirm_best(config, study, space, trial_argv, base)
+            with going_on(own_command(argv), lambda: "the confirming runs stopped (those that ended are kept)"):
+                confirm_best(config, study, space, trial_argv, base)
             return study
         if not config.report:
-            run_trials(config, study, space, trial_argv, base, where)
+            run_trials(config, study, space, trial_argv, base, where, own_command(argv, resume=True))
         write_reports(study, config, base, space)
     return study
+
+
+def own_command(argv: list[str], resume: bool = False) -> str:
+    """The command that goes on where this one stopped: itself as it was given, with --resume where it runs trials
+    (--confirm goes on without it), and the OMP_NUM_THREADS it had."""
+    if resume:
+        argv = [word for word in argv if word not in ("--resume", "--no-resume")] + ["--resume"]
+    return cli.printed_command([*cli.program("search.py", "search"), *argv])
+
+
+@contextmanager
+def going_on(command: str, under_way: Callable[[], str]):
+    """Ctrl-C or SIGTERM (kill, a batch job's time limit) in the block, in a run's training (which saves its last/
+    first) or between runs: the search stops with one line saying what stopped (under_way()) and the search's own
+    command that goes on, not the run's, which is refused inside the study folder."""
+    previous = signal.signal(signal.SIGTERM, stop)  # SIGTERM outside a run's training: as Ctrl-C there
+    try:
+        yield
+    except (KeyboardInterrupt, Interrupted) as stopped:
+        number = getattr(stopped, "signal_number", signal.SIGINT)
+        raise Interrupted(f"{signal.Signals(number).name}: {under_way()}; to go on: {command}", number) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def check_study_dir(config: SearchConfig) -> None:
@@ -408,7 +434,8 @@ def confirm_best(config: SearchConfig, study: optuna.Study, space: list[Param], 
     def run_one(values: dict, run: Path, seed: int) -> dict:
         started = time.time()
         try:
-            metrics = train(trial_argv, values, run, seed, config.objective, overwrite=run.exists())
+            metrics = train(trial_argv, values, run, seed, config.objective, f"{run.parent.name} seed {seed}",
+                            overwrite=run.exists())
         except TrialFailed as error:
             raise UserError(f"{run}: {error} (its output: {run}.log)") from None
         print(f"{run.parent.name} seed {seed}: {config.objective} {best_metric(metrics, config.objective):.4f}, "
@@ -427,7 +454,9 @@ def baseline(space: list[Param], base: MultitaskConfig) -> dict | None:
 
 
 def run_trials(config: SearchConfig, study: optuna.Study, space: list[Param], trial_argv: list[str],
-               base: MultitaskConfig, where: str) -> None:
+               base: MultitaskConfig, where: str, resume: str) -> None:
+    """The trials this worker runs, until the study has --trials or --timeout passes; resume: the command that goes
+    on, printed when a signal stops the worker."""
     failed = fail_dead_workers(study)
     if failed:
         print(f"trial(s) {', '.join(map(str, failed))} of a worker that is gone: failed, and queued again")
@@ -440,20 +469,27 @@ def run_trials(config: SearchConfig, study: optuna.Study, space: list[Param], tr
     if config.trials and trials_needed(study, config.trials) <= 0:
         return
     worker = Worker(config, study, space, trial_argv, base)
-    signal.signal(signal.SIGTERM, stop)  # kill, or a batch job's time limit: as Ctrl-C
     started = time.time()
-    try:
-        study.optimize(worker.objective, timeout=config.timeout or None, catch=(TrialFailed,),
-                       callbacks=[worker.after_trial], gc_after_trial=True)
-    except (KeyboardInterrupt, Interrupted):  # stopped (Ctrl-C, SIGTERM; in a trial, its run saved last/ first): the
-        # trial under way is failed (by Optuna), and its configuration runs again later
-        if worker.current is not None:
-            queue_again(study, study.trials[worker.current.number])
-        raise
+
+    def under_way() -> str:
+        if worker.current is None:
+            return "the worker stopped before its first trial"
+        return (f"trial {worker.current.number} stopped, and is queued again: the study runs its configuration "
+                f"first when it goes on")
+
+    with going_on(resume, under_way):
+        try:
+            study.optimize(worker.objective, timeout=config.timeout or None, catch=(TrialFailed,),
+                           callbacks=[worker.after_trial], gc_after_trial=True)
+        except (KeyboardInterrupt, Interrupted):  # the trial under way is failed (by Optuna), and its configuration
+            # runs again later
+            if worker.current is not None:
+                queue_again(study, study.trials[worker.current.number])
+            raise
     log.info("this worker ran for %s", duration(time.time() - started))
 
 
 def stop(signum, frame):
     """SIGTERM stops the worker as Ctrl-C does: the trial under way is failed and queued again."""
-    raise KeyboardInterrupt
+    raise Interrupted(signal.Signals(signum).name, signum)
 

@@ -27,7 +27,7 @@ import torch
 
 from minbert.common import distributed
 from minbert.common.errors import Interrupted, UsageError, UserError
-from minbert.common.files import packaged_recipes, recipe_file
+from minbert.common.files import RECIPES, in_repository, packaged_recipes, recipe_file
 from minbert.common.progress import log_to_stderr
 from minbert.common.run_folder import RECORD_KEYS, RUN_CONFIG
 
@@ -122,10 +122,15 @@ def check_ranges(config) -> None:
 
 class Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line and a pointer to --help, not the whole usage (some 40 lines, which
-    bury the one that says what is wrong); --help still prints everything."""
+    bury the one that says what is wrong); --help still prints everything. program: the words that run the command
+    (program()): its usage line names it as a user knows it (usage_name: minbert train, multitask_classifier.py), a
+    refusal points to its --help as they run it."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, program: Sequence[str] = (), **kwargs):
         super().__init__(*args, **{"allow_abbrev": False, **kwargs})  # --se is not --seed: a flag is typed whole
+        self.program = list(program)
+        if program:
+            self.prog = usage_name(program)
 
     def add_argument(self, *args, range: Range | None = None, **kwargs):
         """argparse's, and range: the values a numeric flag takes, shown at the end of its help ([>= 1]) and checked
@@ -137,9 +142,8 @@ class Parser(argparse.ArgumentParser):
         return action
 
     def error(self, message: str):
-        # Named as a user knows the command (multitask_classifier.py, minbert train); its help as they run it.
-        name = self.prog.removeprefix(shown_path(sys.executable)).strip().removeprefix("-m ")
-        distributed.refuse(f"{name}: error: {message} (see {self.prog} --help)")  # torchrun: once
+        again = printed_command([*self.program, "--help"]) if self.program else f"{self.prog} --help"
+        distributed.refuse(f"{self.prog}: error: {message} (see {again})")  # torchrun: once
 
     def parse_known_args(self, args=None, namespace=None):
         self.check_given_once(sys.argv[1:] if args is None else list(args))
@@ -186,8 +190,8 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
         return action.help if action.default in (None, "") else super()._get_help_string(action)
 
 
-def build_parser(config_class: type, description: str) -> argparse.ArgumentParser:
-    parser = Parser(description=description, formatter_class=HelpFormatter)
+def build_parser(config_class: type, description: str, program: Sequence[str] = ()) -> argparse.ArgumentParser:
+    parser = Parser(description=description, formatter_class=HelpFormatter, program=program)
     add_flags(parser, config_class)
     return parser
 
@@ -240,6 +244,31 @@ def program(script: str, subcommand: str) -> list[str]:
     return [*launcher, *script.split()]
 
 
+# What the environment sets that shapes how a run runs, not what it computes: a command printed for the user to run
+# next (to resume, or to fine-tune what was pretrained) sets what this one had, so that it runs as this one did (the
+# README's times are one thread's, OMP_NUM_THREADS=1).
+SHAPING_VARIABLES = ("OMP_NUM_THREADS",)
+
+
+def printed_command(words: Sequence[str]) -> str:
+    """A command line printed for the user to run: the words, shell-quoted, after the SHAPING_VARIABLES this process
+    was given (`OMP_NUM_THREADS=1 .venv/bin/minbert train ... --resume`)."""
+    settings = [f"{name}={shlex.quote(os.environ[name])}" for name in SHAPING_VARIABLES if name in os.environ]
+    return " ".join([*settings, shlex.join(words)])
+
+
+def usage_name(program: Sequence[str]) -> str:
+    """The command as --help's usage line names it, from the words that run it (program()): `minbert train` (the
+    console command, or python -m minbert), or the script (`multitask_classifier.py`); not the interpreter's path nor
+    torchrun's flags, which would squeeze the usage into a narrow column."""
+    words = list(program)
+    console = [index for index, word in enumerate(words) if Path(word).name == "minbert"]
+    if console:
+        return " ".join(["minbert", *words[console[-1] + 1:]])
+    scripts = [word for word in words if word.endswith(".py")]
+    return Path(scripts[-1]).name if scripts else shlex.join(words)
+
+
 def shown_path(path: str) -> str:
     """A path as a command line shows it: relative to the current folder when inside it, else as it is."""
     try:
@@ -254,9 +283,8 @@ def parse_config(config_class: type, description: str, argv: list[str] | None = 
     A config with a command field (command_field) gets its CommandLine. program: the words that run the command
     (program(); left out, a config built for Python code is named by the program running); recipe: the name of a
     packaged recipe of this command's, for --config's help."""
-    parser = build_parser(config_class, description)
+    parser = build_parser(config_class, description, program or ())
     program = program or [parser.prog]
-    parser.prog = shlex.join(program)
     example = (f" or the name of a recipe that comes with the toolkit (e.g. {recipe}; all: {packaged_recipes()}), "
                f"or a run's {RUN_CONFIG}") if recipe else ""
     parser.add_argument("--config", metavar="FILE", help=f"a YAML file of flags{example}: its keys are flag names, "
@@ -266,6 +294,8 @@ def parse_config(config_class: type, description: str, argv: list[str] | None = 
     config_file = config_file and recipe_file(config_file)
     file_values = config_file_values(parser, config_file, renamed_flags(config_class),
                                      command_line_only(config_class)) if config_file else {}
+    if config_file and Path(config_file).parent == RECIPES:
+        file_values = packaged_folders(config_class, file_values)
     parser.set_defaults(**file_values)
     args = vars(parser.parse_args(argv))
     args.pop("config")
@@ -279,6 +309,14 @@ def parse_config(config_class: type, description: str, argv: list[str] | None = 
         return config_class(**args)
     except ValueError as error:
         parser.error(str(error))
+
+
+def packaged_folders(config_class: type, values: dict) -> dict:
+    """A packaged recipe's values with the folders it names (the quick start's runs/quick-start) as default folders
+    are: the repository's, or the current folder's for an installed package (files.in_repository), wherever the
+    command runs from."""
+    folders = {"output_dir", *getattr(config_class, "OUTPUT_FOLDERS", ())}
+    return {name: in_repository(value) if name in folders and value else value for name, value in values.items()}
 
 
 def given(action: argparse.Action, argv: list[str]) -> bool:
@@ -414,12 +452,12 @@ def parse_subcommand(commands: dict[str, type], description: str, argv: list[str
     Each config class's docstring is its subcommand's help: the first line in the list of subcommands,
     all of it (example lines kept) in `command SUBCOMMAND --help`.
     """
-    parser = Parser(prog=shlex.join(program), description=description, formatter_class=HelpFormatter)
+    parser = Parser(program=program, description=description, formatter_class=HelpFormatter)
     subcommands = parser.add_subparsers(dest="subcommand", required=True, metavar="SUBCOMMAND")
     for name, config_class in commands.items():
         text = inspect.cleandoc(config_class.__doc__ or "")
         add_flags(subcommands.add_parser(name, help=text.splitlines()[0] if text else None, description=text,
-                                         formatter_class=HelpFormatter), config_class)
+                                         formatter_class=HelpFormatter, program=[*program, name]), config_class)
     argv = sys.argv[1:] if argv is None else argv
     args = vars(parser.parse_args(argv))
     name = args.pop("subcommand")

@@ -6,6 +6,7 @@ bars (LogHandler), never glued into them.
     for rows in progress(batches, "predicting sst", unit="batch"): ...
     log_to_stderr(logging.WARNING, progress_lines=True)   # a script of its own: its log, and the lines
     with Progress(total=steps, desc="multitask", unit="step") as bar: ... bar.update()
+    with named("trial 3"): ...                             # every Progress made in it: "trial 3: multitask: ..."
 """
 import logging
 import sys
@@ -13,6 +14,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 
 from tqdm import tqdm
 
@@ -26,6 +28,8 @@ _lock = threading.Lock()  # the timers' threads and the counting thread share _l
 # The Progress objects that write lines, oldest first: a timer speaks for the newest one still open (the dev
 # evaluation within training), so that its lines say what is under way.
 _open: list[weakref.ref] = []
+# What the work under way is part of (named()), outermost first: a Progress made now says so before its own name.
+_parts: list[str] = []
 
 
 def on_terminal() -> bool:
@@ -48,6 +52,7 @@ class Progress:
                  shown: bool = True, logger: logging.Logger = log, effort: float = 0.0):
         """effort: what the whole work costs (e.g. its tokens), where units differ in cost, as batches longest first
         do: the time left is then estimated from the effort done (update's), not from the units."""
+        desc = ": ".join([*_parts, desc])
         self.total, self.desc, self.unit, self.n, self.logger = total, desc, unit, initial, logger
         self.started, self.first = time.monotonic(), initial
         self.effort, self.effort_done = effort, 0.0
@@ -111,6 +116,18 @@ class Progress:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+@contextmanager
+def named(name: str) -> Iterator[None]:
+    """Each Progress made in the block is named `name` first ("trial 3: multitask: 40/192 steps ..."): a command
+    that runs others, or one model's work of several (the search's trials, silver's teachers), says whose its
+    progress is."""
+    _parts.append(name)
+    try:
+        yield
+    finally:
+        _parts.pop()
 
 
 def start_timer(tick: Callable[[], Callable[[], float] | None], stop: threading.Event) -> None:

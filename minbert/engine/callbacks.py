@@ -22,6 +22,7 @@ import dataclasses
 import logging
 import math
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -169,15 +170,26 @@ class Interruption:
     saying how to resume. The same signal again stops at once; another is held back (torchrun, given a second
     Ctrl-C, sends its processes SIGTERM after the first's SIGINT: they still save). Used as a context around the
     loop on every process: the signal any process received reaches the control they all agree on after each step
-    (Engine._agreed_control), so that every process saves and stops after the same step."""
+    (Engine._agreed_control), so that every process saves and stops after the same step.
+
+    Python runs a handler once for every signal that arrived while the main thread was busy in C (a backward pass,
+    seconds on a CPU): two Ctrl-C within it would be one call. So the signals are counted as they arrive, from the
+    byte the interpreter writes for each into a wakeup socket (signal.set_wakeup_fd), and the handler acts on every
+    one of them in order."""
 
     SIGNALS = ("SIGINT", "SIGTERM", "SIGUSR1")
 
     def __init__(self):
         self.received, self.previous = 0, {}
+        self.arrivals = self.wakeup = None  # the two ends of the wakeup socket, while the context is open
+        self.previous_wakeup = -1
 
     def __enter__(self) -> "Interruption":
         if threading.current_thread() is threading.main_thread():  # Python's signal handlers live there only
+            self.arrivals, self.wakeup = socket.socketpair()
+            for end in (self.arrivals, self.wakeup):
+                end.setblocking(False)
+            self.previous_wakeup = signal.set_wakeup_fd(self.wakeup.fileno(), warn_on_full_buffer=False)
             for name in self.SIGNALS:
                 if hasattr(signal, name):  # SIGUSR1: not on Windows
                     number = getattr(signal, name)
@@ -188,13 +200,31 @@ class Interruption:
         for number, handler in self.previous.items():
             signal.signal(number, handler)
         self.previous = {}
+        if self.wakeup is not None:
+            signal.set_wakeup_fd(self.previous_wakeup)
+            self.arrivals.close()
+            self.wakeup.close()
+            self.arrivals = self.wakeup = None
 
     def on_signal(self, number, frame) -> None:
-        if self.received == number:  # the second: at once
-            self.__exit__()
-            raise KeyboardInterrupt
-        if self.received:
-            return
-        self.received = number
-        log.warning("%s: finishing the step under way, then saving last/ (again to stop at once)",
-                    signal.Signals(number).name)
+        for arrived in self.arrived(number):
+            if self.received == arrived:  # the second: at once
+                self.__exit__()
+                raise KeyboardInterrupt
+            if self.received:
+                continue
+            self.received = arrived
+            log.warning("%s: finishing the step under way, then saving last/ (again to stop at once)",
+                        signal.Signals(arrived).name)
+
+    def arrived(self, number: int) -> list[int]:
+        """The signals of SIGNALS that arrived since the handler last ran, in order (those the wakeup socket holds;
+        none when an earlier call of the handler, for another signal, has read them all)."""
+        if self.arrivals is None:
+            return [number]
+        try:
+            numbers = self.arrivals.recv(4096)
+        except BlockingIOError:
+            return []
+        handled = set(self.previous)
+        return [arrived for arrived in numbers if arrived in handled]

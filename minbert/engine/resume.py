@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from minbert.common import distributed
-from minbert.common.cli import flag_fields, with_new_names
+from minbert.common.cli import flag_fields, printed_command, with_new_names
 from minbert.common.errors import CheckpointError
 from minbert.common.files import absolute, load_or_fail, same_place
 from minbert.common.provenance import check_data_unchanged
@@ -65,7 +65,7 @@ def start_again(config: TrainingConfig, folder: RunFolder) -> str:
         if not skip and word not in ("--resume", "--overwrite") and not word.startswith("--output-dir"):
             words.append(word)
         skip = word == "--output-dir"
-    command = shlex.join([*words, "--output-dir", absolute(folder.path), "--overwrite"])
+    command = printed_command([*words, "--output-dir", absolute(folder.path), "--overwrite"])
     started_in = folder.started_in() if folder.started_with() else ""
     return f"cd {shlex.quote(started_in)} && {command}" if started_in and not same_place(started_in, ".") else command
 
@@ -74,8 +74,8 @@ def resume_command(config: TrainingConfig) -> str:
     """The command that continues the run in --output-dir: the command as given, with --resume, not --overwrite."""
     if not config.command.text:  # a config built in Python
         return "the same command with --resume"
-    return shlex.join([word for word in shlex.split(config.command.text) if word not in ("--resume", "--overwrite")]
-                      + ["--resume"])
+    return printed_command([word for word in shlex.split(config.command.text)
+                            if word not in ("--resume", "--overwrite")] + ["--resume"])
 
 
 def flags_after_restart(folder: RunFolder) -> dict:

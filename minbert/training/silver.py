@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from minbert.common.errors import UsageError
-from minbert.common.progress import Progress
+from minbert.common.progress import Progress, named
 from minbert.data.retrieval import BankEmbeddings, nearest_in_chunks
 from minbert.data.silver import SilverSet, normalise
 from minbert.models.sentence_encoder import SentenceEncoder
@@ -45,10 +45,10 @@ class Teacher:
                                  f"{', '.join(missing)}; give a teacher trained on every task of --tasks")
 
     def soft(self, task: str, examples: list) -> torch.Tensor:
-        """The mean of the members' soft outputs for the examples, with progress."""
+        """The mean of the members' soft outputs for the examples, with progress naming the member under way."""
         total = torch.zeros(len(examples), *REGISTRY[task].soft_shape, dtype=torch.float64)
-        with Progress(len(examples) * len(self.members), f"teacher labelling {task}", "example") as bar:
-            for member in self.members:
+        for run, member in zip(self.runs, self.members):
+            with named(f"teacher {run}"), Progress(len(examples), f"labelling {task}", "example") as bar:
                 for start in range(0, len(examples), CHUNK):
                     part = examples[start:start + CHUNK]
                     total[start:start + len(part)] += member.soft_outputs(task, part).double()

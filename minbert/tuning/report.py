@@ -8,7 +8,6 @@
     slice-FLAG.png                 the objective against each searched flag's value
 """
 import logging
-import shlex
 import warnings
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import optuna
 import yaml
 from optuna.trial import TrialState
 
-from minbert.common.cli import flag_words, program
+from minbert.common.cli import flag_words, printed_command, program
 from minbert.common.files import atomic_file
 from minbert.common.progress import duration
 from minbert.common.tables import cell
@@ -85,11 +84,11 @@ def write_recipe(path: Path, study: optuna.Study, trial: optuna.trial.FrozenTria
     run = path.parent / f"{path.stem}-run"
     place = ["--output-dir", str(run), "--predictions-dir", str(run / "predictions")]
     header = (f"# {what} of search.py's study {study.study_name!r}: trial {trial.number}, {objective} "
-              f"{trial.value:.4f} on dev{over}.\n# Train it: {shlex.join([*TRAIN, '--config', str(path), *place])}\n")
+              f"{trial.value:.4f} on dev{over}.\n# Train it: {printed_command([*TRAIN, '--config', str(path), *place])}\n")
     with atomic_file(path) as temp:
         temp.write_text(header + yaml.safe_dump(flags, sort_keys=False, allow_unicode=True))
     words = [word for name, value in flags.items() for word in flag_words(name, value)]
-    return shlex.join([*TRAIN, *words, *place])
+    return printed_command([*TRAIN, *words, *place])
 
 
 def write_best(path: Path, study: optuna.Study, recipe: dict, fixed: dict, objective: str) -> str | None:
