@@ -135,9 +135,11 @@ def test_the_default_model_is_said_to_come_from_the_hub(command):
 
 
 def test_predicts_help_shows_the_readmes_data_path_and_import():
-    """predict --help and the README show a user the same: the course's test file where the data lies (as the
-    README's commands, run from the repository, read it) and the API imported from the package itself."""
-    text, readme = help_output("predict.py").stdout, (ROOT / "README.md").read_text()
+    """predict --help and the README's pages (the README and its tutorial, where predict is shown) show a user the
+    same: the course's test file where the data lies (as their commands, run from the repository, read it) and the
+    API imported from the package itself."""
+    text = help_output("predict.py").stdout
+    readme = (ROOT / "README.md").read_text() + (ROOT / "docs" / "tutorial.md").read_text()
     inputs = re.findall(r"--input (\S+ids-sst-test-student\.csv)", text)
     assert inputs and all(re.search(rf"--input\s+{re.escape(path)}", readme) for path in inputs), inputs
     assert (ROOT / inputs[0]).resolve() == (ROOT.parent / "shared" / "data" / "ids-sst-test-student.csv").resolve()
