@@ -23,7 +23,7 @@ import multitask_classifier  # noqa: E402
 from minbert.commands import search  # noqa: E402
 from minbert.tuning import confirm, report  # noqa: E402
 from minbert.common import cli, progress  # noqa: E402
-from minbert.common.errors import UsageError  # noqa: E402
+from minbert.common.errors import Interrupted, UsageError  # noqa: E402
 from tests.conftest import multitask_argv  # noqa: E402
 from tests.test_timed_save import interpreter  # noqa: E402
 from minbert.training.multitask_config import MultitaskConfig  # noqa: E402
@@ -303,11 +303,11 @@ def test_confirm_verdict_takes_the_seed_spread_and_each_task(other, expected):
 
 
 def test_confirm_reruns_the_recipe_and_the_best_trials_over_seeds_and_continues_where_it_stopped(
-        recipe, tmp_path, capsys, one_thread):
+        recipe, tmp_path, capsys, monkeypatch, one_thread):
     """--confirm 1 --seeds 1,2 after a 3-trial study: the recipe (trial 0's values) and the best other trial, each
     trained with seeds 1 and 2; every seed-S.json holds its run's best dev metrics; confirm.md's means are theirs.
-    Run again after one result was lost (its run stopped), it trains that run alone; a run another process holds
-    is left to it."""
+    Stopped by Ctrl-C in a run, it prints its own command, not the run's; run again after one result was lost (its
+    run stopped), it trains that run alone; a run another process holds is left to it."""
     space = tmp_path / "space.yaml"
     space.write_text("head-dropout: {low: 0.0, high: 0.3}\nepochs: 1\n")
     study = tmp_path / "study"
@@ -338,6 +338,18 @@ def test_confirm_reruns_the_recipe_and_the_best_trials_over_seeds_and_continues_
         best.params["head_dropout"]
 
     (folder / chosen / "seed-2.json").unlink()  # as if its run was killed: its folder is there, its result not
+
+    def stopped_by_ctrl_c(*args, **kwargs):  # as a run stops: its last/ saved, its own command named
+        raise Interrupted("SIGINT: stopped after step 1 of 5, saved in its last/; to go on: multitask_classifier.py "
+                          "--resume", signal.SIGINT)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(search, "train", stopped_by_ctrl_c)
+        with pytest.raises(Interrupted) as stopped:
+            search.main([*flags, "--confirm", "1", "--seeds", "1,2"])
+    assert str(stopped.value) == ("SIGINT: the confirming runs stopped (those that ended are kept); to go on: " +
+                                  cli.printed_command([*cli.program("search.py", "search"), *flags, "--confirm", "1",
+                                                       "--seeds", "1,2"]))
     kept = (folder / "recipe" / "seed-1" / "metrics.jsonl").read_bytes()
     holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'a+'); "
                                "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(600)",
