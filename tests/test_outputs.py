@@ -122,6 +122,7 @@ from minbert.common.precision import Precision
 class Model:
     tasks = ["sst"]
     precision = Precision("fp32", torch.device("cpu"))
+    quantized_layers = 0
     def predictions(self, task, examples):
         return [{{"class": 2}} for _ in examples]
 def held(*args, **kwargs):
@@ -194,6 +195,7 @@ def test_the_lock_and_temporaries_a_killed_predict_left_are_taken_over(tmp_path,
     class Model:
         tasks = ["sst"]
         precision = Precision("fp32", torch.device("cpu"))
+        quantized_layers = 0
 
         def predictions(self, task, examples):
             held_by.append(lock.read_text())
