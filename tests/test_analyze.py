@@ -472,7 +472,7 @@ def test_every_subcommand_explains_itself(subcommand, capsys):
         analyze.main([subcommand, "--help"])
     text = capsys.readouterr().out
     assert exit_info.value.code == 0 and "--out" in text
-    assert f"python analyze.py {subcommand}" in text  # the example line
+    assert f"usage: analyze.py {subcommand} [-h]" in text  # the usage line names the subcommand
 
 
 def test_a_bad_flag_value_is_a_usage_error(capsys):

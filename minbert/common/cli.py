@@ -265,8 +265,10 @@ def usage_name(program: Sequence[str]) -> str:
     console = [index for index, word in enumerate(words) if Path(word).name == "minbert"]
     if console:
         return " ".join(["minbert", *words[console[-1] + 1:]])
-    scripts = [word for word in words if word.endswith(".py")]
-    return Path(scripts[-1]).name if scripts else shlex.join(words)
+    scripts = [index for index, word in enumerate(words) if word.endswith(".py")]
+    if scripts:  # the script and what follows it: a subcommand (analyze.py curves)
+        return " ".join([Path(words[scripts[-1]]).name, *words[scripts[-1] + 1:]])
+    return shlex.join(words)
 
 
 def shown_path(path: str) -> str:
