@@ -20,6 +20,11 @@ PAIRS = [("the cat sat on the mat .", "a dog ran"), ("big red car", "the small h
          ("the dog", "a cat sat on a big red mat in the house ."), ("fast car", "slow car")]
 
 
+def transformers_inputs(batch: dict, model_type: str) -> dict:
+    """The batch as transformers' model of the family takes it: MPNetModel takes no token types."""
+    return {k: v for k, v in batch.items() if model_type != "mpnet" or k != "token_type_ids"}
+
+
 def pair_batch(folder):
     tokenizer = Tokenizer.from_pretrained(folder)
     return tokenizer([a for a, _ in PAIRS], [b for _, b in PAIRS])
@@ -50,8 +55,7 @@ def test_tiny_family_matches_transformers(make_tiny_family, model_type, attentio
     assert ours.resolved_attention == ("packed" if model_type == "mpnet" and attention == "unpadded" else attention)
     reference = transformers.AutoModel.from_pretrained(folder)
     assert type(reference).__name__ == {"mpnet": "MPNetModel", "roberta": "RobertaModel"}[model_type]
-    inputs = {k: v for k, v in batch.items() if model_type != "mpnet" or k != "token_type_ids"}
-    assert_same_outputs(ours, reference, batch, reference_inputs=inputs)
+    assert_same_outputs(ours, reference, batch, reference_inputs=transformers_inputs(batch, model_type))
 
 
 @pytest.mark.parametrize("model_type", ["mpnet", "roberta"])
@@ -73,8 +77,7 @@ def test_tiny_family_gradients_match_transformers(make_tiny_family, model_type, 
         return {name: parameter.grad for name, parameter in model.named_parameters() if parameter.grad is not None}
 
     mine = gradients(ours, batch)
-    inputs = {k: v for k, v in batch.items() if model_type != "mpnet" or k != "token_type_ids"}
-    theirs, _ = normalise_names(gradients(reference, inputs), model_type)
+    theirs, _ = normalise_names(gradients(reference, transformers_inputs(batch, model_type)), model_type)
     assert mine.keys() == theirs.keys()
     if model_type == "mpnet":
         assert "encoder.relative_attention_bias.weight" in mine
@@ -99,7 +102,7 @@ def test_all_mpnet_base_v2_matches_transformers(mpnet_folder, data_dir, attentio
     ours.attention = attention
     batch = tokenizer(sentences, sentences[::-1])
     assert_same_outputs(ours, transformers.MPNetModel.from_pretrained(mpnet_folder), batch,
-                        reference_inputs={k: v for k, v in batch.items() if k != "token_type_ids"})
+                        reference_inputs=transformers_inputs(batch, "mpnet"))
 
 
 def test_a_saved_mpnet_folder_is_transformers_and_sentence_transformers_mpnet(tiny_mpnet, tmp_path, one_thread):
@@ -115,7 +118,7 @@ def test_a_saved_mpnet_folder_is_transformers_and_sentence_transformers_mpnet(ti
     assert type(reference).__name__ == "MPNetModel" and not info["missing_keys"] and not info["unexpected_keys"]
     batch = pair_batch(folder)
     assert_same_outputs(encoder, reference, batch,
-                        reference_inputs={k: v for k, v in batch.items() if k != "token_type_ids"})
+                        reference_inputs=transformers_inputs(batch, "mpnet"))
     sentences = [a for a, _ in PAIRS]
     theirs = SentenceTransformer(str(folder), device="cpu").encode(sentences, convert_to_tensor=True)
     mine = SentenceEncoder.from_pretrained(folder).encode(sentences)

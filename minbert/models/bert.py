@@ -12,11 +12,10 @@ about 4 ms a call against 0.2 ms without). A batch without padding passes no mas
   mask; the output is unpacked to [batch, tokens, hidden] (zeros at padding) for pooling and heads; or
 - unpadded: packed rows everywhere, attention too, kept inside each sentence through a nested jagged tensor.
 """
+import math
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable
-
-import math
 
 import torch
 import torch.nn.functional as F
@@ -51,8 +50,10 @@ def resolve_attention(attention: str, device: torch.device | str, position_bias:
     device = torch.device(device)
     if attention not in ATTENTION:
         raise FlagError(f"attention {attention!r} is not one of {', '.join(ATTENTION)}")
-    if attention == "auto" or (attention == "unpadded" and position_bias):
-        return "packed" if device.type == "cpu" or attention == "unpadded" else "padded"
+    if attention == "unpadded" and position_bias:
+        return "packed"
+    if attention == "auto":
+        return "packed" if device.type == "cpu" else "padded"
     if attention == "unpadded" and device.type not in UNPADDED_DEVICES:
         raise FlagError(f"unpadded attention needs nested jagged tensors in scaled_dot_product_attention, which "
                         f"torch runs on {' and '.join(UNPADDED_DEVICES)} only, not {device.type}; use padded attention")
