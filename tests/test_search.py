@@ -22,6 +22,8 @@ sys.path.insert(0, str(ROOT))
 import multitask_classifier  # noqa: E402
 from minbert.commands import search  # noqa: E402
 from minbert.tuning import confirm, report  # noqa: E402
+from minbert.tuning.study import one_at_a_time  # noqa: E402
+from minbert.common.files import make_folders, remove_empty  # noqa: E402
 from minbert.common import cli, progress  # noqa: E402
 from minbert.common.errors import Interrupted, UsageError  # noqa: E402
 from tests.conftest import multitask_argv  # noqa: E402
@@ -135,6 +137,27 @@ def test_two_workers_share_one_study_each_on_one_thread(recipe, tmp_path):
         assert sorted(p.name for p in (run / "predictions").iterdir()) == [
             "para-dev-output.csv", "sst-dev-output.csv", "sts-dev-output.csv", "written-by.json"]  # no test pass
     assert "best.yaml" in os.listdir(study) and "trials.md" in os.listdir(study)
+
+
+def test_a_study_folder_removed_as_a_worker_opens_it_is_made_again(tmp_path, monkeypatch):
+    """Two workers starting at one moment: the one that checks that the new study folder can be written takes back
+    the folder it made, which the other has just made too; the other makes it again, and its lock file is inside."""
+    folder, calls = tmp_path / "study", []
+
+    def made_then_taken_back(path):
+        made = make_folders(path)
+        if not calls:
+            path.rmdir()  # the other worker's write check removes the folder before the lock file is in it
+        calls.append(path)
+        return made
+
+    monkeypatch.setattr("minbert.tuning.study.make_folders", made_then_taken_back)
+    made = []
+    with one_at_a_time(folder, made):
+        assert (folder / ".opening.lock").is_file()
+    assert len(calls) == 2 and made == [folder]
+    remove_empty(made)  # refused: the folder this worker made goes again
+    assert not folder.exists()
 
 
 def test_a_clearly_bad_trial_is_pruned_before_its_end(minilm_dir, data_dir, tmp_path, capsys, one_thread):

@@ -40,7 +40,7 @@ from minbert.commands import train as train_command
 from minbert.common import cli, progress
 from minbert.common.cli import AT_LEAST_0, AT_LEAST_1, SEED, flag
 from minbert.common.errors import Interrupted, UsageError, UserError
-from minbert.common.files import (RECIPES, atomic_file, check_writable, in_repository, make_folders, packaged_recipes,
+from minbert.common.files import (RECIPES, atomic_file, check_writable, in_repository, packaged_recipes,
                                   recipe_file, remove_empty)
 from minbert.common.outputs import check_place, owning
 from minbert.common.progress import duration
@@ -350,9 +350,9 @@ def main(argv: list[str] | None = None) -> optuna.Study:
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # the study's progress is this command's lines
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # heartbeat, plots
     name = config.study_name or folder.resolve().name
-    made, new_file = make_folders(folder), None
+    made, new_file = [], None
     try:
-        with one_at_a_time(folder):  # workers started together: one creates the storage's tables and the study
+        with one_at_a_time(folder, made):  # workers started together: one creates the storage's tables and the study
             storage_name = study_storage(config.storage, folder)  # the study's own, when --storage is left out
             new_file = storage_file(storage_name, folder)
             new_file = new_file if new_file is not None and not new_file.exists() else None

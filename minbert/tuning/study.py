@@ -25,7 +25,7 @@ import optuna
 from optuna.trial import TrialState
 
 from minbert.common.errors import UsageError
-from minbert.common.files import write_json
+from minbert.common.files import make_folders, write_json
 from minbert.common.outputs import STUDY_FILES
 
 HEARTBEAT_INTERVAL, HEARTBEAT_GRACE = 60, 180  # seconds (RDB storages only: Optuna's heartbeat)
@@ -38,14 +38,22 @@ def worker_id() -> str:
 
 
 @contextlib.contextmanager
-def one_at_a_time(study_dir: Path):
+def one_at_a_time(study_dir: Path, made: list[Path]):
     """Held by one worker of the study folder at a time: two workers that open a new SQLite storage together both
     create its tables, and the second fails ("table alembic_version already exists"). Its lock file is removed when
     the block ends (a refused command leaves nothing behind): a worker that locked a file since removed locks the
-    new one."""
+    new one.
+
+    The study folder is created here, its new folders added to `made` (for remove_empty): until the lock file is in
+    it, another worker starting at the same moment may remove it again (its check that the folder can be written
+    takes back the folder it created), and then it is created again."""
     path = study_dir / ".opening.lock"
     while True:
-        lock = open(path, "a")
+        made.extend(folder for folder in make_folders(study_dir) if folder not in made)
+        try:
+            lock = open(path, "a")
+        except FileNotFoundError:  # the folder was removed since it was made: make it again
+            continue
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or when a killed worker's process ends
         try:
             if os.stat(path).st_ino == os.fstat(lock.fileno()).st_ino:
