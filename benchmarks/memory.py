@@ -4,6 +4,7 @@ own (one thread), as a user runs them; and where the quick start's memory goes, 
     python benchmarks/memory.py --out runs/memory                  # the quick start, then predict on its run
     python benchmarks/memory.py --out runs/memory --skip-train     # predict only, on runs/memory/quick-start
     python benchmarks/memory.py --out runs/memory --breakdown      # and where the quick start's memory goes
+    python benchmarks/memory.py --out runs/avg --skip-predict -- --schedule avg --max-steps 60   # training only
 
 The quick start is `minbert train --config quick-start` (about 6 minutes of one thread); predict reads a file of
 --lines Quora pairs (taken from quora-train.csv, written to OUT/pairs.tsv) with the quick start's run. For each it
@@ -120,6 +121,8 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     parser.add_argument("--data-dir", default=str(DEFAULT_DATA), help="folder with the course's data files")
     parser.add_argument("--lines", type=int, default=10_000, help="pairs in predict's input file")
     parser.add_argument("--skip-train", action="store_true", help="predict only, with OUT/quick-start's run")
+    parser.add_argument("--skip-predict", action="store_true", help="the quick start only (then the flags after -- "
+                        "may be training's alone, e.g. -- --schedule avg --max-steps 60)")
     parser.add_argument("--breakdown", action="store_true", help="the quick start's resident size phase by phase too")
     parser.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)  # the breakdown's own process
     parser.add_argument("extra", nargs="*", help="after --: flags for every command")
@@ -134,16 +137,17 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
         return breakdown(train, out / "phases.json")
     results = {}
     log_to_stderr(logging.WARNING, progress_lines=True)
-    bar = Progress(1 if args.skip_train else 2, "memory", unit="command")
+    bar = Progress(2 - args.skip_train - args.skip_predict, "memory", unit="command")
     if not args.skip_train:
         results["quick start"] = measured(
             [sys.executable, __file__, "--probe", "--out", str(out), "--data-dir", args.data_dir, "--", *args.extra]
             if args.breakdown else [*minbert, "train", *train])
         bar.update()
-    source = pairs_file(Path(args.data_dir), out / "pairs.tsv", args.lines)
-    results[f"predict, {args.lines:,} pairs"] = measured(
-        [*minbert, "predict", str(run), "--task", "para", "--input", str(source),
-         "--output", str(out / "predicted.tsv"), *args.extra])
+    if not args.skip_predict:
+        source = pairs_file(Path(args.data_dir), out / "pairs.tsv", args.lines)
+        results[f"predict, {args.lines:,} pairs"] = measured(
+            [*minbert, "predict", str(run), "--task", "para", "--input", str(source),
+             "--output", str(out / "predicted.tsv"), *args.extra])
     bar.close()
     print(f"{processor()}, torch {torch.__version__}, one thread\n")
     print("| command | peak resident MB | wall s | CPU s |\n|---|---|---|---|")

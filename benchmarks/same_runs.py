@@ -5,7 +5,7 @@ a temporary folder and run there, on CPU, one thread):
     python benchmarks/same_runs.py afd375e HEAD
 
 The runs: the README's multi-task recipe, small (MT-DNN, Quora cross-encoded, cosine-range STS, task weights);
-PCGrad with a common layer; round-robin with --grad-accum 2 --eval-every 3 --smart; SimCSE on NLI; Contrastive
+PCGrad with a common layer; the three tasks' mean loss every step (--schedule avg); round-robin with --grad-accum 2 --eval-every 3 --smart; SimCSE on NLI; Contrastive
 Tension; ConSERT's two stages (sup-unsup); SimCSE with --fusion and gradient caching. Each run's SHA-256 covers
 its weights (safetensors files), its leaderboard CSVs and its saved soft outputs (their ids and tensor bytes:
 torch.save's bytes depend on the temporary file's name). Every run is pinned to --precision fp32 (which every
@@ -34,6 +34,7 @@ RUNS = {
                "--sts-target", "cosine-range", "--task-weights", "para=0.8", "--lr", "5e-5", "--epochs", "2",
                "--seed", "1"],
     "pcgrad": [*MULTITASK, "--schedule", "pcgrad", "--common-layer", "--epochs", "1"],
+    "average": [*MULTITASK, "--schedule", "avg", "--epochs", "1"],
     "accumulation": [*MULTITASK, "--schedule", "rr-batch", "--grad-accum", "2", "--eval-every", "3", "--smart",
                      "--layer-lr-decay", "0.9", "--epochs", "1", "--tasks", "sst,sts", "--loss-weights", "sts=2"],
     "simcse": ["pretrain_contrastive.py", "--method", "simcse", "--data", "nli", "--max-steps", "4",

@@ -23,6 +23,7 @@ from tests.conftest import killed_and_resumed, multitask_argv
 from minbert.training import multitask
 from minbert.engine.config import TrainingConfig
 from minbert.engine.engine import Engine
+from minbert.models.optimizer import AdamW
 from minbert.training.multitask_config import MultitaskConfig
 from minbert.training.schedules import SCHEDULES
 
@@ -227,6 +228,52 @@ def test_weighted_losses_weigh_each_task_and_their_mean_is_the_step_loss():
     assert [l.item() for l in multitask.weighted_losses(losses, {})] == [2.0, 4.0]
     assert sum(multitask.weighted_losses(losses, {})).item() / 2 == 3.0
     assert sum(multitask.weighted_losses(losses, {"sst": 3.0})).item() / 2 == (3 * 2 + 4) / 2
+
+
+def first_step(monkeypatch, tiny_model, course_data, out, one_pass: bool):
+    """The first update's gradients, and the heads that had gradients at each forward pass of the step. one_pass:
+    every task's forward pass, then one backward pass of their mean (as PCGrad's steps run)."""
+    gradients, heads_at_forward = [], []
+    start, forward = multitask.MultitaskRun.__init__, multitask.TaskLosses.forward
+
+    def init(self, *args):
+        start(self, *args)
+        self.passes_apart = one_pass
+
+    def recording_forward(self, batches):
+        if not gradients:
+            heads_at_forward.append({name.split(".")[1] for name, p in self.model.named_parameters()
+                                     if name.startswith("heads.") and p.grad is not None})
+        return forward(self, batches)
+
+    def step(self, *args, **kwargs):
+        if not gradients:
+            gradients.append([p.grad.clone() for group in self.param_groups for p in group["params"]
+                              if p.grad is not None])
+        return adamw_step(self, *args, **kwargs)
+
+    adamw_step = AdamW.step
+    monkeypatch.setattr(multitask.MultitaskRun, "__init__", init)
+    monkeypatch.setattr(multitask.TaskLosses, "forward", recording_forward)
+    monkeypatch.setattr(AdamW, "step", step)
+    multitask_classifier.main(multitask_argv(tiny_model, course_data, out, "--schedule", "avg", "--epochs", "1"))
+    return gradients[0], heads_at_forward
+
+
+def test_each_task_is_backpropagated_before_the_next_tasks_forward_pass_with_the_gradients_of_one_pass(
+        monkeypatch, tiny_model, course_data, tmp_path):
+    """A step of the three tasks, dropout on: each task's loss is backpropagated before the next task's forward pass
+    (its activations are freed: the step's peak is one task's), and the gradients are those of one backward pass of
+    the mean. They differ only in the order the three tasks' gradients are added in: fp32 rounding, a few eps of
+    the gradient's size (64 eps allowed); a task left out or weighed twice would differ by its whole share."""
+    per_task, heads_at_forward = first_step(monkeypatch, tiny_model, course_data, tmp_path / "per-task", False)
+    one_pass, heads_in_one_pass = first_step(monkeypatch, tiny_model, course_data, tmp_path / "one-pass", True)
+    assert heads_at_forward == [set(), {"sst"}, {"sst", "para"}]
+    assert heads_in_one_pass == [set()]
+    assert len(per_task) == len(one_pass)
+    eps = torch.finfo(torch.float32).eps
+    for mine, reference in zip(per_task, one_pass):
+        assert (mine - reference).abs().max() <= 64 * eps * reference.abs().max()
 
 
 def test_a_zero_loss_weight_leaves_its_head_untouched(tiny_model, course_data, tmp_path):

@@ -10,8 +10,9 @@ whole batch. PyTorch's DistributedDataParallel (DDP) averages the gradients.
     each step    a process's loss weighs its share of the step's rows, so that the averaged gradients are those of
                  the mean loss over all the rows; a process without rows computes a stand-in row whose loss counts
                  zero (data.batching.Share), so every process runs the same passes and meets the others in the same
-                 collectives. Every accumulation part but the last runs under no_sync(): its gradients stay local,
-                 and the last part's backward pass sends them all, bucket by bucket as they are ready
+                 collectives. Every pass but the step's last (an accumulation part; a multi-task step's task, each
+                 backpropagated on its own) runs under no_sync(): its gradients stay local, and the last pass's
+                 backward sends them all, bucket by bucket as they are ready
     own passes   PCGrad's per-task passes, gradient caching's replays and --fusion's update inside a step
                  (Run.passes_apart) run under no_sync(), then one explicit all_reduce (DataParallel.part says why)
     unused       heads a step does not use (another task's, --fusion's on a contrastive step) are found by DDP's

@@ -195,6 +195,12 @@ class Engine(Command):
         """The run's forward entry point (run.module()), through DistributedDataParallel under torchrun."""
         return self.data_parallel.module(*args, **kwargs)
 
+    def one_of_passes(self, last: bool):
+        """Around one of a step part's forward-and-backward passes, where a run makes several (a multi-task step,
+        a task at a time): under torchrun, every pass but the last keeps its gradients local, and the last one's
+        backward pass averages them all (DDP counts the heads that the earlier passes used)."""
+        return self.data_parallel.part(last=last)
+
     def backward(self, loss: torch.Tensor) -> None:
         """Backpropagate a loss into .grad (scaled for fp16). Under torchrun, the backward pass of the step's last
         accumulation part averages the gradients over the processes (DistributedDataParallel)."""

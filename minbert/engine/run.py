@@ -13,11 +13,11 @@ and may give evaluate() and score() (dev metrics, and the number that picks best
 patience), save() (its files of a checkpoint folder), after_update() (what follows each optimizer step),
 state_dict() / load_state_dict() (what else --resume needs) and finish() (the end of the run, and its result).
 
-What a run uses of the engine: its device and precision; backward(loss) and, for an extra update within a step,
-update(advance_schedule=False); state, the loop's EngineState (to read), and losses (the loss means so far);
-folder, the run folder; and at set-up describe_run (the run config), prepare_encoder (--attention, --compile)
-and resumed (what --resume continues from: its weights, and the training state fit restores). The rest of the
-engine is the loop's own.
+What a run uses of the engine: its device and precision; backward(loss), one_of_passes(last) around each of
+several forward-and-backward passes of a step, and for an extra update within a step, update(advance_schedule=
+False); state, the loop's EngineState (to read), and losses (the loss means so far); folder, the run folder; and
+at set-up describe_run (the run config), prepare_encoder (--attention, --compile) and resumed (what --resume
+continues from: its weights, and the training state fit restores). The rest of the engine is the loop's own.
 """
 from pathlib import Path
 from typing import Callable

@@ -47,8 +47,8 @@ def task_loss(model: MultitaskModel, task: str, batch: dict, smart: Smart | None
 
 
 class TaskLosses(nn.Module):
-    """A step's forward pass (what DistributedDataParallel wraps under torchrun): each task's loss on its batch.
-    One pass for all the step's tasks, so that DDP sees, from its outputs, every head the step uses."""
+    """A step's forward pass (what DistributedDataParallel wraps under torchrun): each task's loss on its batch, for
+    one task of the step or, for PCGrad and UPGrad, all of them."""
 
     def __init__(self, model: MultitaskModel, smart: Smart | None):
         super().__init__()
@@ -218,7 +218,10 @@ class MultitaskRun(Run):
         return TaskLosses(self.model, self.smart)
 
     def step(self, item, share: Share):
-        """Each task of the step: this share of its batch, its mean loss weighted by the share; one backward."""
+        """Each task of the step: this share of its batch, its mean loss weighted by the share. Each task's loss is
+        backpropagated as soon as it is computed, so that its activations are freed before the next task's forward
+        pass (the step's peak memory is one task's, not the sum of its tasks'); the gradients add up to those of the
+        mean over the step's tasks. PCGrad and UPGrad (--combine) need every task's loss at once: one pass."""
         epoch, batches = item
         streams = self._streams(epoch)
         weights, task_batches, examples, silver_weights = {}, {}, 0, {}
@@ -235,17 +238,29 @@ class MultitaskRun(Run):
             examples += len(rows) if weights[task] else 0  # a stand-in row (torchrun) is no example
         if not task_batches:
             return {}, examples
+        passes = [task_batches] if self.passes_apart else [{task: batch} for task, batch in task_batches.items()]
+        task_losses = {}
+        for index, tasks in enumerate(passes):
+            with self.engine.one_of_passes(last=index == len(passes) - 1):
+                losses = self._weighted_losses(tasks, weights, silver_weights)
+                self._backward(losses, len(batches))
+            task_losses.update(losses)
+        return {task: loss.detach() / share.world for task, loss in task_losses.items()}, examples
+
+    def _weighted_losses(self, task_batches: dict[str, dict], weights: dict[str, float],
+                         silver_weights: dict[str, float]) -> dict[str, torch.Tensor]:
+        """Each task's loss on its batch, weighted by the share of the batch."""
         with self.engine.precision.autocast():
             losses = self.engine.forward(task_batches)
             task_losses = {task: weights[task] * losses[task] for task in task_batches}
-            for task, weight in silver_weights.items():  # --silver: each task's silver loss joins its gold one
-                task_losses[task] = task_losses[task] + self.config.silver_weight * weight * losses[silver_key(task)]
-        self._backward(task_losses, len(batches))
-        return {task: loss.detach() / share.world for task, loss in task_losses.items()}, examples
+            for task in silver_weights.keys() & task_batches.keys():  # --silver: its silver loss joins its gold one
+                silver = self.config.silver_weight * silver_weights[task] * losses[silver_key(task)]
+                task_losses[task] = task_losses[task] + silver
+        return task_losses
 
     def _backward(self, task_losses: dict[str, torch.Tensor], step_tasks: int) -> None:
-        """One backward pass of the mean over the step's tasks: a task without rows in this part of the step counts
-        in the mean still, as it does in the whole batch that the parts add up to."""
+        """The backward pass of these tasks' share of the mean over the step's tasks: a task without rows in this
+        part of the step counts in the mean still, as it does in the whole batch that the parts add up to."""
         weighted = weighted_losses(task_losses, self.config.loss_scale)
         if self.config.combine != "mean" and len(task_losses) > 1:
             heads = self.model.head_parameters()
