@@ -18,7 +18,7 @@ from minbert.common.precision import Precision
 from minbert.common.run_folder import RunFolder
 from minbert.data.splits import TaskSplit, encode_views
 from minbert.evaluation.inference import soft_outputs
-from minbert.model import ModelConfig
+from minbert.model_config import ModelConfig
 from minbert.models import Tokenizer
 from minbert.models.quantize import inference_precision, quantize_encoder
 from minbert.task_info import PARAPHRASE, SENTIMENT, SIMILARITY
