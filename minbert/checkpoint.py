@@ -17,9 +17,11 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from minbert.common import run_folder
+from minbert.common.cli import as_flag
 from minbert.common.errors import CheckpointError
 from minbert.common.files import load_or_fail
-from minbert.model import ModelConfig, MultitaskModel, as_flag, build_model, parse_pair_encoding
+from minbert.model import MultitaskModel, build_model
+from minbert.model_config import ModelConfig, parse_pair_encoding
 from minbert.models import BertModel, Tokenizer
 from minbert.models.checkpoint import write_encoder_folder
 from minbert.models.compile import compile_encoder

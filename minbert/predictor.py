@@ -18,10 +18,11 @@ from minbert.common.precision import Precision
 from minbert.common.run_folder import RunFolder
 from minbert.data.splits import TaskSplit, encode_views
 from minbert.evaluation.inference import soft_outputs
-from minbert.model import ModelConfig
+from minbert.model_config import ModelConfig
 from minbert.models import Tokenizer
 from minbert.models.quantize import inference_precision, quantize_encoder
-from minbert.tasks import PARAPHRASE, REGISTRY, SENTIMENT, SIMILARITY
+from minbert.task_info import PARAPHRASE, SENTIMENT, SIMILARITY
+from minbert.tasks import REGISTRY
 
 
 class MultitaskPredictor:
@@ -30,7 +31,7 @@ class MultitaskPredictor:
     def __init__(self, model, tokenizer: Tokenizer, config: ModelConfig, max_length: int, batch_size: int = 128,
                  precision: str = "auto", quantize: str = "none"):
         """precision: common/precision.py's PRECISIONS (auto: bf16 autocast where the device computes bf16);
-        quantize: models/quantize.py's QUANTIZATIONS (int8: the encoder's Linear layers quantized in place)."""
+        quantize: common/choices.py's QUANTIZATIONS (int8: the encoder's Linear layers quantized in place)."""
         self.model, self.tokenizer, self.config, self.batch_size = model.eval(), tokenizer, config, batch_size
         self.max_length, self.quantize = max_length, quantize
         device = next(model.parameters()).device

@@ -1,22 +1,18 @@
 """The task registry: what training and prediction need to know of each fine-tuning task, in one place.
 
-A Task says where its files are and how to read them, whether an example is one sentence or a pair, which
-head it gets, its loss, how the head's raw outputs become soft outputs (what ensembles average) and hard
+A Task is what task_info.py says of it (its name, files, leaderboard column, kind), and how to read its files,
+which head it gets, its loss, how the head's raw outputs become soft outputs (what ensembles average) and hard
 predictions (what the leaderboard gets), its metric, its leaderboard file, and how its predictions read in
-words. Heads, trainer, evaluation, predictions and ensembles ask the registry; none of them knows a task by name
-or kind. Reporting is the analysis's: each kind's dev errors, their report and their panel are in
-analysis/errors.py, the axis of its training loss in analysis/curves.py.
+words: its kind's class here. Heads, trainer, evaluation, predictions and ensembles ask the registry; none of them
+knows a task by name or kind. Reporting is the analysis's: each kind's dev errors, their report and their panel
+are in analysis/errors.py, the axis of its training loss in analysis/curves.py.
 
-    sst     SST-5 sentiment, 5 classes, accuracy                  (the course's first task)
-    para    Quora paraphrase detection, 0/1, accuracy              (second)
-    sts     STS similarity, a score in [0, 5], Pearson r           (third)
-    cfimdb  CFIMDB movie-review polarity, 2 classes, accuracy      (the course's optional extra set)
-
-Adding a task is one entry in REGISTRY, plus a reader or head if it needs one that does not exist yet.
+Adding a task is one entry in task_info.TASKS, plus its kind's class here if it is a new kind, and a reader or head
+if it needs one that does not exist yet.
 """
 import logging
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -25,7 +21,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from minbert.common.cli import parse_task_weights
 from minbert.common.errors import DataError
 from minbert.common.metrics import accuracy, mean_score, overall_score, pearson
 from minbert.data.contrastive import ContrastiveData, Encode, PairSet, SentenceSet, Source, usable
@@ -44,10 +39,9 @@ from minbert.heads.similarity import (
     lowest_bucket_mean_cosine,
 )
 from minbert.models.tokenizer import Tokenizer
+from minbert.task_info import CONTRASTIVE_COURSE_DATA, COURSE_TASKS, TASKS, TaskInfo
 
 log = logging.getLogger(__name__)
-
-STS_TARGETS = ("auto", "score", "cosine-range")
 
 
 @dataclass(frozen=True)
@@ -66,13 +60,8 @@ class HeadOptions:
 
 
 @dataclass(frozen=True)
-class Task:
-    name: str
-    title: str  # what pictures and tables call it
-    description: str
-    files: tuple[str, str, str]  # train, dev, test-student in --data-dir, the course's names
-    column: str  # the leaderboard file's prediction column
-    pair: bool = False  # two sentences an example
+class Task(TaskInfo):
+    """A task (task_info.TaskInfo) with its code: a kind's class below."""
 
     # ---- data ----
     def records(self, path: Path, labeled: bool, report: ReadReport) -> Iterator:
@@ -159,7 +148,6 @@ class Task:
         raise NotImplementedError
 
     # ---- metric ----
-    metric_name = "accuracy"
     # The task as one transformers AutoModelForSequenceClassification sees it (1 = regression); the baseline's.
     sequence_classifier_outputs = 2
 
@@ -206,7 +194,6 @@ class Task:
 @dataclass(frozen=True)
 class Classification(Task):
     """One sentence, one of len(class_names) classes; cross-entropy; accuracy."""
-    class_names: tuple[str, ...] = ("negative", "positive")
 
     @property
     def num_classes(self) -> int:
@@ -268,7 +255,6 @@ class Classification(Task):
 @dataclass(frozen=True)
 class Paraphrase(Task):
     """A pair, paraphrase or not; one logit, binary cross-entropy; accuracy at P = 0.5."""
-    pair: bool = True
     label_dtype = torch.float
 
     def records(self, path, labeled, report):
@@ -316,9 +302,7 @@ class Paraphrase(Task):
 @dataclass(frozen=True)
 class Similarity(Task):
     """A pair, a similarity score in [0, 5]; squared error on the unclamped score; Pearson r."""
-    pair: bool = True
     label_dtype = torch.float
-    metric_name = "pearson"
     sequence_classifier_outputs = 1
 
     def records(self, path, labeled, report):
@@ -422,30 +406,12 @@ def symmetric_kl(log_p: torch.Tensor, log_q: torch.Tensor) -> torch.Tensor:
     return ((log_p.exp() - log_q.exp()) * (log_p - log_q)).sum(-1).mean()
 
 
-REGISTRY: dict[str, Task] = {task.name: task for task in (
-    Classification("sst", "SST-5", "SST-5 sentiment (5 classes)",
-                   ("ids-sst-train.csv", "ids-sst-dev.csv", "ids-sst-test-student.csv"), column="Predicted_Sentiment",
-                   class_names=("negative", "somewhat negative", "neutral", "somewhat positive", "positive")),
-    Paraphrase("para", "Quora", "Quora paraphrase detection",
-               ("quora-train.csv", "quora-dev.csv", "quora-test-student.csv"), column="Predicted_Is_Paraphrase"),
-    # The later starter's column name; the 2023 starter misspelled it "Predicted_Similiary".
-    Similarity("sts", "STS", "STS semantic similarity (0-5)",
-               ("sts-train.csv", "sts-dev.csv", "sts-test-student.csv"), column="Predicted_Similarity"),
-    Classification("cfimdb", "CFIMDB", "CFIMDB movie-review polarity (2 classes)",
-                   ("ids-cfimdb-train.csv", "ids-cfimdb-dev.csv", "ids-cfimdb-test-student.csv"),
-                   column="Predicted_Sentiment", class_names=("negative", "positive")),
-)}
-TASK_NAMES = tuple(REGISTRY)
-# The three the course's overall score combines, and each by what it predicts.
-SENTIMENT, PARAPHRASE, SIMILARITY = COURSE_TASKS = ("sst", "para", "sts")
-# The documented recipe's task flags (docs/training.md), the trainer's defaults: Quora cross-encoded, STS
-# bi-encoded (its target then the cosine range), and Quora, ten times the others' size, sampled at 0.8 by mtdnn.
-RECIPE_PAIR_ENCODING = f"{PARAPHRASE}=cross,{SIMILARITY}=bi"
-RECIPE_TASK_WEIGHTS = {PARAPHRASE: 0.8}
+# Each task of task_info.TASKS with its kind's code.
+KINDS = {"classification": Classification, "paraphrase": Paraphrase, "similarity": Similarity}
+REGISTRY: dict[str, Task] = {name: KINDS[info.kind](**vars(info)) for name, info in TASKS.items()}
 # The course's training files that pretrain_contrastive.py --data names, in the order --data all3 visits them.
-CONTRASTIVE_DATA = ContrastiveData({"quora": REGISTRY[PARAPHRASE].contrastive_source(),
-                                    "sst": REGISTRY[SENTIMENT].contrastive_source(),
-                                    "sts": REGISTRY[SIMILARITY].contrastive_source()})
+CONTRASTIVE_DATA = ContrastiveData({data: REGISTRY[task].contrastive_source()
+                                    for data, task in CONTRASTIVE_COURSE_DATA.items()})
 
 
 def metric_names() -> dict[str, str]:
@@ -470,13 +436,3 @@ def selection_score(metrics: dict[str, float]) -> float:
     tasks, the course's overall score)."""
     scores = [REGISTRY[name].score(value) for name, value in metrics.items() if name in REGISTRY]
     return sum(scores) / len(scores)
-
-
-def trained_task_weights(text: str, trained: Sequence[str], option: str) -> dict[str, float]:
-    """--task-weights or --loss-weights of a run that trains `trained`: {} for no text; a task it names must be one
-    of those trained, and one of those must weigh more than 0."""
-    values = parse_task_weights(text, TASK_NAMES, option=option, trained=trained) if text else {}
-    untrained = [task for task in values if task not in trained]
-    if untrained:
-        raise ValueError(f"{option} {text!r}: {', '.join(untrained)} is not trained (--tasks {','.join(trained)})")
-    return values

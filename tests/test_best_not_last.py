@@ -22,6 +22,7 @@ from minbert.commands import ensemble
 import multitask_classifier
 from minbert.commands import predict
 from minbert.common.files import read_json
+from minbert.predictor import MultitaskPredictor
 from minbert.tasks import REGISTRY
 from tests.conftest import (assert_same_weights, checkpoint_weights, multitask_argv, rows_of, sentence,
                             write_course_files)
@@ -157,18 +158,18 @@ def test_predict_py_on_a_run_folder_predicts_with_best(run, data, tmp_path, task
 def test_multitask_predictor_from_a_run_folder_is_its_best_checkpoint(run, data):
     _, pairs = examples(data / REGISTRY["sts"].files[1], "sts")
     _, best = saved_outputs(run.folder / "best", "sts", "dev")
-    last = predict.MultitaskPredictor.from_run(run.folder / "last", device="cpu", precision="fp32").soft_outputs(
+    last = MultitaskPredictor.from_run(run.folder / "last", device="cpu", precision="fp32").soft_outputs(
         "sts", pairs)
     assert max_difference(last, best) > APART
-    from_run = predict.MultitaskPredictor.from_run(run.folder, device="cpu", precision="fp32").soft_outputs(
+    from_run = MultitaskPredictor.from_run(run.folder, device="cpu", precision="fp32").soft_outputs(
         "sts", pairs)
     assert max_difference(from_run, best) < SAME
 
 
 @pytest.mark.parametrize("split", ["dev", "test"])
 def test_the_runs_leaderboard_files_hold_best_checkpoints_predictions(run, data, split):
-    best = predict.MultitaskPredictor.from_run(run.folder / "best", device="cpu", precision="fp32")
-    last = predict.MultitaskPredictor.from_run(run.folder / "last", device="cpu", precision="fp32")
+    best = MultitaskPredictor.from_run(run.folder / "best", device="cpu", precision="fp32")
+    last = MultitaskPredictor.from_run(run.folder / "last", device="cpu", precision="fp32")
     for task in TASKS:
         ids, texts = examples(data / REGISTRY[task].files[1 if split == "dev" else 2], task)
         written = leaderboard(run.predictions, task, split)

@@ -156,3 +156,4 @@ def test_a_usage_line_names_the_command_as_a_user_knows_it():
     assert usage_name([".venv/bin/python", "-m", "minbert", "analyze", "layers"]) == "minbert analyze layers"
     assert usage_name([".venv/bin/torchrun", "--nproc-per-node", "2", "multitask_classifier.py"]) == \
         "multitask_classifier.py"
+    assert usage_name(["/home/me/.venv/bin/python", "analyze.py", "spread"]) == "analyze.py spread"

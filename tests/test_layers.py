@@ -10,8 +10,8 @@ FLOORS = [  # (floor, the package minbert's subpackages and modules; the scripts
     (0, ["__init__", "common"]),  # minbert itself: its version, and its API, imported by name only when used
     (1, ["models", "losses"]),
     (2, ["data", "heads"]),
-    (3, ["tasks"]),
-    (4, ["model", "checkpoint", "evaluation"]),
+    (3, ["task_info", "tasks"]),
+    (4, ["model_config", "model", "checkpoint", "evaluation"]),
     (5, ["engine", "predictor", "analysis"]),
     (6, ["training"]),
     (7, ["tuning"]),

@@ -20,6 +20,7 @@ from minbert.commands import ensemble
 from minbert.commands import predict
 from minbert.common import cli
 from minbert.common.precision import Precision
+from minbert.predictor import MultitaskPredictor
 from tests.conftest import contents
 from tests.test_ensemble import dev_dir, make_member, random_outputs  # noqa: F401 (dev_dir: a fixture)
 
@@ -119,6 +120,7 @@ sys.path.insert(0, {root!r})
 import torch
 from minbert.commands import predict
 from minbert.common.precision import Precision
+from minbert.predictor import MultitaskPredictor
 class Model:
     tasks = ["sst"]
     precision = Precision("fp32", torch.device("cpu"))
@@ -132,7 +134,7 @@ def held(*args, **kwargs):
     while not pathlib.Path({go!r}).exists():
         time.sleep(0.05)
     return Model()
-predict.MultitaskPredictor.from_run = held
+MultitaskPredictor.from_run = held
 predict.main(sys.argv[1:])
 """
 
@@ -201,7 +203,7 @@ def test_the_lock_and_temporaries_a_killed_predict_left_are_taken_over(tmp_path,
             held_by.append(lock.read_text())
             return [{"class": 2} for _ in examples]
 
-    monkeypatch.setattr(predict.MultitaskPredictor, "from_run", lambda *args, **kwargs: Model())
+    monkeypatch.setattr(MultitaskPredictor, "from_run", lambda *args, **kwargs: Model())
     predict.main(["some-run", "--sst", "a red car", "--output", str(out)])
     assert held_by == [f"{os.getpid()}\n"]
     assert sorted(path.name for path in tmp_path.iterdir()) == ["held.py", "predictions.tsv", "ready"]

@@ -19,6 +19,7 @@ import multitask_classifier
 from minbert.commands import predict
 from minbert.common.cli import shown_path
 from minbert.models import Tokenizer, embed_sentences, from_pretrained
+from minbert.predictor import MultitaskPredictor
 from minbert.tasks import REGISTRY
 from tests.conftest import write_course_files
 
@@ -80,10 +81,10 @@ def test_a_file_is_predicted_a_chunk_at_a_time_and_an_interrupted_command_keeps_
     sentences = [f"sentence number {i} is a red car" for i in range(12)]
     source, out = tmp_path / "input.txt", tmp_path / "predictions.tsv"
     source.write_text("".join(f"{sentence}\n" for sentence in sentences))
-    model = predict.MultitaskPredictor.from_run(run, device="cpu")
+    model = MultitaskPredictor.from_run(run, device="cpu")
     alone = [model.sentiment([sentence])[0]["probabilities"] for sentence in sentences[:10]]
     monkeypatch.setattr(predict, "CHUNK", 5)
-    chunks, predictions = [], predict.MultitaskPredictor.predictions
+    chunks, predictions = [], MultitaskPredictor.predictions
 
     def interrupted_at_the_third_chunk(self, task, examples):
         chunks.append(len(examples))
@@ -91,7 +92,7 @@ def test_a_file_is_predicted_a_chunk_at_a_time_and_an_interrupted_command_keeps_
             raise KeyboardInterrupt
         return predictions(self, task, examples)
 
-    monkeypatch.setattr(predict.MultitaskPredictor, "predictions", interrupted_at_the_third_chunk)
+    monkeypatch.setattr(MultitaskPredictor, "predictions", interrupted_at_the_third_chunk)
     with caplog.at_level("INFO"), pytest.raises(KeyboardInterrupt):
         predict.main([str(run), "--task", "sst", "--input", str(source), "--output", str(out), "--device", "cpu"])
     assert chunks == [5, 5, 2]
@@ -113,7 +114,7 @@ def test_bytes_of_an_input_file_that_are_not_utf8_are_named_by_line(run, tmp_pat
 
 
 def test_the_python_api_on_a_list_equals_the_command(run, capsys):
-    model = predict.MultitaskPredictor.from_run(run, device="cpu")
+    model = MultitaskPredictor.from_run(run, device="cpu")
     pair = ("a cat sat on the mat", "the dog ran fast")
     api = {"sst": model.sentiment(["a red car"])[0], "para": model.paraphrase([pair])[0],
            "sts": model.similarity([pair])[0], "cfimdb": model.sentiment(["a big house"], task="cfimdb")[0]}

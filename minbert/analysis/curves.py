@@ -10,10 +10,9 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from minbert.analysis.figures import counted, integer_ticks, legend_outside, model_style, new_figure
-from minbert.analysis.report import Report, distinct, items, short_names
-from minbert.common.cli import flag
+from minbert.analysis.flags import CurvesConfig
+from minbert.analysis.report import Report, short_names
 from minbert.common.errors import DataError
-from minbert.common.files import in_repository
 from minbert.common.run_folder import RunFolder
 from minbert.common.tables import markdown_table
 from minbert.tasks import REGISTRY, Classification, Paraphrase, Similarity, selection_score
@@ -30,24 +29,6 @@ DEV_METRICS = {
     "overall": ("Dev overall score (the course leaderboard's)", "mean(SST acc, Quora acc, (STS r + 1) / 2)",
                 "overall"),
     "mean": ("Dev mean of the three metrics", "mean(SST acc, Quora acc, STS r)", "mean")}
-
-
-@dataclass
-class CurvesConfig:
-    """Training loss per task and dev metrics over optimizer steps, one picture per metric, a line per run
-    (each run's colour, line style and marker the same in every picture; the legend counts its points).
-
-    Read from each run's metrics.jsonl: the training loss from its "train" lines (every --log-every steps),
-    or, in runs without them, from the evaluation lines' train_loss (the epoch's mean so far); the dev
-    metrics from the evaluation lines.
-
-        minbert analyze curves --runs runs/multitask,runs/mtdnn-minilm
-    """
-    runs: str = flag(in_repository("runs/multitask"), "run folders (or their metrics.jsonl files), comma-separated")
-    out: str = flag(in_repository("runs/analysis/curves"), "folder for curves-*.png, curves.md and curves.json")
-
-    def __post_init__(self):
-        self.run_list = distinct("--runs", items(self.runs))
 
 
 # ---- compute ----

@@ -1,31 +1,14 @@
 """embeddings: alignment against uniformity on STS dev (Wang and Isola, 2020), as SimCSE (Gao, Yao and Chen,
 2021) plots them."""
-from dataclasses import dataclass
-
 from matplotlib.figure import Figure
 
+from minbert.analysis.flags import EmbeddingsConfig
 from minbert.analysis.figures import POOLING_NAMES, legend_outside, model_style, new_figure, pooling_panels, poolings_in
-from minbert.analysis.report import EncoderFlags, Report, encoders, label, short_names, spearman_x100, title_note
-from minbert.common.cli import flag
-from minbert.common.files import in_repository
+from minbert.analysis.report import Report, encoders, label, short_names, spearman_x100, title_note
 from minbert.common.tables import markdown_table
 from minbert.data.readers import sample_records
 from minbert.evaluation.sts_benchmark import (
     POSITIVE_SCORE, alignment_and_uniformity, pair_cosines, positive_pairs, read_sets)
-
-
-@dataclass
-class EmbeddingsConfig(EncoderFlags):
-    """Alignment against uniformity on STS dev (Wang and Isola, 2020), a point per encoder, a panel per pooling.
-
-    Alignment: the mean squared distance of the unit-length embeddings of pairs scored >= 4; uniformity:
-    log E exp(-2 squared distance) over both sentences of every pair; lower is better for both (SimCSE's
-    picture, Gao, Yao and Chen, 2021). The table adds each encoder's STS dev Spearman.
-
-        minbert analyze embeddings --models all-MiniLM-L6-v2,runs/multitask/best --poolings cls,mean
-    """
-    out: str = flag(in_repository("runs/analysis/embeddings"),
-                    "folder for embeddings.png, embeddings.md and embeddings.json")
 
 
 # ---- draw (the numbers are evaluation/sts_benchmark.py's) ----

@@ -5,7 +5,6 @@ task's predictions against gold), and whether errors fall on the sentences the t
 import functools
 import textwrap
 from collections.abc import Callable
-from dataclasses import dataclass
 from itertools import combinations
 from pathlib import Path
 
@@ -15,39 +14,15 @@ import torch
 from matplotlib.figure import Figure
 
 from minbert.analysis.figures import counted, integer_ticks, new_figure
+from minbert.analysis.flags import ErrorsConfig
 from minbert.analysis.report import Report, short_names
-from minbert.common.cli import AT_LEAST_0, AT_LEAST_1, check_ranges, flag
 from minbert.common.errors import DataError
-from minbert.common.files import DEFAULT_DATA, in_repository
 from minbert.common.metrics import accuracy, confusion_matrix, pearson, row_normalised
 from minbert.common.tables import cell, markdown_table
 from minbert.evaluation.outputs import dev_records, load_member
 from minbert.tasks import REGISTRY, Classification, Paraphrase, Similarity, Task
 
 FEW_SHARED = 30  # below this many sentences shared by two dev sets, their errors say nothing about each other
-
-
-@dataclass
-class ErrorsConfig:
-    """The dev errors of a finished multi-task run, from the outputs-{sst,para,sts}-dev.pt in its best/.
-
-    SST-5: the confusion matrix (counts and each gold class's row as fractions) and the misclassified
-    sentences; Quora: false positives and false negatives; STS: predicted against gold with Pearson r and
-    the pairs with the largest errors; all lists most confident (or largest) first. Then the sentences two
-    tasks' dev sets share, and whether both tasks get them wrong.
-
-        minbert analyze errors --run runs/multitask
-    """
-    run: str = flag(in_repository("runs/multitask"),
-                    "run folder (its best/ is read) or a checkpoint folder with outputs-*-dev.pt")
-    data_dir: str = flag(str(DEFAULT_DATA), "folder with the dev files the run was evaluated on (gold labels)")
-    top: int = flag(20, "rows of each list in the Markdown table (the JSON has them all)", range=AT_LEAST_1)
-    sts_error: float = flag(1.0, "an STS pair counts as wrong, when comparing tasks, if its error exceeds this",
-                            range=AT_LEAST_0)
-    out: str = flag(in_repository("runs/analysis/errors"), "folder for errors.png, errors.md and errors.json")
-
-    def __post_init__(self):
-        check_ranges(self)
 
 
 # ---- compute and report: each kind of task's errors ----

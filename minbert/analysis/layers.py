@@ -3,7 +3,6 @@ pooling: Contrastive Tension (Carlsson et al., 2021), Figures 1, 2 and 5; the la
 (Kim, Yoo and Lee, 2021)."""
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -11,38 +10,13 @@ from matplotlib.figure import Figure
 
 from minbert.analysis.figures import (POOLING_NAMES, integer_ticks, legend_outside, model_style, new_figure, pooling_panels,
                                       poolings_in)
-from minbert.analysis.report import EncoderFlags, Report, distinct, encoders, items, short_names, spearman_x100
-from minbert.common.cli import flag
-from minbert.common.files import in_repository
+from minbert.analysis.flags import LayersConfig
+from minbert.analysis.report import Report, encoders, short_names, spearman_x100
 from minbert.common.precision import Precision
 from minbert.common.tables import markdown_table
 from minbert.data.readers import PairExample, sample_records
-from minbert.evaluation.sts_benchmark import EVAL_SETS, distinct_sentences, read_sets
-from minbert.models import TOKEN_POOLINGS, BertModel, Tokenizer, embed_sentences_every_layer
-
-STS_SETS = (*EVAL_SETS, "sts-dev")
-
-
-@dataclass
-class LayersConfig(EncoderFlags):
-    """Spearman x 100 of cosine similarity on STS for every layer's embeddings (0 = the embedding layer).
-
-    The picture has a panel per pooling and in each a line per encoder: x = layer, y = the mean Spearman over
-    the sets of --sets; the table and the JSON keep every set's number. As in Contrastive Tension (Carlsson et al.,
-    2021, Figures 1, 2, 5) and SG-BERT's layer x pooling survey (Kim, Yoo and Lee, 2021).
-
-        minbert analyze layers --models all-MiniLM-L6-v2,runs/multitask/best --max-pairs 500
-    """
-    POOLING_CHOICES = TOKEN_POOLINGS
-    poolings: str = flag("mean,cls,max", f"sentence embeddings of each layer, comma-separated: mean and max over "
-                                         f"the real tokens, cls = the [CLS] vector; any of {', '.join(TOKEN_POOLINGS)}")
-    sets: str = flag(",".join(STS_SETS), "STS sets, comma-separated: sts12 .. sickr (sts-eval/*.tsv) and sts-dev")
-    out: str = flag(in_repository("runs/analysis/layers"), "folder for layers.png, layers.md and layers.json")
-
-    def __post_init__(self):
-        super().__post_init__()
-        self.set_list = distinct("--sets", items(self.sets), STS_SETS)
-
+from minbert.evaluation.sts_benchmark import distinct_sentences, read_sets
+from minbert.models import BertModel, Tokenizer, embed_sentences_every_layer
 
 # ---- compute ----
 

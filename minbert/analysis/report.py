@@ -1,5 +1,5 @@
-"""What the pictures' subcommands share: flag lists, the encoders they embed with, labels, Spearman x 100, and
-what they make (a Report: pictures, Markdown, numbers) and write."""
+"""What the pictures' subcommands share: the encoders they embed with (their flags: analysis/flags.py), labels,
+Spearman x 100, and what they make (a Report: pictures, Markdown, numbers) and write."""
 import dataclasses
 import math
 import warnings
@@ -12,50 +12,12 @@ from matplotlib.figure import Figure
 from scipy.stats import ConstantInputWarning
 
 from minbert.analysis.figures import POOLING_NAMES, save
+from minbert.analysis.flags import EncoderFlags
 from minbert.common import cli
-from minbert.common.cli import AT_LEAST_0, AT_LEAST_1, Range, check_ranges, flag
-from minbert.common.files import DEFAULT_DATA, atomic_files, write_json
+from minbert.common.files import atomic_files, write_json
 from minbert.common.metrics import spearman
-from minbert.common.precision import PRECISION_HELP, PRECISIONS
 from minbert.common.run_folder import BEST, LAST
-from minbert.models import POOLINGS, Tokenizer, from_pretrained
-
-
-def items(text: str) -> list[str]:
-    return [item.strip() for item in text.split(",") if item.strip()]
-
-
-def distinct(flag_name: str, listed: list[str], allowed: tuple[str, ...] | None = None) -> list[str]:
-    if not listed:
-        raise ValueError(f"{flag_name}: name at least one")
-    twice = [item for number, item in enumerate(listed) if item in listed[:number]]
-    if twice:
-        raise ValueError(f"{flag_name}: {twice[0]!r} is listed twice")
-    unknown = [item for item in listed if allowed and item not in allowed]
-    if unknown:
-        raise ValueError(f"{flag_name}: {unknown[0]!r} is not one of {', '.join(allowed)}")
-    return listed
-
-
-@dataclass
-class EncoderFlags:
-    """Flags of the subcommands that embed sentences with one or more encoders."""
-    models: str = flag("all-MiniLM-L6-v2", "encoders, comma-separated: all-MiniLM-L6-v2, a hub id, or a "
-                                           "checkpoint folder such as runs/multitask/best")
-    data_dir: str = flag(str(DEFAULT_DATA), "folder with sts-train.csv, sts-dev.csv and sts-eval/")
-    max_pairs: int = flag(0, "use at most this many pairs of each set, drawn at random (the same for every "
-                             "encoder); 0: all of them", range=AT_LEAST_0)
-    max_length: int = flag(128, "tokens per sentence", range=Range(3))  # [CLS], a token of the sentence, [SEP]
-    batch_size: int = flag(64, "sentences per batch", range=AT_LEAST_1)
-    device: str = flag("auto", "cpu, cuda, ... (auto: cuda when present)")
-    precision: str = flag("auto", PRECISION_HELP, choices=PRECISIONS)
-    POOLING_CHOICES = (*POOLINGS, "max")
-    poolings: str = flag("mean", f"sentence embeddings, comma-separated: any of {', '.join(POOLING_CHOICES)}")
-
-    def __post_init__(self):
-        check_ranges(self)
-        self.model_list = distinct("--models", items(self.models))
-        self.pooling_list = distinct("--poolings", items(self.poolings), self.POOLING_CHOICES)
+from minbert.models import Tokenizer, from_pretrained
 
 
 def encoders(config: EncoderFlags):

@@ -1,7 +1,6 @@
 """spread: the cosine similarity of the STS training pairs in each gold-score bucket: Contrastive Tension
 (Carlsson et al., 2021), Figure 3. Its lowest bucket's mean is the M of multitask_classifier.py --sts-target
 cosine-range."""
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -9,9 +8,8 @@ import torch
 from matplotlib.figure import Figure
 
 from minbert.analysis.figures import POOLING_NAMES, integer_ticks, model_style, new_figure, poolings_in
-from minbert.analysis.report import EncoderFlags, Report, encoders, label, short_names, title_note
-from minbert.common.cli import flag
-from minbert.common.files import in_repository
+from minbert.analysis.flags import SpreadConfig
+from minbert.analysis.report import Report, encoders, label, short_names, title_note
 from minbert.common.tables import markdown_table
 from minbert.data.readers import read_sts, sample_records
 from minbert.evaluation.sts_benchmark import pair_cosines
@@ -19,20 +17,6 @@ from minbert.heads.similarity import LOWEST_BUCKET_WIDTH, MAX_SCORE, lowest_buck
 
 BUCKET_WIDTH = LOWEST_BUCKET_WIDTH  # 0.25: 20 buckets over [0, 5]
 NUM_BUCKETS = round(MAX_SCORE / BUCKET_WIDTH)
-
-
-@dataclass
-class SpreadConfig(EncoderFlags):
-    """The cosine similarity of the STS training pairs (sts-train.csv) in 20 gold-score buckets of 0.25.
-
-    Per bucket and encoder: the mean cosine and its standard deviation (Contrastive Tension, Carlsson et
-    al., 2021, Figure 3), drawn in a panel per encoder and pooling; and M, the mean cosine of the lowest
-    bucket (gold <= 0.25): the cosine floor that multitask_classifier.py --sts-target cosine-range sets when
-    it starts from that encoder with the same pooling (its residual pair MLP starts as the identity).
-
-        minbert analyze spread --models all-MiniLM-L6-v2,runs/multitask/best
-    """
-    out: str = flag(in_repository("runs/analysis/spread"), "folder for spread.png, spread.md and spread.json")
 
 
 # ---- compute ----

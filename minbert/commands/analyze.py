@@ -21,24 +21,26 @@ curves      training loss per task and dev metrics over optimizer steps, for one
 `minbert analyze SUBCOMMAND --help` lists a subcommand's flags. A missing file or folder ends with one line
 naming it and exit code 2.
 """
+import importlib
 from pathlib import Path
 
-from minbert.analysis import curves, embeddings, errors, layers, spread
-from minbert.analysis.report import write
+from minbert.analysis.flags import CurvesConfig, EmbeddingsConfig, ErrorsConfig, LayersConfig, SpreadConfig
 from minbert.common import cli
 from minbert.common.outputs import output_folder
 
-# subcommand -> (its flags, what makes its pictures, table and numbers); each picture's module computes and draws
-# it, and SUBCOMMAND.md and SUBCOMMAND.json are written beside its pictures
-SUBCOMMANDS = {"layers": (layers.LayersConfig, layers.build), "spread": (spread.SpreadConfig, spread.build),
-               "embeddings": (embeddings.EmbeddingsConfig, embeddings.build),
-               "errors": (errors.ErrorsConfig, errors.build), "curves": (curves.CurvesConfig, curves.build)}
+# subcommand -> its flags; the module minbert.analysis.SUBCOMMAND computes and draws its pictures (build), and
+# SUBCOMMAND.md and SUBCOMMAND.json are written beside them
+SUBCOMMANDS = {"layers": LayersConfig, "spread": SpreadConfig, "embeddings": EmbeddingsConfig, "errors": ErrorsConfig,
+               "curves": CurvesConfig}
 
 
 def main(argv: list[str] | None = None) -> list[Path]:
-    config = cli.parse_subcommand({name: flags for name, (flags, _) in SUBCOMMANDS.items()}, __doc__, argv,
-                                   program=cli.program("analyze.py", "analyze"))
-    name, build = next((name, build) for name, (flags, build) in SUBCOMMANDS.items() if isinstance(config, flags))
+    config = cli.parse_subcommand(SUBCOMMANDS, __doc__, argv, program=cli.program("analyze.py", "analyze"))
+    name = next(name for name, flags in SUBCOMMANDS.items() if isinstance(config, flags))
+    # The pictures load torch and matplotlib: imported once the flags are parsed, so that --help answers at once.
+    build = importlib.import_module(f"minbert.analysis.{name}").build
+    from minbert.analysis.report import write
+
     with output_folder(config.out, "--out"):  # checked and held before the work
         written = write(config.out, name, build(config), config)
     print("\n".join(f"wrote {path}" for path in written))

@@ -13,15 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from minbert.common import cli
+from minbert.common.choices import POOLINGS, PRECISION_HELP, PRECISIONS, QUANTIZATIONS, QUANTIZE_HELP
 from minbert.common.cli import AT_LEAST_0, AT_LEAST_1, check_ranges, flag
 from minbert.common.outputs import check_place
 from minbert.common.files import DEFAULT_DATA, check_writable_file, without_local_paths, write_json
-from minbert.common.precision import PRECISION_HELP, PRECISIONS
 from minbert.common.tables import markdown_table
-from minbert.evaluation.sts_benchmark import TABLE_COLUMNS, sts_benchmark
-from minbert.models import POOLINGS, SentenceEncoder
-from minbert.models.quantize import QUANTIZATIONS, QUANTIZE_HELP
-from minbert.models.shareable import update_card
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +53,11 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         in_model = Path(config.out).expanduser().resolve().parent == Path(config.model).expanduser().resolve()
         check_place(config.out, "--out", own_run=Path(config.model) if in_model else None)
         check_writable_file(config.out, "--out")
+    # The benchmark loads torch: imported once the flags are parsed, so that --help answers at once.
+    from minbert.evaluation.sts_benchmark import TABLE_COLUMNS, sts_benchmark
+    from minbert.models import SentenceEncoder
+    from minbert.models.shareable import update_card
+
     model = SentenceEncoder.from_pretrained(config.model, config.pooling, config.max_length,
                                             cli.resolve_device(config.device), config.precision, config.quantize)
     log.info("STS benchmark of %s: %s pooling%s, up to %d tokens a sentence; precision %s%s", config.model,

@@ -24,13 +24,14 @@ ensemble (its --out): a folder holding another run's or ensemble's leaderboard f
 --overwrite is given, and so is an --out that holds an ensemble's report already (the default
 predictions/ensemble.json too).
 """
+from __future__ import annotations
+
 import json
 import math
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from minbert.common import cli
 from minbert.common.cli import AT_LEAST_1, check_ranges, flag
@@ -39,9 +40,11 @@ from minbert.common.files import DEFAULT_DATA, in_repository, write_json
 from minbert.common.outputs import LeaderboardFolder, output_file
 from minbert.common.run_folder import RunFolder
 from minbert.common.tables import markdown_table
-from minbert.evaluation.outputs import dev_labels, load_member
-from minbert.evaluation.predictions import leaderboard_file
-from minbert.tasks import REGISTRY, summary
+
+# The outputs are read and scored by modules that load torch, imported where they are used (weigh, dev_score), so
+# that --help answers at once; torch is here for the annotations alone.
+if TYPE_CHECKING:
+    import torch
 
 METHODS = ("mean", "best", "weighted")
 
@@ -103,6 +106,8 @@ def combine(outputs: list[torch.Tensor], weights: list[float]) -> torch.Tensor:
 
 def dev_score(task: str, outputs: torch.Tensor, labels: torch.Tensor) -> float:
     """The dev metric as a score to maximise: nan (the Pearson r of a constant output) ranks last."""
+    from minbert.tasks import REGISTRY
+
     metric = REGISTRY[task].metric(outputs, labels)
     return -math.inf if math.isnan(metric) else metric
 
@@ -182,6 +187,10 @@ def check_report(out: Path, overwrite: bool) -> None:
 
 def weigh(config: EnsembleConfig) -> tuple[dict, dict]:
     """The report, and the leaderboard files (name -> what writes it)."""
+    from minbert.evaluation.outputs import dev_labels, load_member
+    from minbert.evaluation.predictions import leaderboard_file
+    from minbert.tasks import REGISTRY, summary
+
     members = {name: load_member(name) for name in config.member_list}
     member_metrics = {name: {} for name in members}
     ensemble_metrics, weights, files = {}, {}, {}

@@ -41,7 +41,8 @@ def main(argv: list[str] | None = None) -> None:
         given = f"unknown subcommand {argv[0]!r}" if argv else "no subcommand given"
         print(f"minbert: error: {given}; choose one of {', '.join(COMMANDS)} (see minbert --help)", file=sys.stderr)
         sys.exit(2)
-    # Imported only here, for a subcommand: cli loads torch (3 s or more), which the list and --version do not need.
+    # Imported only here, for a subcommand, which the list and --version do not need. Neither loads torch: a
+    # command loads its work once its flags are parsed, so that its --help answers at once too.
     from minbert.common import cli
 
     module = importlib.import_module(COMMANDS[argv[0]][0])

@@ -21,6 +21,8 @@ In Python:
     model.paraphrase([("How do I ...?", "What is ...?")])  # [{"paraphrase": 1, "probability": 0.93}]
     model.similarity([("A man plays.", "Someone plays.")])  # [{"similarity": 4.1}]
 """
+from __future__ import annotations
+
 import csv
 import errno
 import io
@@ -32,6 +34,7 @@ from collections.abc import Iterator
 from contextlib import nullcontext
 from itertools import islice
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tqdm import tqdm
 
@@ -40,12 +43,15 @@ from minbert.common.allocator import keep_large_blocks_out_of_the_heap
 from minbert.common.errors import DataError, DiskFullError, UsageError
 from minbert.common.files import atomic_file, free_space
 from minbert.common.outputs import output_file
-from minbert.common.precision import PRECISION_HELP, PRECISIONS
+from minbert.common.choices import PRECISION_HELP, PRECISIONS, QUANTIZATIONS, QUANTIZE_HELP
 from minbert.data.readers import ReadReport, text_lines
-from minbert.evaluation.predictions import header_line, row_line
-from minbert.models.quantize import QUANTIZATIONS, QUANTIZE_HELP
-from minbert.predictor import MultitaskPredictor
-from minbert.tasks import REGISTRY, Task
+from minbert.task_info import TASKS
+
+# The model and the tasks' code load torch: imported where a prediction is made (predict, predict_file), so that
+# --help answers at once.
+if TYPE_CHECKING:
+    from minbert.predictor import MultitaskPredictor
+    from minbert.tasks import Task
 
 log = logging.getLogger(__name__)
 CHUNK = 4096  # examples of an --input file predicted and written at a time
@@ -111,11 +117,11 @@ def parse_args(argv: list[str] | None):
                         formatter_class=cli.HelpFormatter)
     parser.add_argument("run", help="the run folder (its best/ checkpoint is used) or a checkpoint folder of "
                                     "multitask_classifier.py")
-    for name, task in REGISTRY.items():  # --sst SENTENCE, --para S1 S2, ...: an example of each task
+    for name, task in TASKS.items():  # --sst SENTENCE, --para S1 S2, ...: an example of each task
         parser.add_argument(f"--{name}", nargs=2 if task.pair else None, metavar=("S1", "S2") if task.pair else None,
                             help=f"predict {task.description} of {'two sentences' if task.pair else 'a sentence'}")
-    parser.add_argument("--task", choices=REGISTRY, help="the task of --input: " + "; ".join(
-        f"{name}, {task.description}" for name, task in REGISTRY.items()))
+    parser.add_argument("--task", choices=TASKS, help="the task of --input: " + "; ".join(
+        f"{name}, {task.description}" for name, task in TASKS.items()))
     parser.add_argument("--input", help="a file of examples: the course's CSV format, or one example a line "
                                         "(a pair's two sentences separated by a tab)")
     parser.add_argument("--output", help="write the predictions here in --format's format instead of printing them; "
@@ -131,7 +137,7 @@ def parse_args(argv: list[str] | None):
     if args.input and not args.task:
         parser.error("--input needs --task")
     if not args.input and not examples_given(args):
-        parser.error(f"nothing to predict: give {', '.join(f'--{name}' for name in REGISTRY)}, or --input with "
+        parser.error(f"nothing to predict: give {', '.join(f'--{name}' for name in TASKS)}, or --input with "
                      f"--task")
     for task, example in examples_given(args).items():
         if not all(text.strip() for text in ([example] if isinstance(example, str) else example)):
@@ -146,7 +152,7 @@ def parse_args(argv: list[str] | None):
 
 def examples_given(args) -> dict:
     """The examples of the command line: task -> a sentence, or a pair's two."""
-    return {task: getattr(args, task) for task in REGISTRY if getattr(args, task) is not None}
+    return {task: getattr(args, task) for task in TASKS if getattr(args, task) is not None}
 
 
 def main(argv: list[str] | None = None) -> list[dict] | None:
@@ -159,6 +165,9 @@ def main(argv: list[str] | None = None) -> list[dict] | None:
 
 
 def predict(args) -> list[dict] | None:
+    from minbert.predictor import MultitaskPredictor
+    from minbert.tasks import REGISTRY
+
     # What can fail on the inputs fails before anything is predicted (the tasks once the run says which it has).
     source = InputFile(Path(args.input), REGISTRY[args.task]) if args.input else None
     model = MultitaskPredictor.from_run(args.run, args.device, args.batch_size, args.precision, args.quantize)
@@ -199,6 +208,8 @@ def predict_file(model: MultitaskPredictor, source: InputFile, output: str | Non
     """Every example of the file, a chunk at a time, each chunk's predictions written (or printed) before the next
     chunk is read; progress on a terminal's bar, or a log line a chunk. leaderboard: --output in the course's
     leaderboard format."""
+    from minbert.evaluation.predictions import header_line, row_line
+
     task = source.task
     started, done = time.time(), 0
     with (open(output, "wb", buffering=0) if output else nullcontext(sys.stdout)) as out, \

@@ -14,8 +14,6 @@ from collections.abc import Sequence
 
 from minbert.common import cli
 from minbert.engine.callbacks import Callback
-from minbert.training.contrastive import Pretraining
-from minbert.engine.engine import Engine
 from minbert.training.methods import ContrastiveConfig
 
 
@@ -24,6 +22,10 @@ def main(argv: list[str] | None = None, callbacks: Sequence[Callback] = ()) -> d
     config = cli.parse_config(ContrastiveConfig, __doc__, argv,
                               program=cli.program("pretrain_contrastive.py", "pretrain"),
                               recipe="simcse-nli")
+    # The training loads torch: imported once the flags are parsed, so that --help answers at once.
+    from minbert.engine.engine import Engine
+    from minbert.training.contrastive import Pretraining
+
     with Engine(config, callbacks) as engine:  # engine.config: with --resume, the run's own flags
         return {} if engine.finished else Pretraining(engine.config, engine).run()
 

@@ -22,6 +22,10 @@ trials.md (a table of the trials) and pictures beside it. With --confirm K, sear
 best trials again with each of --seeds and writes STUDY_DIR/confirm.md: which, if any, beats the recipe by more than
 the seed spread (tuning/confirm.py).
 """
+# Optuna, torch and the modules that load them (the study, its reports, what a run checks) are imported by the
+# functions that use them, so that --help answers at once.
+from __future__ import annotations
+
 import logging
 import signal
 import statistics
@@ -32,29 +36,23 @@ from collections.abc import Callable
 from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from dataclasses import dataclass, fields
 from pathlib import Path
-
-import optuna
-import torch
+from typing import TYPE_CHECKING
 
 from minbert.commands import train as train_command
 from minbert.common import cli, progress
-from minbert.common.cli import AT_LEAST_0, AT_LEAST_1, SEED, flag
+from minbert.common.cli import AT_LEAST_0, AT_LEAST_1, SEED, flag, resolve_device
 from minbert.common.errors import Interrupted, UsageError, UserError
 from minbert.common.files import (RECIPES, atomic_file, check_writable, in_repository, packaged_recipes,
                                   recipe_file, remove_empty)
 from minbert.common.outputs import check_place, owning
 from minbert.common.progress import duration
-from minbert.common.cli import resolve_device
-from minbert.data.batching import check_token_budget
 from minbert.engine.callbacks import Callback
-from minbert.common.precision import Precision
-from minbert.models.loading import looks_local
-from minbert.tasks import REGISTRY
+from minbert.task_info import TASKS
 from minbert.training.multitask_config import BEST_METRICS, MultitaskConfig, best_metric
-from minbert.tuning import confirm, report
 from minbert.tuning.space import OWNED, Param, as_dict, read_space
-from minbert.tuning.study import (fail_dead_workers, one_at_a_time, open_storage, open_study, queue_again,
-                                  record_storage, storage_file, study_storage, trials_needed, worker_id)
+
+if TYPE_CHECKING:
+    import optuna
 
 log = logging.getLogger("search")
 SPACES = RECIPES / "search"  # the packaged search spaces: --space quick-start
@@ -189,12 +187,16 @@ def check_runnable(config: MultitaskConfig) -> None:
     """What a run checks of its flags before it trains, without loading a model: the device and precision on this
     machine, a local --model folder that exists, the course files of its tasks in --data-dir, and a --max-tokens that
     holds one input of --max-length."""
+    from minbert.common.precision import Precision
+    from minbert.data.batching import check_token_budget
+    from minbert.models.loading import looks_local
+
     Precision(config.precision, resolve_device(config.device))
     model = Path(config.model).expanduser()
     if not model.is_dir() and looks_local(config.model):
         raise UsageError(f"--model {config.model}: checkpoint folder not found")
     for task in config.task_list:
-        for file in REGISTRY[task].files:
+        for file in TASKS[task].files:
             if not (Path(config.data_dir) / file).is_file():
                 raise UsageError(f"--data-dir {config.data_dir}: no {file} (the {task} task's)")
     if config.max_tokens:
@@ -273,6 +275,11 @@ class Worker:
         self.failures = 0  # trials in a row that failed
 
     def objective(self, trial: optuna.Trial) -> float:
+        import optuna
+        import torch
+
+        from minbert.tuning.study import trials_needed, worker_id
+
         self.current = trial
         if self.config.trials and trials_needed(self.study, self.config.trials, trial.number) <= 0:
             trial.set_user_attr("not_run", True)  # another worker asked for the last one at the same moment
@@ -303,6 +310,11 @@ class Worker:
 
     def after_trial(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         """A line for the trial this worker ran; the study stopped here once it has --trials."""
+        import optuna
+
+        from minbert.tuning import report
+        from minbert.tuning.study import trials_needed
+
         if trial.user_attrs.get("not_run"):
             return
         taken = report.seconds(trial)
@@ -319,16 +331,22 @@ class Worker:
 
 
 def build_sampler(name: str) -> optuna.samplers.BaseSampler:
+    import optuna
+
     return optuna.samplers.RandomSampler() if name == "random" else optuna.samplers.TPESampler()
 
 
 def build_pruner(config: SearchConfig) -> optuna.pruners.BasePruner:
+    import optuna
+
     return {"median": lambda: optuna.pruners.MedianPruner(n_startup_trials=config.prune_after),
             "halving": optuna.pruners.SuccessiveHalvingPruner, "hyperband": optuna.pruners.HyperbandPruner,
             "none": optuna.pruners.NopPruner}[config.pruner]()
 
 
 def write_reports(study: optuna.Study, config: SearchConfig, base: MultitaskConfig, space: list[Param]) -> None:
+    from minbert.tuning import report
+
     folder = Path(config.study_dir)
     with atomic_file(folder / "trials.md") as temp:  # atomic: every worker writes it as it ends
         temp.write_text(report.trials_table(study, config.objective) + "\n", encoding="utf-8")
@@ -344,6 +362,11 @@ def write_reports(study: optuna.Study, config: SearchConfig, base: MultitaskConf
 def main(argv: list[str] | None = None) -> optuna.Study:
     argv = sys.argv[1:] if argv is None else argv
     config, trial_argv, base = parse_flags(argv)
+    import optuna
+
+    from minbert.tuning.study import (one_at_a_time, open_storage, open_study, record_storage, storage_file,
+                                      study_storage)
+
     space = read_checked_space(config.space, base, config.objective)
     folder = Path(config.study_dir)
     check_study_dir(config)
@@ -420,6 +443,10 @@ def check_study_dir(config: SearchConfig) -> None:
 def confirm_best(config: SearchConfig, study: optuna.Study, space: list[Param], trial_argv: list[str],
                  base: MultitaskConfig) -> None:
     """--confirm K: the recipe and the K best trials trained with each of --seeds, and confirm.md written."""
+    import torch
+
+    from minbert.tuning import confirm, report
+
     fixed = fixed_values(space)
     configs = confirm.configurations(study, config.confirm, fixed, baseline(space, base))
     folder = Path(config.study_dir) / "confirm"
@@ -457,6 +484,11 @@ def run_trials(config: SearchConfig, study: optuna.Study, space: list[Param], tr
                base: MultitaskConfig, where: str, resume: str) -> None:
     """The trials this worker runs, until the study has --trials or --timeout passes; resume: the command that goes
     on, printed when a signal stops the worker."""
+    import optuna
+    import torch
+
+    from minbert.tuning.study import fail_dead_workers, queue_again, trials_needed, worker_id
+
     failed = fail_dead_workers(study)
     if failed:
         print(f"trial(s) {', '.join(map(str, failed))} of a worker that is gone: failed, and queued again")

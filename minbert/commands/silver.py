@@ -27,11 +27,7 @@ from minbert.common.cli import AT_LEAST_0, AT_LEAST_1, SEED, check_ranges, flag,
 from minbert.common.errors import DataError, UsageError
 from minbert.common.files import DEFAULT_DATA, atomic_file, check_writable, in_repository, read_json, write_json
 from minbert.common.outputs import output_folder
-from minbert.data.retrieval import BankEmbeddings, read_bank
-from minbert.data.silver import INFO, file_name
-from minbert.models.sentence_encoder import SentenceEncoder
-from minbert.tasks import COURSE_TASKS, REGISTRY, TASK_NAMES
-from minbert.training.silver import HeldOut, Teacher, pair_silver, sentence_silver
+from minbert.task_info import COURSE_TASKS, TASK_NAMES, TASKS
 
 log = logging.getLogger(__name__)
 BANK = "unlabeled-sentences.txt"  # the course's unlabeled sentences, in --data-dir
@@ -68,7 +64,7 @@ class SilverConfig:
     def settings(self, task: str) -> dict:
         """What a task's file depends on: a file made under other settings is made again."""
         shared = {"teacher": self.teacher_runs(), "seed": self.seed, "retriever": self.retriever}
-        if REGISTRY[task].pair:
+        if TASKS[task].pair:
             return {**shared, "pair_sentences": self.pair_sentences}
         return {**shared, "bank": str(self.bank_file().resolve()), "bank_sample": self.bank_sample,
                 "neighbours": self.neighbours, "per_class": self.per_class}
@@ -80,7 +76,7 @@ class SilverConfig:
     def check_files(self) -> None:
         """Before a teacher is loaded, for a sentence task: the bank, and a --cache-dir that can be written
         (UsageError naming the flag)."""
-        if all(REGISTRY[task].pair for task in self.task_list):
+        if all(TASKS[task].pair for task in self.task_list):
             return
         if not self.bank_file().is_file():
             given = "" if self.bank else " (--data-dir's; no --bank was given)"
@@ -106,6 +102,8 @@ class SilverConfig:
 
 
 def sampled_bank(config: SilverConfig) -> list[str]:
+    from minbert.data.retrieval import read_bank
+
     bank = read_bank(config.bank_file())
     if config.bank_sample and config.bank_sample < len(bank):
         keep = sorted(random.Random(config.seed).sample(range(len(bank)), config.bank_sample))
@@ -120,6 +118,13 @@ def sampled_bank(config: SilverConfig) -> list[str]:
 def make(config: SilverConfig) -> dict:
     """Write the silver folder; returns silver.json's record."""
     config.check_files()
+    # The work loads torch: imported once the flags are parsed, so that --help answers at once.
+    from minbert.data.retrieval import BankEmbeddings
+    from minbert.data.silver import INFO, file_name
+    from minbert.models.sentence_encoder import SentenceEncoder
+    from minbert.tasks import REGISTRY
+    from minbert.training.silver import HeldOut, Teacher, pair_silver, sentence_silver
+
     teacher = Teacher(config.teacher_runs(), device=str(cli.resolve_device(config.device)))
     teacher.check(list(config.task_list))
     data_dir = Path(config.data_dir)
@@ -165,8 +170,10 @@ def make(config: SilverConfig) -> dict:
 
 def main(argv: list[str] | None = None) -> dict:
     config = cli.parse_config(SilverConfig, __doc__, argv, program=cli.program("-m minbert silver", "silver"))
+    from minbert.data.silver import INFO  # loads torch, as the work does: once the flags are parsed
+
     info = make(config)
     for task, record in info["tasks"].items():
         print(f"{task}: {record['examples']:,} silver examples; {json.dumps(record['counts'])}")
-    print(f"written: {config.out}/ ({', '.join(file_name(t) for t in info['tasks'])}, {INFO})")
+    print(f"written: {config.out}/ ({', '.join(record['file'] for record in info['tasks'].values())}, {INFO})")
     return info

@@ -10,8 +10,6 @@ from collections.abc import Sequence
 
 from minbert.common import cli
 from minbert.engine.callbacks import Callback
-from minbert.engine.engine import Engine
-from minbert.training.multitask import MultitaskRun
 from minbert.training.multitask_config import MultitaskConfig
 
 
@@ -19,6 +17,10 @@ def main(argv: list[str] | None = None, callbacks: Sequence[Callback] = ()) -> d
     """The command; callbacks: yours, told of the training loop's events (engine/callbacks.py)."""
     config = cli.parse_config(MultitaskConfig, __doc__, argv, program=cli.program("multitask_classifier.py", "train"),
                               recipe="mtdnn-minilm")
+    # The training loads torch: imported once the flags are parsed, so that --help answers at once.
+    from minbert.engine.engine import Engine
+    from minbert.training.multitask import MultitaskRun
+
     with Engine(config, callbacks) as engine:  # engine.config: with --resume, the run's own flags
         return {} if engine.finished else engine.fit(MultitaskRun(engine.config, engine))
 

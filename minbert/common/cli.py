@@ -21,15 +21,16 @@ import sys
 import typing
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Callable
-
-import torch
+from typing import TYPE_CHECKING, Any, Callable
 
 from minbert.common import distributed
 from minbert.common.errors import Interrupted, UsageError, UserError
 from minbert.common.files import RECIPES, in_repository, packaged_recipes, recipe_file
 from minbert.common.progress import log_to_stderr
 from minbert.common.run_folder import RECORD_KEYS, RUN_CONFIG
+
+if TYPE_CHECKING:  # loaded by resolve_device alone: a command's flags and --help need no torch
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -332,6 +333,11 @@ def flag_words(name: str, value) -> list[str]:
     return [flag_name] if value is True else [f"--no-{flag_name[2:]}"] if value is False else [flag_name, str(value)]
 
 
+def as_flag(name: str, value) -> str:
+    """The command-line spelling of a config value: --share none, --common-layer, --no-common-layer."""
+    return " ".join(flag_words(name, value))
+
+
 def last_wins(words: list[str]) -> list[str]:
     """Command-line words (flags and their values) with a flag given again replaced by its last (--x and --no-x
     are one flag): a command refuses a flag given twice, so flags put together from several places (a recipe's,
@@ -470,8 +476,10 @@ def parse_subcommand(commands: dict[str, type], description: str, argv: list[str
         subcommands.choices[name].error(str(error))
 
 
-def resolve_device(name: str) -> torch.device:
+def resolve_device(name: str) -> "torch.device":
     """--device as a torch device this machine has: found before any work, not at the first tensor moved there."""
+    import torch
+
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:

@@ -13,7 +13,9 @@ processes' life cycle (how their gradients meet: engine/ddp.py):
                naming them (whose beat in the group's store stopped); waiting past --dist-timeout fails too
     end        a finished command's processes leave the group together and exit at once (exit_finished_process)
 
-A plain `python ...` run is a world of one process: every function here is then a no-op.
+A plain `python ...` run is a world of one process: every function here is then a no-op. torch is loaded where a
+function needs it: every command uses this module (refusals, torchrun's words) before its flags are parsed, and
+--help needs no torch.
 """
 import contextlib
 import datetime
@@ -25,11 +27,12 @@ import threading
 import tempfile
 import time
 from pathlib import Path
-
-import torch
-import torch.distributed as dist
+from typing import TYPE_CHECKING
 
 from minbert.common.errors import UserError
+
+if TYPE_CHECKING:
+    import torch
 
 
 def launched_by_torchrun() -> bool:
@@ -70,10 +73,20 @@ def torchrun_words() -> list[str] | None:
     return before
 
 
-def setup(device: torch.device, timeout: float) -> torch.device:
+def joined():
+    """torch.distributed where this process has joined torchrun's process group (setup), else None. A process that
+    has not loaded torch has joined none: a refusal before any work loads no torch to say so."""
+    dist = sys.modules.get("torch.distributed")
+    return dist if dist is not None and dist.is_initialized() else None
+
+
+def setup(device: "torch.device", timeout: float) -> "torch.device":
     """Join torchrun's process group (NCCL on GPUs, gloo on CPU); returns this process's device. `timeout`: the
     seconds a collective waits for the others (--dist-timeout). Ranks but 0 then log errors only (the same data,
     the same model: their warnings would repeat rank 0's)."""
+    import torch
+    import torch.distributed as dist
+
     if not launched_by_torchrun() or dist.is_initialized():
         return device
     if device.type == "cuda":
@@ -112,6 +125,7 @@ class ProcessStopped(Exception):
 
 def _start_heartbeat() -> None:
     global _heartbeats
+    dist = joined()
     # The store the processes met in (torchrun's, or rank 0's), which every process reaches; no public way to it.
     _heartbeats = dist.PrefixStore("heartbeat", dist.distributed_c10d._get_default_store())
     key = str(dist.get_rank())
@@ -129,7 +143,7 @@ def _start_heartbeat() -> None:
 
 def _stopped_ranks() -> list[int] | None:
     """The ranks whose counters did not move over ROLL_CALL_SECONDS; None where the store is gone."""
-    keys = [str(rank) for rank in range(dist.get_world_size())]
+    keys = [str(rank) for rank in range(world_size())]
     try:
         before = [_heartbeats.add(key, 0) for key in keys]
         time.sleep(ROLL_CALL_SECONDS)
@@ -158,22 +172,24 @@ def collective():
         else:
             who = (f"the process{'es' * (len(stopped) > 1)} of rank{'s' * (len(stopped) > 1)} "
                    f"{', '.join(map(str, stopped))} stopped (")
-        raise ProcessStopped(f"{who}{reason}); this process (rank {dist.get_rank()}) ends too") from error
+        raise ProcessStopped(f"{who}{reason}); this process (rank {rank()}) ends too") from error
 
 
 def _check_joined() -> None:  # before setup every process would answer "rank 0 of 1", and act as rank 0
-    if launched_by_torchrun() and not dist.is_initialized():
+    if launched_by_torchrun() and not joined():
         raise RuntimeError("asked for the rank before joining torchrun's process group (common.distributed.setup)")
 
 
 def world_size() -> int:
     _check_joined()
-    return dist.get_world_size() if dist.is_initialized() else 1
+    group = joined()
+    return group.get_world_size() if group else 1
 
 
 def rank() -> int:
     _check_joined()
-    return dist.get_rank() if dist.is_initialized() else 0
+    group = joined()
+    return group.get_rank() if group else 0
 
 
 def is_main() -> bool:
@@ -184,7 +200,7 @@ def is_main() -> bool:
 @collective()
 def barrier() -> None:
     if world_size() > 1:
-        dist.barrier()
+        joined().barrier()
 
 
 # ---- refusals, and the end ----
@@ -252,17 +268,18 @@ def _end_now(code: int) -> None:
 
 def exit_process(code: int) -> None:
     """Exit with `code`: a process of torchrun's group at once, flushed; any other by sys.exit (SystemExit)."""
-    if dist.is_initialized():
+    if joined():
         _end_now(code)
     sys.exit(code)
 
 
 def exit_finished_process() -> None:
     """The end of a finished command's torchrun process: all leave the group together and exit at once with 0."""
-    if not dist.is_initialized():
+    group = joined()
+    if not group:
         return
     barrier()
-    dist.destroy_process_group()
+    group.destroy_process_group()
     _end_now(0)
 
 
@@ -274,7 +291,7 @@ def all_gather_objects(value) -> list:
     if world_size() == 1:
         return [value]
     values = [None] * world_size()
-    dist.all_gather_object(values, value)
+    joined().all_gather_object(values, value)
     return values
 
 
@@ -284,7 +301,7 @@ def broadcast_object(value):
     if world_size() == 1:
         return value
     box = [value]
-    dist.broadcast_object_list(box, src=0)
+    joined().broadcast_object_list(box, src=0)
     return box[0]
 
 
@@ -311,6 +328,9 @@ def sum_over_processes(values: list) -> list[float]:
     losses and examples (it waits for the device: at log lines only)."""
     if world_size() == 1 or not values:
         return [float(value) for value in values]
+    import torch
+
+    dist = joined()
     device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
     total = torch.stack([torch.as_tensor(value, dtype=torch.float64).to(device).reshape(()) for value in values])
     dist.all_reduce(total)

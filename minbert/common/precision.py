@@ -9,10 +9,6 @@ import torch
 
 from minbert.common.errors import UsageError
 
-PRECISIONS = ("auto", "fp32", "tf32", "bf16", "fp16")
-PRECISION_HELP = ("auto: bf16 autocast on a GPU (fp16 on one without bf16) and on a CPU that computes bf16 natively "
-                  "(AVX-512 BF16 or AMX), fp32 on other CPUs, where bf16 is emulated and slower; fp32 turns it off; "
-                  "tf32: fp32 with TF32 matrix products on a GPU")
 # The processor flags (/proc/cpuinfo) of instructions that compute bf16 products: AVX-512 BF16 (AMD Zen 4 and later,
 # Intel Cooper Lake) and AMX (Intel Sapphire Rapids and later).
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")

@@ -20,6 +20,7 @@ from typing import Callable, Sequence
 
 import torch
 
+from minbert.common import choices
 from minbert.common.errors import DataError
 from minbert.common.seeding import derived_seed
 from minbert.data.batching import Share, length_grouped_batches, to_device
@@ -231,7 +232,6 @@ def _load_lines(name: str, path: Path, encode: Encode, max_examples: int) -> Sen
 
 NLI = Source("nli_for_simcse.csv", frozenset({"sent0", "sent1", "hard_neg"}), _load_nli)
 UNLABELED = Source("unlabeled-sentences.txt", frozenset(), _load_lines)  # and any .txt file
-ALL_COURSE_FILES = "all3"
 
 
 class ContrastiveData:
@@ -240,15 +240,15 @@ class ContrastiveData:
 
     def __init__(self, course: dict[str, Source]):
         self.course = list(course)
-        self.sources = {"nli": NLI, **course, "unlabeled": UNLABELED}
-        self.names = (*self.sources, ALL_COURSE_FILES)
+        self.sources = {choices.NLI: NLI, **course, choices.UNLABELED: UNLABELED}
+        self.names = choices.contrastive_data_names(course)
 
     def detect_format(self, path: Path) -> str:
         """Which of the formats a file holds, from its header (a .txt file: one sentence a line)."""
         if not path.is_file():
             raise DataError(f"{path}: file not found" if not path.exists() else f"{path}: not a file")
         if path.suffix == ".txt":
-            return "unlabeled"
+            return choices.UNLABELED
         with open(path, encoding="utf-8-sig", errors="replace") as f:  # -sig: without a byte-order mark
             header = f.readline().strip()
         columns = {c.strip() for c in header.replace(",", "\t").split("\t")}
@@ -262,7 +262,7 @@ class ContrastiveData:
     def files(self, data: str, data_dir: str | Path) -> list[tuple[str, Path]]:
         """(format, file) of each set --data names, in the order an epoch visits them."""
         if data in self.names:
-            names = self.course if data == ALL_COURSE_FILES else (data,)
+            names = self.course if data == choices.ALL_COURSE_FILES else (data,)
             return [(name, Path(data_dir) / self.sources[name].file) for name in names]
         path = Path(data).expanduser()
         return [(self.detect_format(path), path)]

@@ -14,7 +14,6 @@ from minbert.common.seeding import derived_seed
 from minbert.data.batching import length_grouped_batches, token_budget_batches
 from minbert.models.tokenizer import Encoded, Tokenizer, collate
 
-PAIR_ENCODINGS = ("bi", "cross")
 
 
 @dataclass

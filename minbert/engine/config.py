@@ -1,18 +1,18 @@
 """The flags every trainer has (TrainingConfig), and what --resume and --overwrite make of them; a command's config
-extends it."""
+extends it. Like every command's flags, they load no torch: --help lists them at once."""
 import os
 from dataclasses import dataclass
 
+from minbert.common.choices import ATTENTION, PRECISION_HELP, PRECISIONS
 from minbert.common.cli import (AT_LEAST_0, AT_LEAST_1, FRACTION, POSITIVE, SEED, CommandLine, Range, check_ranges,
                                 command_field, flag, flag_fields)
 from minbert.common.files import absolute, in_repository
 from minbert.common.run_folder import LAST, METRICS
-from minbert.models.bert import ATTENTION
-from minbert.engine.ddp import COMPRESSIONS
-from minbert.common.precision import PRECISION_HELP, PRECISIONS
 
 # A pair cross-encoded as [CLS] s1 [SEP] s2 [SEP] needs room for its three special tokens and some of each sentence.
 MIN_LENGTH = Range(8)
+# How torchrun's processes send their gradients to each other (engine/ddp.py): as they are, or in bfloat16.
+COMPRESSIONS = ("none", "bf16")
 
 
 @dataclass

@@ -36,8 +36,6 @@ from torch.nn.parallel import DistributedDataParallel
 from minbert.common import distributed
 from minbert.common.seeding import derived_seed, seed_everything
 
-COMPRESSIONS = ("none", "bf16")
-
 
 class DataParallel:
     """A run's module, wrapped in DistributedDataParallel under torchrun, and how each part of a step meets the

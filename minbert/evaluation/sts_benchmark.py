@@ -14,14 +14,13 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from minbert.common.choices import EVAL_SETS
 from minbert.common.files import DEFAULT_DATA
 from minbert.common.metrics import spearman
 from minbert.data.readers import PairExample, read_sts, read_sts_eval
 from minbert.models import BertModel, SentenceEncoder, Tokenizer
 
 log = logging.getLogger(__name__)
-
-EVAL_SETS = ("sts12", "sts13", "sts14", "sts15", "sts16", "sickr")
 
 
 def read_sets(data_dir: str | Path, names: tuple[str, ...] = (*EVAL_SETS, "sts-dev")) -> dict[str, list[PairExample]]:

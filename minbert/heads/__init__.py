@@ -12,14 +12,10 @@ Every head takes pooled sentence embeddings [B, H]; the encoder and the pooling 
 import torch
 from torch import nn
 
+from minbert.common.choices import PAIR_MLPS, SHARE_MODES
+
 # Chen's CS224N report section 5.3: "dropout probability of 0.3 at each linear layer".
 DEFAULT_DROPOUT = 0.3
-
-# How the paraphrase and STS MLPs relate (Chen's CS224N report Table 3): two separate MLPs, one shared first
-# layer (the paper's best), or one MLP used by both heads.
-SHARE_MODES = ("none", "first-layer", "all")
-# The paraphrase and STS MLPs: Chen's CS224N report's plain 2-layer MLP, or x + MLP(x) starting as the identity.
-PAIR_MLPS = ("residual", "plain")
 
 
 class MLP(nn.Module):

@@ -6,6 +6,7 @@ CrossEncodedPairHead  cross-encoder: the pair is encoded together, in both order
 import torch
 from torch import nn
 
+from minbert.common.choices import CROSS_HEADS
 from minbert.heads import DEFAULT_DROPOUT, MLP
 
 
@@ -38,7 +39,7 @@ class CrossEncodedPairHead(nn.Module):
     Without the tanh (ph, dph) the whole head is linear in its inputs.
     """
 
-    VARIANTS = ("ph", "dph", "dpha")
+    VARIANTS = CROSS_HEADS
 
     def __init__(self, hidden_size: int, variant: str = "dpha", dropout: float = DEFAULT_DROPOUT):
         super().__init__()

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from minbert.common.choices import ATTENTION
 from minbert.common.errors import FlagError
 from minbert.models.config import BertConfig
 
@@ -32,7 +33,6 @@ ACTIVATIONS = {
 }
 
 
-ATTENTION = ("auto", "padded", "packed", "unpadded")
 # Where scaled_dot_product_attention takes nested jagged tensors. On CUDA: FlashAttention in bf16 and fp16 (with
 # dropout, training too); in fp32, the memory-efficient kernel only where nothing needs a gradient (inference), since
 # torch's kernels other than flash refuse nested inputs that need one, so fp32 training falls back to the math path,

@@ -9,14 +9,9 @@ import warnings
 import torch
 from torch import nn
 
+from minbert.common.choices import QUANTIZATIONS
 from minbert.common.errors import FlagError, UsageError
 from minbert.models.bert import BertModel
-
-QUANTIZATIONS = ("none", "int8")
-QUANTIZE_HELP = ("int8: the encoder's Linear layers in int8, for inference on a CPU (torch's dynamic quantization: "
-                 "weights int8 per output channel, each batch's activations quantized as they come; the rest fp32): "
-                 "faster, outputs within int8's rounding of fp32's (docs/results.md says how close and when it "
-                 "pays); none: fp32")
 
 
 def inference_precision(quantize: str, device: torch.device | str, precision: str) -> str:

@@ -4,13 +4,12 @@ from contextlib import contextmanager, nullcontext
 
 import torch
 
+from minbert.common.choices import POOLINGS, TOKEN_POOLINGS
 from minbert.common.ordering import sorted_batches
 from minbert.common.progress import Progress
 from minbert.models.bert import BertModel, BertOutput
 from minbert.models.tokenizer import Tokenizer, collate
 
-POOLINGS = ("cls", "mean", "pooler")  # what the fine-tuning heads and contrastive pretraining use
-TOKEN_POOLINGS = ("cls", "mean", "max")  # defined on any layer's token vectors (the pooler only on the last)
 
 
 def pool(output: BertOutput, attention_mask: torch.Tensor, pooling: str) -> torch.Tensor:

@@ -36,11 +36,8 @@ from minbert.models import BertModel, pool
 from minbert.models.bert import BertSelfAttention
 from minbert.training.objectives import Objective, View, projection_mlp
 
-AUGMENTATIONS = ("none", "shuffle", "token-cutoff", "feature-cutoff", "dropout", "adversarial")
 CUTOFFS = {"token-cutoff": (token_cutoff, 0.15), "feature-cutoff": (feature_cutoff, 0.2),
            "dropout": (embedding_dropout, 0.2)}
-STAGES = {"unsup": ("unsup",), "joint": ("joint",), "sup-unsup": ("sup", "unsup"),
-             "joint-unsup": ("joint", "unsup")}
 
 
 def augmented_embedding(encoder: BertModel, pooling: str, augmentation: str, inputs: dict,

@@ -21,7 +21,7 @@ from torchjd.aggregation import Aggregator, PCGrad, UPGrad
 from torchjd.autojac import backward as jacobian_backward
 from torchjd.autojac import jac_to_grad
 
-METHODS = ("pcgrad", "upgrad")
+from minbert.training.multitask_config import SURGERY_METHODS as METHODS
 
 
 def surgery_backward(task_losses: Sequence[torch.Tensor], shared_params: Iterable[torch.Tensor],

@@ -4,7 +4,8 @@ An entry holds what is particular to a method: its papers' defaults, its default
 are its own (every other method refuses them), what else it refuses, its stages, and how its objective is
 built (training/objectives.py, training/consert.py); the flags' help lists the defaults from the entries. A new
 method is one entry here, its flags in ContrastiveConfig, and its objective; the pretraining run
-(training/contrastive.py) knows no method by name.
+(training/contrastive.py) knows no method by name. This module loads no torch (the objectives do, imported when a
+run builds one): pretrain_contrastive.py --help, made from the entries, answers at once.
 
     simcse   SimCSE (Gao et al. 2021; Chen's CS224N report): dropout views, NLI hard negatives, Quora negative pairs
     mnrl     multiple negatives ranking loss (Mohammed and Sabane's CS224N report; sentence-transformers)
@@ -12,22 +13,30 @@ method is one entry here, its flags in ContrastiveConfig, and its objective; the
     sg       SG-BERT (Kim et al.): BERT_F's layers guide BERT_T's [CLS] vector (L_base); sg-opt: its L_opt
     consert  ConSERT (Yan et al.): two augmented views; NLI supervision before or with it (--consert-stages)
 """
+from __future__ import annotations
+
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from minbert.common.cli import AT_LEAST_0, AT_LEAST_1, FRACTION, POSITIVE, flag
+from minbert.common.choices import POOLINGS, contrastive_data_names
+from minbert.common.cli import AT_LEAST_0, AT_LEAST_1, FRACTION, POSITIVE, as_flag, flag
 from minbert.common.errors import DataError
 from minbert.common.files import DEFAULT_DATA, in_repository
-from minbert.data.contrastive import Dataset, PairSet, TripletSet
-from minbert.model import as_flag
-from minbert.models import POOLINGS, BertModel
-from minbert.tasks import CONTRASTIVE_DATA
 from minbert.engine.config import MIN_LENGTH, TrainingConfig
-from minbert.training.consert import AUGMENTATIONS, STAGES, ConsertSupervised, ConsertUnsupervised
-from minbert.training.objectives import ContrastiveTension, MultipleNegatives, Objective, SelfGuided, SimCSE
+from minbert.task_info import CONTRASTIVE_COURSE_DATA
 
-DATA_NAMES = CONTRASTIVE_DATA.names
+if TYPE_CHECKING:
+    from minbert.data.contrastive import Dataset
+    from minbert.models import BertModel
+    from minbert.training.objectives import Objective
+
+DATA_NAMES = contrastive_data_names(CONTRASTIVE_COURSE_DATA)
+# ConSERT's views (--aug1, --aug2) and stages (--consert-stages): each choice the sequence of stages it trains
+# (training/consert.py).
+AUGMENTATIONS = ("none", "shuffle", "token-cutoff", "feature-cutoff", "dropout", "adversarial")
+STAGES = {"unsup": ("unsup",), "joint": ("joint",), "sup-unsup": ("sup", "unsup"), "joint-unsup": ("joint", "unsup")}
 
 
 def _number(value: float) -> str:
@@ -68,6 +77,8 @@ class Method:
 
 
 def _simcse_data(datasets, stage):
+    from minbert.data.contrastive import PairSet, TripletSet
+
     kinds = {type(d) for d in datasets}
     return "NLI" if TripletSet in kinds else "Quora" if PairSet in kinds else "sentences"
 
@@ -90,6 +101,8 @@ def _check_consert(config: "ContrastiveConfig") -> None:
 def _consert_stage_data(config: "ContrastiveConfig", stage: str) -> str:
     """The NLI stages train on NLI triplets: --data when it is NLI; else, in a two-stage schedule, the NLI file
     (--data is then the unsupervised stage's)."""
+    from minbert.tasks import CONTRASTIVE_DATA
+
     is_nli = config.data == "nli" or (config.data not in DATA_NAMES and
                                       CONTRASTIVE_DATA.detect_format(Path(config.data).expanduser()) == "nli")
     if stage == "unsup" or is_nli:
@@ -99,7 +112,16 @@ def _consert_stage_data(config: "ContrastiveConfig", stage: str) -> str:
     return "nli"
 
 
-def _build_consert(config: "ContrastiveConfig", encoder: BertModel, stage: str) -> Objective:
+def _objectives():
+    """training/objectives.py, the methods' objectives: imported when a run builds one (it loads torch)."""
+    from minbert.training import objectives
+
+    return objectives
+
+
+def _build_consert(config: ContrastiveConfig, encoder: BertModel, stage: str) -> Objective:
+    from minbert.training.consert import ConsertSupervised, ConsertUnsupervised
+
     if stage == "unsup":
         return ConsertUnsupervised(encoder, config.pooling, config.aug1, config.aug2, config.temperature,
                                    config.use_projection)
@@ -111,8 +133,8 @@ def _build_consert(config: "ContrastiveConfig", encoder: BertModel, stage: str) 
 def _self_guided(name: str) -> "Method":
     # SG-BERT (Kim et al.) Table 8: batch 16, lr 5e-5, tau 0.01, [CLS] of BERT_T.
     return Method(name, f"SG-BERT's {'L_opt' if name == 'sg-opt' else 'L_base'} (Kim et al.)",
-                  lambda config, encoder, stage: SelfGuided(encoder, name == "sg-opt", config.pooling,
-                                                            config.temperature, config.sg_lambda),
+                  lambda config, encoder, stage: _objectives().SelfGuided(encoder, name == "sg-opt", config.pooling,
+                                                                         config.temperature, config.sg_lambda),
                   dict(batch_size=16, max_length=64, pooling="cls", temperature=0.01, warmup=0.0), 5e-5,
                   flags=("temperature", "sg_lambda"), own_scoring="its own 4096-wide head")
 
@@ -124,21 +146,22 @@ METHODS: dict[str, Method] = {method.name: method for method in (
     # batch 64 as in unsupervised SimCSE (supervised SimCSE used 512); lr 5e-5 supervised (NLI), 3e-5 unsupervised
     # (bert-base), and Chen's report Table 10: 2e-5 with Quora.
     Method("simcse", "SimCSE (Gao et al.; dropout views, NLI hard negatives)",
-           lambda config, encoder, stage: SimCSE(encoder, config.pooling, config.use_projection, config.temperature,
-                                                 config.negatives),
+           lambda config, encoder, stage: _objectives().SimCSE(encoder, config.pooling, config.use_projection,
+                                                              config.temperature, config.negatives),
            dict(batch_size=64, max_length=32, pooling="cls", temperature=0.05, warmup=0.0),
            RateBy({"NLI": 5e-5, "Quora": 2e-5, "sentences": 3e-5}, _simcse_data),
            flags=("temperature", "negatives"), projection=True),
     # MNRL (Mohammed and Sabane's CS224N report; sentence-transformers' recipe): mean pooling, scale 20, lr 2e-5,
     # 10% warm-up.
     Method("mnrl", "multiple negatives ranking loss",
-           lambda config, encoder, stage: MultipleNegatives(encoder, config.pooling, config.use_projection,
-                                                            config.scale),
+           lambda config, encoder, stage: _objectives().MultipleNegatives(encoder, config.pooling,
+                                                                         config.use_projection, config.scale),
            dict(batch_size=32, max_length=64, pooling="mean", warmup=0.1), 2e-5, flags=("scale",)),
     # CT (Carlsson et al. section 4, Appendix A): batch 16 = 2 x (1 positive + K = 7 negative pairs), mean pooling,
     # 75 tokens (authors' code), step-wise lr from 1e-5 down to 2e-6 (Table 5).
     Method("ct", "Contrastive Tension (Carlsson et al.)",
-           lambda config, encoder, stage: ContrastiveTension(encoder, config.pooling, config.negatives_per_positive),
+           lambda config, encoder, stage: _objectives().ContrastiveTension(encoder, config.pooling,
+                                                                          config.negatives_per_positive),
            dict(batch_size=16, max_length=75, pooling="mean", warmup=0.0), 1e-5,
            flags=("negatives_per_positive",), check=_check_ct, own_scoring="raw dot products"),
     _self_guided("sg"),

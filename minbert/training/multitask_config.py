@@ -1,27 +1,45 @@
 """The flags of multi-task fine-tuning (multitask_classifier.py), which are also its saved run config: the
-model's (model.ModelConfig), SMART's (training/smart.py), evaluation's (here, with what --metric-for-best means)
-and every trainer's (engine/config.py), and those of the schedule, the data and the outputs, checked together
-before any data is read."""
+model's (model_config.ModelConfig), SMART's (here; training/smart.py runs it), evaluation's (here, with what
+--metric-for-best means) and every trainer's (engine/config.py), and those of the schedule, the data and the
+outputs, checked together before any data is read. Like every command's flags, they load no torch: --help lists
+them at once, and the checks that need the task registry import it when a config is built."""
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from minbert.common.cli import AT_LEAST_0, AT_LEAST_1, POSITIVE, Range, flag, parse_task_order, task_weights_text
+from minbert.common.cli import (AT_LEAST_0, AT_LEAST_1, POSITIVE, Range, flag, parse_task_order, parse_task_weights,
+                                task_weights_text)
 from minbert.common.files import DEFAULT_DATA, in_repository
 from minbert.common.run_folder import BEST
-from minbert.data.silver import file_name as silver_file
-from minbert.model import ModelConfig
-from minbert.tasks import COURSE_TASKS, RECIPE_TASK_WEIGHTS, REGISTRY, TASK_NAMES, selection_score, trained_task_weights
 from minbert.engine.config import TrainingConfig
-from minbert.training.gradient_surgery import METHODS as SURGERY_METHODS
+from minbert.model_config import ModelConfig
+from minbert.task_info import COURSE_TASKS, RECIPE_TASK_WEIGHTS, TASK_NAMES, TASKS
 from minbert.training.schedules import SCHEDULES, check_plan
-from minbert.training.smart import SmartConfig
 
 log = logging.getLogger(__name__)
 # What --metric-for-best may name: the selection score (overall), the plain mean, or one task's metric.
 BEST_METRICS = ("overall", "mean") + TASK_NAMES
-TASK_METRICS_HELP = ", ".join(f"{name} ({task.metric_name})" for name, task in REGISTRY.items())
+TASK_METRICS_HELP = ", ".join(f"{name} ({task.metric_name})" for name, task in TASKS.items())
+# How --combine combines the task gradients of a step besides their mean (training/gradient_surgery.py).
+SURGERY_METHODS = ("pcgrad", "upgrad")
+
+
+@dataclass
+class SmartConfig:
+    """SMART's flags; its defaults are the paper's."""
+    smart: bool = flag(False, "SMART regularization (Jiang et al., 2020): an adversarial perturbation of the input "
+                              "embeddings and a Bregman proximal point term added to each task's loss")
+    smart_weight: float = flag(1.0, "SMART's lambda_s, the weight of the adversarial smoothness term", range=AT_LEAST_0)
+    smart_epsilon: float = flag(1e-5, "SMART's epsilon: the l_inf radius of the perturbation", range=POSITIVE)
+    smart_noise: float = flag(1e-5, "SMART's sigma: the standard deviation of the perturbation's start",
+                              range=AT_LEAST_0)
+    smart_step_size: float = flag(1e-3, "SMART's eta: the step of the perturbation's gradient ascent", range=POSITIVE)
+    smart_steps: int = flag(1, "SMART's T_x: gradient ascent steps of the perturbation", range=AT_LEAST_1)
+    bregman_weight: float = flag(1.0, "SMART's mu: the weight of the Bregman proximal point term (0 = off)",
+                                 range=AT_LEAST_0)
+    bregman_momentum: float = flag(0.99, "SMART's beta: the momentum of the weights the Bregman term compares with",
+                                   range=Range(0, 1, high_open=True))
 
 
 @dataclass
@@ -38,6 +56,8 @@ class EvaluationConfig:
 
 def best_metric(metrics: dict[str, float], name: str) -> float:
     """The value of --metric-for-best NAME in an evaluation's metrics (higher is better)."""
+    from minbert.tasks import selection_score  # the registry's scores: loaded once a run is scored
+
     return selection_score(metrics) if name == "overall" else metrics[name]
 
 
@@ -46,7 +66,17 @@ def describe_best_metric(name: str, tasks: Sequence[str]) -> str:
     if name == "overall":
         return ("overall (the course's overall score)" if set(tasks) == set(COURSE_TASKS)
                 else f"overall (the mean of {', '.join(tasks)} scores on [0, 1])")
-    return "mean (of sst, para and sts)" if name == "mean" else f"{name} ({REGISTRY[name].metric_name})"
+    return "mean (of sst, para and sts)" if name == "mean" else f"{name} ({TASKS[name].metric_name})"
+
+
+def trained_task_weights(text: str, trained: Sequence[str], option: str) -> dict[str, float]:
+    """--task-weights or --loss-weights of a run that trains `trained`: {} for no text; a task it names must be one
+    of those trained, and one of those must weigh more than 0."""
+    values = parse_task_weights(text, TASK_NAMES, option=option, trained=trained) if text else {}
+    untrained = [task for task in values if task not in trained]
+    if untrained:
+        raise ValueError(f"{option} {text!r}: {', '.join(untrained)} is not trained (--tasks {','.join(trained)})")
+    return values
 
 
 def check_best_metric(name: str, tasks: Sequence[str]) -> None:
@@ -137,6 +167,8 @@ class MultitaskConfig(ModelConfig, SmartConfig, EvaluationConfig, TrainingConfig
             if self.silver_tasks:
                 raise ValueError(f"--silver-tasks {self.silver_tasks}: give the silver folder (--silver)")
             return ()
+        from minbert.data.silver import file_name as silver_file  # loads torch: built only for a run with --silver
+
         folder = Path(self.silver)
         if not folder.is_dir():
             raise ValueError(f"--silver {self.silver}: " + ("not found" if not folder.exists() else "not a folder")

@@ -30,10 +30,14 @@ occurrence is a full pass, in rr-batch each occurrence takes one batch per cycle
 each occurrence gets its own block of epochs. Steps beyond a loader's length mean the training
 loop starts a new pass over that loader.
 """
+from __future__ import annotations
+
 import math
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # torch is loaded where a plan is drawn: --schedule's help, from here, needs none
+    import torch
 
 # Each schedule in a line: --schedule's help is made of these.
 SCHEDULES = {
@@ -130,6 +134,8 @@ def _merged_and_shuffled(num_batches: Mapping[str, int], task_weights: Mapping[s
               for _ in range(math.ceil(task_weights.get(task, 1.0) * count))]
     if not merged:
         raise ValueError("all task weights are zero; nothing to train")
+    import torch
+
     permutation = torch.randperm(len(merged), generator=generator).tolist()
     return [merged[i] for i in permutation]
 
@@ -139,6 +145,8 @@ def check_plan(schedule: str, tasks: Sequence[str], num_epochs: int, task_order:
     """Raise ValueError now, before any data is read, for the flags plan_epoch would refuse after it (task weights
     of a schedule other than mtdnn, fewer epochs than a sequential order's tasks, ...): it plans one epoch of a
     batch a task."""
+    import torch
+
     try:
         plan_epoch(schedule, dict.fromkeys(tasks, 1), epoch=0, num_epochs=num_epochs, task_order=task_order,
                    task_weights=task_weights, generator=torch.Generator().manual_seed(0))

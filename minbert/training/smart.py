@@ -19,13 +19,12 @@ round to x and R_s would see no perturbation at all.
 import copy
 from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from minbert.common.cli import AT_LEAST_0, AT_LEAST_1, POSITIVE, Range, flag
 from minbert.tasks import REGISTRY
+from minbert.training.multitask_config import SmartConfig
 
 Divergence = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -100,23 +99,6 @@ class MovingAverage:
 
     def load_state_dict(self, state: dict) -> None:
         self.model.load_state_dict(state)
-
-
-@dataclass
-class SmartConfig:
-    """SMART's flags; its defaults are the paper's."""
-    smart: bool = flag(False, "SMART regularization (Jiang et al., 2020): an adversarial perturbation of the input "
-                              "embeddings and a Bregman proximal point term added to each task's loss")
-    smart_weight: float = flag(1.0, "SMART's lambda_s, the weight of the adversarial smoothness term", range=AT_LEAST_0)
-    smart_epsilon: float = flag(1e-5, "SMART's epsilon: the l_inf radius of the perturbation", range=POSITIVE)
-    smart_noise: float = flag(1e-5, "SMART's sigma: the standard deviation of the perturbation's start",
-                              range=AT_LEAST_0)
-    smart_step_size: float = flag(1e-3, "SMART's eta: the step of the perturbation's gradient ascent", range=POSITIVE)
-    smart_steps: int = flag(1, "SMART's T_x: gradient ascent steps of the perturbation", range=AT_LEAST_1)
-    bregman_weight: float = flag(1.0, "SMART's mu: the weight of the Bregman proximal point term (0 = off)",
-                                 range=AT_LEAST_0)
-    bregman_momentum: float = flag(0.99, "SMART's beta: the momentum of the weights the Bregman term compares with",
-                                   range=Range(0, 1, high_open=True))
 
 
 class Smart:

@@ -22,7 +22,7 @@ import optuna
 from minbert.common import locks
 from minbert.common.errors import UsageError
 from minbert.common.files import atomic_file, read_json, write_json
-from minbert.tasks import TASK_NAMES
+from minbert.task_info import TASK_NAMES
 from minbert.training.multitask_config import best_metric
 from minbert.tuning import report
 
