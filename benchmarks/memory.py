@@ -4,7 +4,7 @@ own (one thread), as a user runs them; and where the quick start's memory goes, 
     python benchmarks/memory.py --out runs/memory                  # the quick start, then predict on its run
     python benchmarks/memory.py --out runs/memory --skip-train     # predict only, on runs/memory/quick-start
     python benchmarks/memory.py --out runs/memory --breakdown      # and where the quick start's memory goes
-    python benchmarks/memory.py --out runs/avg --skip-predict -- --schedule avg --max-steps 60   # training only
+    python benchmarks/memory.py --out runs/avg --skip-predict -- --schedule avg --task-weights auto  # training only
 
 The quick start is `minbert train --config quick-start` (about 6 minutes of one thread); predict reads a file of
 --lines Quora pairs (taken from quora-train.csv, written to OUT/pairs.tsv) with the quick start's run. For each it
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     parser.add_argument("--lines", type=int, default=10_000, help="pairs in predict's input file")
     parser.add_argument("--skip-train", action="store_true", help="predict only, with OUT/quick-start's run")
     parser.add_argument("--skip-predict", action="store_true", help="the quick start only (then the flags after -- "
-                        "may be training's alone, e.g. -- --schedule avg --max-steps 60)")
+                        "may be training's alone, e.g. -- --max-steps 60)")
     parser.add_argument("--breakdown", action="store_true", help="the quick start's resident size phase by phase too")
     parser.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)  # the breakdown's own process
     parser.add_argument("extra", nargs="*", help="after --: flags for every command")
