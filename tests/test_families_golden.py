@@ -94,6 +94,10 @@ def mpnet_folder():
     return folder
 
 
+def rms(values: torch.Tensor) -> float:
+    return float(values.pow(2).mean().sqrt())
+
+
 def hidden_states(model, inputs, dtype):
     with torch.no_grad():
         return model.to(dtype)(**inputs, output_hidden_states=True).hidden_states
@@ -101,9 +105,9 @@ def hidden_states(model, inputs, dtype):
 
 @pytest.mark.parametrize("attention", ["padded", "packed"])
 def test_all_mpnet_base_v2_matches_transformers(mpnet_folder, data_dir, attention):
-    """A real 12-layer model is less well conditioned than a tiny random one: in fp32 some of its layers amplify the
-    rounding (both sides' hidden states stray up to ~6e-4 from the exact values), so fp32 against fp32 at 1e-5 is a
-    test of summation order, not of the model. The exact values come from float64 instead."""
+    """A real 12-layer model is less well conditioned than a tiny random one: in fp32 some of its tokens' hidden
+    states stray up to ~6e-4 from the exact values on both sides, so fp32 against fp32 at 1e-5 is a test of the
+    summation order, not of the model. The exact values come from float64 instead."""
     tokenizer = Tokenizer.from_pretrained("all-mpnet-base-v2")
     sentences = real_sentences(data_dir)
     batch = tokenizer(sentences, sentences[::-1])
@@ -120,11 +124,11 @@ def test_all_mpnet_base_v2_matches_transformers(mpnet_folder, data_dir, attentio
         # Same arithmetic: float64 rounds 5e8 times finer than fp32, and the two sides agree to 1e-10 of the values'
         # size (~3e-13 measured at the worst layer); a wrong formula differs by 1e-3 or more.
         assert (ours64[layer][real] - exact[layer][real]).abs().max() <= 1e-10 * scale, f"float64, layer {layer}"
-        # As accurate in fp32: our error against the exact values is within 4x of transformers' own (the two sum in
-        # other orders, so either may be the closer; 1.8x at most measured), plus one fp32 rounding of the values.
-        error = (ours32[layer][real].double() - exact[layer][real]).abs().max()
-        reference_error = (theirs32[layer][real].double() - exact[layer][real]).abs().max()
-        assert error <= 4 * reference_error + 1.2e-7 * scale, f"fp32, layer {layer}: {error:.2e} vs {reference_error:.2e}"
+        # As accurate in fp32: our root-mean-square error against the exact values is within 2x of transformers'
+        # own (0.64x to 1.04x measured). Over every value of the layer, not the largest error: that one is a single
+        # ill-conditioned value's, whose rounding either side may happen to get closer.
+        error, reference_error = (rms(side[layer][real].double() - exact[layer][real]) for side in (ours32, theirs32))
+        assert error <= 2 * reference_error, f"fp32, layer {layer}: {error:.2e}, transformers' {reference_error:.2e}"
 
 
 def test_a_saved_mpnet_folder_is_transformers_and_sentence_transformers_mpnet(tiny_mpnet, tmp_path, one_thread):
