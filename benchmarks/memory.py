@@ -120,8 +120,9 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     parser.add_argument("--out", required=True, help="folder for the quick start's run, the pairs file and output")
     parser.add_argument("--data-dir", default=str(DEFAULT_DATA), help="folder with the course's data files")
     parser.add_argument("--lines", type=int, default=10_000, help="pairs in predict's input file")
-    parser.add_argument("--skip-train", action="store_true", help="predict only, with OUT/quick-start's run")
-    parser.add_argument("--skip-predict", action="store_true", help="the quick start only (then the flags after -- "
+    skip = parser.add_mutually_exclusive_group()  # both would measure nothing
+    skip.add_argument("--skip-train", action="store_true", help="predict only, with OUT/quick-start's run")
+    skip.add_argument("--skip-predict", action="store_true", help="the quick start only (then the flags after -- "
                         "may be training's alone, e.g. -- --max-steps 60)")
     parser.add_argument("--breakdown", action="store_true", help="the quick start's resident size phase by phase too")
     parser.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)  # the breakdown's own process

@@ -328,6 +328,14 @@ def test_memory_off_a_terminal_writes_a_line_at_least_every_interval(clock, line
     assert lines.lines[0][1] == "memory: 0/2 commands (0%), 30 s"
 
 
+def test_memory_refuses_to_skip_both_of_its_commands(tmp_path, capsys):
+    from benchmarks import memory
+    with pytest.raises(SystemExit) as stopped:
+        memory.main(["--out", str(tmp_path), "--skip-train", "--skip-predict"])
+    assert stopped.value.code == 2
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
 def test_hf_single_task_baseline_off_a_terminal_writes_a_line_at_least_every_interval(clock, lines, tiny_model,
                                                                                       course_data, tmp_path,
                                                                                       monkeypatch):
