@@ -108,11 +108,13 @@ def test_inference_runs_each_layer_once(layer_calls):
 # a whole run's weights come out bit for bit the same (AdamW would turn any rounding difference in a gradient near
 # zero into a step of up to the learning rate, which no tolerance of a run's weights could tell from a real one).
 
-def test_multitask_run_trains_the_same_weights_and_records_the_flag(tiny_model, course_data, tmp_path, layer_calls):
-    """tiny_model has BERT's dropout (0.1)."""
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_multitask_run_trains_the_same_weights_and_records_the_flag(tiny_model, course_data, tmp_path, layer_calls,
+                                                                    precision):
+    """tiny_model has BERT's dropout (0.1). Under bf16 autocast the recomputed forward is cast as the first was."""
     def run(out, *extra):
         multitask_classifier.main(multitask_argv(tiny_model, course_data, out, "--epochs", "1", "--max-steps", "3",
-                                                 "--schedule", "avg", *extra))
+                                                 "--schedule", "avg", "--precision", precision, *extra))
         return checkpoint_weights(out / "run" / "last")
 
     plain = run(tmp_path / "plain")
