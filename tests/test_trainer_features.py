@@ -257,6 +257,23 @@ def test_command_line_flags_win_over_the_config_file_and_the_recipe_parses(tmp_p
     assert (config.max_steps, config.head_lr, config.quiet) == (4, 0.01, False)
 
 
+def test_the_base_recipe_is_the_full_recipe_sized_for_a_base_model_on_a_cpu():
+    """minbert/recipes/mtdnn-mpnet.yaml says so in its comment: only the model, the epochs, the sample and its
+    folders differ from mtdnn-minilm.yaml."""
+    from dataclasses import fields
+
+    from minbert.common.cli import parse_config
+    from minbert.training.multitask_config import MultitaskConfig
+
+    recipes = Path(__file__).resolve().parents[1] / "minbert/recipes"
+    full, base = (parse_config(MultitaskConfig, "", ["--config", str(recipes / f"{name}.yaml")])
+                  for name in ("mtdnn-minilm", "mtdnn-mpnet"))
+    differ = {field.name for field in fields(MultitaskConfig) if getattr(full, field.name) != getattr(base, field.name)}
+    differ.discard("command")  # the command line that parsed it, which names its file
+    assert differ == {"model", "epochs", "max_train_examples", "output_dir", "predictions_dir"}
+    assert (base.model, base.epochs, base.max_train_examples) == ("all-mpnet-base-v2", 1, 16384)
+
+
 @pytest.mark.parametrize("text, message", [("lrr: 1\n", "unknown flag 'lrr'"), ("epochs: many\n", "epochs"),
                                            ("schedule: nope\n", "schedule"), ("- a\n", "not a mapping")])
 def test_a_bad_config_file_is_one_line_naming_the_file_and_the_key(tmp_path, capsys, text, message):
