@@ -1,10 +1,11 @@
-"""Our AdamW's step time on a bert-base-shaped set of parameters, as ratios to torch.optim.AdamW in the same run.
+"""Our AdamW's step time on a bert-base-shaped set of parameters, as the reference (the CPU's path) and fused (one
+kernel: the trainers' path on CUDA), as ratios to torch.optim.AdamW in the same run.
 
     python benchmarks/optimizer_speed.py --device cpu --threads 1
 
-References: torch.optim.AdamW with foreach=False (a loop over the parameters, as our AdamW was written before) and
-with foreach=True (torch's multi-tensor path). A ratio below 1 is faster than the reference. Off a terminal, a
-progress line at least every 30 seconds.
+References: torch.optim.AdamW with foreach=False (a loop over the parameters, as our AdamW was written before), with
+foreach=True (torch's multi-tensor path) and with fused=True (its one kernel). A ratio below 1 is faster than the
+reference. Off a terminal, a progress line at least every 30 seconds.
 """
 import argparse
 import logging
@@ -62,14 +63,18 @@ def main(argv: list[str] | None = None) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     settings = dict(lr=1e-4, weight_decay=0.01)
-    bar = Progress(3 * (args.repeats + 1), "optimizer_speed", unit="step")  # ours and the two references
-    ours = step_seconds(lambda p: AdamW(p, **settings), args.device, args.repeats, bar)
+    references = {f"torch.optim.AdamW({name}={value})": {name: value}
+                  for name, value in (("foreach", False), ("foreach", True), ("fused", True))}
+    bar = Progress(5 * (args.repeats + 1), "optimizer_speed", unit="step")  # ours twice, the three references
+    ours = {fused: step_seconds(lambda p: AdamW(p, fused=fused, **settings), args.device, args.repeats, bar)
+            for fused in (False, True)}
     print(f"{sum(torch.Size(s).numel() for s in SHAPES) / 1e6:.1f}M parameters in {len(SHAPES)} tensors on "
-          f"{args.device}: our AdamW step {ours * 1000:.1f} ms")
-    for name, foreach in (("torch.optim.AdamW(foreach=False)", False), ("torch.optim.AdamW(foreach=True)", True)):
-        reference = step_seconds(lambda p: torch.optim.AdamW(p, foreach=foreach, **settings), args.device,
-                                 args.repeats, bar)
-        print(f"  {name}: {reference * 1000:.1f} ms; ours / it = {ours / reference:.2f}", flush=True)
+          f"{args.device}: our AdamW step {ours[False] * 1000:.1f} ms, fused {ours[True] * 1000:.1f} ms")
+    for name, choice in references.items():
+        reference = step_seconds(lambda p: torch.optim.AdamW(p, **choice, **settings), args.device, args.repeats,
+                                 bar)
+        print(f"  {name}: {reference * 1000:.1f} ms; ours / it = {ours[False] / reference:.2f}, fused / it = "
+              f"{ours[True] / reference:.2f}", flush=True)
     bar.close()
 
 

@@ -92,3 +92,48 @@ def test_groups_of_several_dtypes_each_follow_torch_adamw():
         results.append((single.detach().clone(), double.detach().clone()))
     torch.testing.assert_close(results[0][0], results[1][0], atol=1e-6, rtol=0)
     torch.testing.assert_close(results[0][1], results[1][1], atol=1e-12, rtol=0)
+
+
+def fused_and_reference_runs(steps: int, weight_decay: float) -> list[torch.Tensor]:
+    """Our AdamW as the reference and through torch's fused kernel (fused=True, the trainers' path on CUDA; torch
+    runs it on the CPU too), fp32, on the same gradients: a group with weight decay and one without, and a
+    parameter that misses every second step (its own bias correction)."""
+    results = []
+    for fused in (False, True):
+        torch.manual_seed(0)
+        decayed, missing, plain = (torch.nn.Parameter(torch.randn(shape)) for shape in ((7, 5), (3,), (4, 2)))
+        optimizer = AdamW([{"params": [decayed, missing], "weight_decay": weight_decay},
+                           {"params": [plain], "weight_decay": 0.0}], lr=1e-2, betas=(0.9, 0.98), fused=fused)
+        generator = torch.Generator().manual_seed(1)
+        for step in range(steps):
+            for p in (decayed, missing, plain):
+                p.grad = torch.randn(p.shape, generator=generator)
+            if step % 2:
+                missing.grad = None
+            optimizer.step()
+        results.append(torch.cat([p.detach().flatten() for p in (decayed, missing, plain)]))
+    return results
+
+
+def test_the_fused_kernel_equals_our_adamw_to_fp32_rounding():
+    steps = 10
+    reference, fused = fused_and_reference_runs(steps, weight_decay=0.1)
+    # Both compute the same lines in fp32, in another order: each step's result may differ by a few units of fp32's
+    # last place (eps) of the weight it updates, and the differences of the moments stay as small. So after `steps`
+    # steps the weights differ by at most about steps x 4 eps x the largest weight.
+    tolerance = steps * 4 * torch.finfo(torch.float32).eps * reference.abs().max().item()
+    assert (fused - reference).abs().max() <= tolerance
+    # A kernel that placed the decay differently, or left it out, would be far outside that tolerance.
+    undecayed, _ = fused_and_reference_runs(steps, weight_decay=0.0)
+    assert (undecayed - reference).abs().max() > 100 * tolerance
+
+
+def test_the_fused_kernel_keeps_our_checkpointed_state():
+    """The same state either way (integer step counts, the two moments): a run resumes on either path."""
+    weight = torch.nn.Parameter(torch.ones(3))
+    for fused in (False, True):
+        optimizer = AdamW([weight], lr=0.1, fused=fused)
+        weight.grad = torch.ones(3)
+        optimizer.step()
+        state = optimizer.state_dict()["state"][0]
+        assert state["step"] == 1 and set(state) == {"step", "exp_avg", "exp_avg_sq"}

@@ -160,8 +160,9 @@ class Engine(Command):
         """A fresh optimizer and learning-rate schedule for `total_steps` steps."""
         self.parameters, self.peak_lr, self.head_lr = run.parameters(), run.lr, run.head_lr
         self.lr_multiplier = lambda step: run.lr_multiplier(step, total_steps, self.config.warmup)
+        # On CUDA the update runs as one fused kernel (the same AdamW, models/optimizer.py); on a CPU, the reference.
         self.optimizer = AdamW(run.parameter_groups(), lr=run.lr, betas=run.adam_betas,
-                               weight_decay=self.config.weight_decay)
+                               weight_decay=self.config.weight_decay, fused=self.device.type == "cuda")
         # torchrun: run.module() wrapped in DistributedDataParallel, which averages the gradients.
         self.data_parallel = DataParallel(run.module(), self.parameters, run.passes_apart, self.config.ddp_bucket_mb,
                                           self.config.ddp_compress)
