@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None):
     parser.add_argument("--repeats", type=int, default=10, help="timed steps per side; the median is printed")
     parser.add_argument("--attention", default="auto", choices=ATTENTION,
                         help="how our encoder runs the padded half of the batch (multitask_classifier.py --attention): "
-                             "padded, packed, unpadded, or auto (packed on a CPU, padded on a GPU)")
+                             "padded, packed, or auto (packed on a CPU, padded on a GPU)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
                         help="where to run: cpu, cuda, cuda:1, ... (cuda when present)")
     parser.add_argument("--precision", default="fp32", choices=("fp32", "bf16"),

@@ -8,7 +8,7 @@
 #
 #   call1     the set-up; a world of one process through DistributedDataParallel on NCCL (benchmarks/ddp_smoke.py);
 #             the eager throughput table (benchmarks/gpu_throughput.py: our encoder against a tuned
-#             transformers loop, fp32 and bf16, padded, packed and unpadded, bert-base-shaped and MODEL); one
+#             transformers loop, fp32 and bf16, padded and packed, bert-base-shaped and MODEL); one
 #             3-epoch run of the documented recipe alone on the GPU (training, dev evaluation and test prediction
 #             timed apart) and the transformers baseline (3 epochs a task, same precision); then the quality
 #             campaign (benchmarks/quality_campaign.sh, every other run) starts in the background in its own

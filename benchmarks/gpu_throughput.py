@@ -7,8 +7,7 @@ on) on the same batches:
 fixed shapes without padding (e.g. 32 x 128) and real ones (sentences drawn from the course's training files,
 so their lengths, and their padding, are the course's). Each configuration prints tokens a second (real tokens,
 padding not counted), step time, MFU (the model's FLOPs, attention included, over the GPU's dense bf16 peak)
-and peak memory; both sides for fp32 and bf16, ours padded, packed and unpadded, eager and
-compiled.
+and peak memory; both sides for fp32 and bf16, ours padded and packed, eager and compiled.
 
     python benchmarks/gpu_throughput.py --model /tmp/minilm --out results/throughput.json
     python benchmarks/gpu_throughput.py --shape tiny --model /tmp/minilm --device cpu --steps 2    # a smoke test
@@ -58,7 +57,7 @@ TRAIN_FILES = [(task, REGISTRY[task].files[0]) for task in COURSE_TASKS]
 class Setting:
     side: str  # ours | transformers
     precision: str  # fp32 | bf16 (autocast)
-    attention: str  # ours: padded | packed | unpadded; transformers: sdpa (padded, its own mask)
+    attention: str  # ours: padded | packed; transformers: sdpa (padded, its own mask)
     compiled: bool
     batches: str  # a fixed shape such as 32x128, or "real"
 
@@ -148,7 +147,7 @@ def measure(setting: Setting, folder: Path, batches: list[tuple[dict, bool]], ar
         batch, padded = batch_and_padding
         with autocast, known(padded):
             hidden = model(**batch).last_hidden_state
-        # The same loss on both sides, over real tokens only (the unpadded path leaves zeros at padding).
+        # The same loss on both sides, over real tokens only (the packed path leaves zeros at padding).
         masked_mean(hidden.float(), batch["attention_mask"]).pow(2).mean().backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -172,7 +171,7 @@ def measure(setting: Setting, folder: Path, batches: list[tuple[dict, bool]], ar
 
 def settings(args) -> list[Setting]:
     """Every configuration asked for: ours in each attention, transformers with its own (sdpa); a fixed shape has
-    no padding, so there ours runs padded only (packed and unpadded would be the same computation)."""
+    no padding, so there ours runs padded only (packed would be the same computation)."""
     found = []
     for batches, precision, compiled, side in itertools.product(
             args.batch_kinds, args.precisions, [c == "compiled" for c in args.compile], args.sides):
@@ -238,10 +237,9 @@ def parse_args(argv=None):
                         help="real sentences are cut to this many tokens (default: %(default)s)")
     parser.add_argument("--precisions", type=comma_list(("fp32", "bf16")), default=["fp32", "bf16"],
                         help="fp32 and/or bf16 (autocast), comma-separated (default: fp32,bf16)")
-    parser.add_argument("--attention", type=comma_list(("padded", "packed", "unpadded")),
-                        default=["padded", "packed", "unpadded"],
+    parser.add_argument("--attention", type=comma_list(("padded", "packed")), default=["padded", "packed"],
                         help="how our encoder runs padded batches (multitask_classifier.py --attention), "
-                             "comma-separated (default: padded,packed,unpadded)")
+                             "comma-separated (default: padded,packed)")
     parser.add_argument("--compile", type=comma_list(("eager", "compiled")), default=["eager", "compiled"],
                         help="eager and/or compiled (torch.compile, both sides), comma-separated "
                              "(default: eager,compiled)")

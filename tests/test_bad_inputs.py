@@ -75,9 +75,8 @@ CASES = [
      "--max-tokens 256 or more", 2),
     ("flag", "--compile where torch cannot compile", "multitask", [*TRAIN, "--compile"],
      "error: torch cannot compile on this machine (cpu): RuntimeError: g++: not found; run without compiling", 2),
-    ("flag", "unpadded attention on a device without it", "multitask", [*TRAIN, "--attention", "unpadded"],
-     "error: unpadded attention needs nested jagged tensors in scaled_dot_product_attention, which torch runs on "
-     "cuda only, not cpu; use padded attention", 2),
+    ("flag", "--attention unpadded (removed: the slowest layout)", "multitask", [*TRAIN, "--attention", "unpadded"],
+     "argument --attention: invalid choice: 'unpadded'", 2),
     ("flag", "contrastive --grad-accum", "pretrain", ["--model", "MODEL", "--grad-accum", "2"],
      "--grad-accum: a contrastive loss compares the examples of one batch", 2),
     ("flag", "an unknown flag", "multitask", [*TRAIN, "--bogus"],
@@ -562,11 +561,6 @@ def no_compiler(monkeypatch, out):
     monkeypatch.setattr("minbert.models.compile.torch.compile", compile_)
 
 
-def no_unpadded_attention(monkeypatch, out):
-    """A device without nested jagged attention: this test's CPU, as torch would be on such a device."""
-    monkeypatch.setattr("minbert.models.bert.UNPADDED_DEVICES", ("cuda",))
-
-
 def folder_in_use(monkeypatch, out):
     """Another command (pid 4242) holds OUT/run: its lock, taken as a run takes it (an open file of the folder's,
     locked with flock, its pid in it). Returns what ends it."""
@@ -694,7 +688,6 @@ def full_disk_at_the_mlflow_store(monkeypatch, out):
 FAULTS = {"an MLflow tracking store that cannot be written": unwritable_mlflow_store,
           "the disk fills up while a checkpoint is saved": disk_full,
           "--compile where torch cannot compile": no_compiler,
-          "unpadded attention on a device without it": no_unpadded_attention,
           "an output folder another command is writing": folder_in_use,
           **dict.fromkeys(["a run's output folder on a read-only file system",
                            "a run's predictions folder on a read-only file system",

@@ -1,5 +1,6 @@
 """Issue 23 through the command: --max-tokens batches within budget (predictions still id by id), --compile and
---attention unpadded training as eager padded does, and a training step that never reads from the device."""
+--attention packed training as eager padded does, a run that recorded the removed unpadded attention resuming
+packed, and a training step that never reads from the device."""
 import json
 import sys
 
@@ -10,7 +11,7 @@ import multitask_classifier
 from minbert.common.run_folder import RunFolder
 from minbert.data.splits import TaskStream
 from minbert.evaluation.inference import soft_outputs
-from tests.conftest import assert_same_weights, checkpoint_weights, multitask_argv
+from tests.conftest import assert_same_weights, checkpoint_weights, killed_and_resumed, multitask_argv
 from minbert.engine import engine as engine_module
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -64,13 +65,28 @@ def test_compiled_run_gives_the_eager_losses(tiny_model_without_dropout, course_
         assert abs(eager["sst"] - compiled["sst"]) <= 1e-4
 
 
-def test_packed_and_unpadded_attention_train_the_padded_weights(tiny_model_without_dropout, course_data, tmp_path):
-    for attention in ("padded", "packed", "unpadded"):
+def test_packed_attention_trains_the_padded_weights(tiny_model_without_dropout, course_data, tmp_path):
+    for attention in ("padded", "packed"):
         multitask_classifier.main(multitask_argv(tiny_model_without_dropout, course_data, tmp_path / attention,
                                                  "--epochs", "1", "--attention", attention))
-    for attention in ("packed", "unpadded"):
-        assert_same_weights(checkpoint_weights(tmp_path / "padded" / "run" / "best"),
-                            checkpoint_weights(tmp_path / attention / "run" / "best"), atol=1e-4)
+    assert_same_weights(checkpoint_weights(tmp_path / "padded" / "run" / "best"),
+                        checkpoint_weights(tmp_path / "packed" / "run" / "best"), atol=1e-4)
+
+
+def test_a_run_that_recorded_unpadded_attention_resumes_packed(tiny_model, course_data, tmp_path, monkeypatch,
+                                                               caplog):
+    """Unpadded attention was removed (issue 71); a run started with it resumes with --resume alone, packed, which
+    computes the same numbers: it ends with the weights of the run trained packed throughout."""
+    def resume(killed):
+        saved = tmp_path / "resumed" / "run" / "last" / "run_config.json"
+        saved.write_text(json.dumps({**json.loads(saved.read_text()), "attention": "unpadded"}))
+        return ["--output-dir", str(tmp_path / "resumed" / "run"), "--resume"]
+
+    with caplog.at_level("INFO"):
+        killed_and_resumed(monkeypatch, lambda out: multitask_argv(tiny_model, course_data, out, "--eval-every", "3",
+                                                                   "--attention", "packed"), tmp_path, 6, resume)
+    assert "--attention unpadded no longer exists; it goes on packed" in caplog.text
+    assert json.loads((tmp_path / "resumed/run/last/run_config.json").read_text())["attention"] == "packed"
 
 
 SYNCING = ("item", "tolist", "__bool__", "__float__", "__int__", "cpu", "numpy")
@@ -79,7 +95,7 @@ SYNCING = ("item", "tolist", "__bool__", "__float__", "__int__", "cpu", "numpy")
 def run_with_a_step_that_may_not_sync(tiny_model, course_data, out, monkeypatch):
     """A tiny run in which any read of a tensor back to the host inside Engine._train_step raises (log lines and
     evaluation, outside the step, may read; so may data/, which makes the batch on the host). Padded attention
-    (the default on a GPU): packed and unpadded attention size their packed tensors by each batch's real tokens."""
+    (the default on a GPU): packed attention sizes its packed tensors by each batch's real tokens."""
     inside = [False]
     for name in SYNCING:
         original = getattr(torch.Tensor, name)

@@ -17,7 +17,7 @@ QUANTIZE_HELP = ("int8: the encoder's Linear layers in int8, for inference on a 
                  "faster, outputs within int8's rounding of fp32's (docs/results.md says how close and when it "
                  "pays); none: fp32")
 # How the encoder runs a padded batch (models/bert.py).
-ATTENTION = ("auto", "padded", "packed", "unpadded")
+ATTENTION = ("auto", "padded", "packed")
 # Sentence embeddings (models/sentence_embedding.py): what the fine-tuning heads and contrastive pretraining use,
 # and what is defined on any layer's token vectors (the pooler only on the last).
 POOLINGS = ("cls", "mean", "pooler")

@@ -19,9 +19,9 @@ class UsageError(UserError):
 
 
 class FlagError(UsageError, ValueError):
-    """A flag's value that this machine, this torch or this data cannot serve (unpadded attention, compile, a
-    token budget below the longest input), found below the command: a ValueError too, so a config's own checks
-    (cli.parse_config) report it as a usage error like cli.run does."""
+    """A flag's value that this machine, this torch or this data cannot serve (--compile where torch cannot
+    compile, a token budget below the longest input), found below the command: a ValueError too, so a config's own
+    checks (cli.parse_config) report it as a usage error like cli.run does."""
 
 
 class DiskFullError(UserError):

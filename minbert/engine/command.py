@@ -73,7 +73,7 @@ class Command:
         """The flags the run trains with: its precision, attention and compilation checked on this device, its seed."""
         self.config = config
         self.precision = Precision(config.precision, self.device)
-        resolve_attention(config.attention, self.device)  # FlagError: unpadded attention this device lacks
+        resolve_attention(config.attention, self.device)  # FlagError: a layout that does not exist
         if config.compile:
             check_can_compile(self.device)
         seed_everything(config.seed)
@@ -136,15 +136,9 @@ class Command:
         for reporter in self.reporters:
             reporter.log_config(flags)
 
-    def resolved_attention(self, encoder) -> str:
-        """What --attention runs as for `encoder` on this device (the run config records it); said in one line where
-        MPNet's relative position bias makes unpadded attention run packed."""
-        position_bias = encoder.config.relative_attention_num_buckets > 0
-        resolved = resolve_attention(self.config.attention, self.device, position_bias)
-        if self.config.attention == "unpadded" and resolved != "unpadded" and self.is_main:
-            log.info("attention %s: unpadded attention takes no position bias, which %s adds to every layer",
-                     resolved, encoder.config.model_type)
-        return resolved
+    def resolved_attention(self) -> str:
+        """What --attention runs as on this device (the run config records it)."""
+        return resolve_attention(self.config.attention, self.device)
 
     def prepare_encoder(self, encoder) -> None:
         """--attention and --compile on an encoder already on the device (compiled in place: names unchanged)."""

@@ -62,9 +62,8 @@ class TrainingConfig:
     precision: str = flag("auto", PRECISION_HELP, choices=PRECISIONS)
     attention: str = flag("auto", "how the encoder runs a padded batch: padded, every sentence padded to the "
                                   "batch's longest, with an additive mask; packed, only the real tokens through "
-                                  "every layer but attention, which runs padded; unpadded, only the real tokens, "
-                                  "attention too (nested jagged tensors); auto: packed on a CPU, padded on a GPU "
-                                  "(a batch without padding passes no mask either way)",
+                                  "every layer but attention, which runs padded; auto: packed on a CPU, padded on "
+                                  "a GPU (a batch without padding passes no mask either way)",
                           choices=ATTENTION)
     compile: bool = flag(False, "torch.compile the encoder's layers (dynamic shapes: compiled once, at the first "
                                 "step)")

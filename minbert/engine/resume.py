@@ -33,6 +33,12 @@ def check_resumable(folder: RunFolder, config: TrainingConfig) -> tuple[Path, di
     # A flag added since the run started is absent from its run config: it ran with the default.
     defaults = {f.name: f.default for f in flag_fields(config)}
     saved = defaults | with_new_names(type(config), folder.saved_config())  # renamed flags: new names
+    if saved.get("attention") == "unpadded":
+        # A layout since removed (slower than packed on every device): packed computes the same numbers, to fp32
+        # rounding, so the run goes on as it would have.
+        log.info("--resume: the run's --attention unpadded no longer exists; it goes on packed, which computes the "
+                 "same numbers")
+        saved["attention"] = "packed"
     check_data_unchanged(saved.get("provenance", {}), config.allow_changed_data)
     # Flags built from a config object, not a command line (a library caller): all of them given.
     given = set(defaults) if config.command.given is None else config.command.given

@@ -6,11 +6,10 @@ MPNet are the same layers under a few config fields (models/config.py), their na
 
 Attention never takes scaled_dot_product_attention's slow path (a boolean mask: measured on an H100 in bf16,
 about 4 ms a call against 0.2 ms without). A batch without padding passes no mask. A padded batch runs
-- padded: [batch, tokens, hidden] everywhere, with an additive mask in the compute dtype;
+- padded: [batch, tokens, hidden] everywhere, with an additive mask in the compute dtype; or
 - packed: its real tokens packed into [tokens, hidden] rows, one sentence after another, so that every Linear,
   LayerNorm, activation and dropout skips the padding; attention alone runs on a padded copy with the additive
-  mask; the output is unpacked to [batch, tokens, hidden] (zeros at padding) for pooling and heads; or
-- unpadded: packed rows everywhere, attention too, kept inside each sentence through a nested jagged tensor.
+  mask; the output is unpacked to [batch, tokens, hidden] (zeros at padding) for pooling and heads.
 """
 import math
 from contextlib import contextmanager
@@ -33,30 +32,14 @@ ACTIVATIONS = {
 }
 
 
-# Where scaled_dot_product_attention takes nested jagged tensors. On CUDA: FlashAttention in bf16 and fp16 (with
-# dropout, training too); in fp32, the memory-efficient kernel only where nothing needs a gradient (inference), since
-# torch's kernels other than flash refuse nested inputs that need one, so fp32 training falls back to the math path,
-# one sentence at a time (slower than padding). On the CPU always that math path, which the exactness tests run.
-# torch's own varlen_attn is not used: it is CUDA-only and has no attention dropout.
-UNPADDED_DEVICES = ("cpu", "cuda")
-
-
-def resolve_attention(attention: str, device: torch.device | str, position_bias: bool = False) -> str:
-    """"padded", "packed" or "unpadded": what `attention` (one of ATTENTION) means on `device`. "auto" is packed on
-    the CPU (benchmarks/encoder_speed.py: the fastest there) and padded on a GPU until benchmarks/gpu_suite.sh has
-    measured the others there. An encoder with a relative position bias (position_bias: MPNet) runs "unpadded" as
-    "packed": a nested tensor's attention takes no bias. Raises FlagError for a name not in ATTENTION or unpadded
-    attention on a device without it."""
-    device = torch.device(device)
+def resolve_attention(attention: str, device: torch.device | str) -> str:
+    """"padded" or "packed": what `attention` (one of ATTENTION) means on `device`. "auto" is packed on the CPU
+    (benchmarks/encoder_speed.py: the fastest there) and padded on a GPU until benchmarks/gpu_suite.sh has measured
+    packed there. Raises FlagError for a name not in ATTENTION."""
     if attention not in ATTENTION:
         raise FlagError(f"attention {attention!r} is not one of {', '.join(ATTENTION)}")
-    if attention == "unpadded" and position_bias:
-        return "packed"
     if attention == "auto":
-        return "packed" if device.type == "cpu" else "padded"
-    if attention == "unpadded" and device.type not in UNPADDED_DEVICES:
-        raise FlagError(f"unpadded attention needs nested jagged tensors in scaled_dot_product_attention, which "
-                        f"torch runs on {' and '.join(UNPADDED_DEVICES)} only, not {device.type}; use padded attention")
+        return "packed" if torch.device(device).type == "cpu" else "padded"
     return attention
 
 
@@ -100,26 +83,7 @@ class Packed:
     sequences, rows = unpack, pack  # attention's view of the rows, and back
 
 
-class Unpadded(Packed):
-    """Packed rows, which attention sees as a nested jagged tensor [batch, (length), ...] whose offsets are the
-    sentences' cumulative lengths (flash attention's cu_seqlens): no padding anywhere, and no mask."""
-
-    def __init__(self, attention_mask: torch.Tensor):
-        super().__init__(attention_mask)
-        lengths = attention_mask.sum(1)
-        self.offsets = F.pad(lengths.cumsum(0), (1, 0))
-        # Read back once here, or torch would read them from the device for every nested tensor of every layer.
-        self.min_length, self.max_length = torch.stack([lengths.min(), lengths.max()]).tolist()
-
-    def sequences(self, x):  # [real tokens, ...] -> nested [batch, (length), ...]
-        return torch.nested.nested_tensor_from_jagged(x, self.offsets, min_seqlen=self.min_length,
-                                                      max_seqlen=self.max_length)
-
-    def rows(self, x):  # nested [batch, (length), ...] -> [real tokens, ...]
-        return x.values()
-
-
-Layout = Padded | Packed | Unpadded
+Layout = Padded | Packed
 
 
 @dataclass
@@ -159,7 +123,7 @@ class BertSelfAttention(nn.Module):
         self.dropout_p = config.attention_probs_dropout_prob
 
     def forward(self, hidden, layout: Layout):
-        def split_heads(x):  # [..., T, H] -> [..., heads, T, H / heads], T ragged when unpadded
+        def split_heads(x):  # [..., T, H] -> [..., heads, T, H / heads]
             return layout.sequences(x.unflatten(-1, (self.num_heads, -1))).transpose(-3, -2)
 
         # The fused kernel computes softmax(QK^T / sqrt(d) + mask) V, with dropout on the probabilities.
@@ -255,11 +219,8 @@ class BertEncoder(nn.Module):
         for layer in self.layer:
             if self.gradient_checkpointing and torch.is_grad_enabled():
                 # Non-reentrant: takes the layout as it is and works under DDP. The RNG state is replayed, so the
-                # recomputed forward draws the same dropout masks and the gradients are those without it. torch's
-                # check that the recomputed tensors have the saved shapes cannot read a nested tensor's (unpadded
-                # attention's math path on the CPU), so it is left out there.
-                hidden = checkpoint(layer, hidden, layout, use_reentrant=False, preserve_rng_state=True,
-                                    determinism_check="none" if isinstance(layout, Unpadded) else "default")
+                # recomputed forward draws the same dropout masks and the gradients are those without it.
+                hidden = checkpoint(layer, hidden, layout, use_reentrant=False, preserve_rng_state=True)
             else:
                 hidden = layer(hidden, layout)
             outputs.append(hidden)
@@ -352,9 +313,8 @@ class BertModel(nn.Module):
 
     @property
     def resolved_attention(self) -> str:
-        """What self.attention runs as on the encoder's device: "padded", "packed" or "unpadded"."""
-        return resolve_attention(self.attention, self.embeddings.word_embeddings.weight.device,
-                                 position_bias=self.encoder.relative_attention_bias is not None)
+        """What self.attention runs as on the encoder's device: "padded" or "packed"."""
+        return resolve_attention(self.attention, self.embeddings.word_embeddings.weight.device)
 
     def layout(self, attention_mask: torch.Tensor) -> Layout:
         device = self.embeddings.word_embeddings.weight.device
@@ -369,8 +329,6 @@ class BertModel(nn.Module):
         # without padding skip the mask.
         if not self.known_padding if self.known_padding is not None else bool(attention_mask.all()):
             return Padded(bias)
-        if attention == "unpadded":
-            return Unpadded(attention_mask)
         mask = additive_mask(attention_mask, dtype)
         if bias is not None:
             mask = mask + bias  # [batch, heads, tokens, tokens]

@@ -95,7 +95,7 @@ class Pretraining:
         self.data_files = []
         self.stages = [self._stage(name) for name in self.method.stages(config)]
         engine.describe_run(self.data_files, lr={stage.name: stage.lr for stage in self.stages},
-                            attention=engine.resolved_attention(self.encoder))
+                            attention=engine.resolved_attention())
         self.fusion = None
         if config.fusion:
             if not any(isinstance(d, SentenceSet) and d.labels for stage in self.stages for d in stage.datasets):

@@ -136,7 +136,7 @@ class MultitaskRun(Run):
         engine.describe_run([Path(config.data_dir) / file for name in config.task_list
                              for file in REGISTRY[name].files]
                             + [Path(config.silver) / silver_file(name) for name in config.silver_task_list],
-                            attention=engine.resolved_attention(self.model.encoder))
+                            attention=engine.resolved_attention())
         self.smart = Smart(config, self.model) if config.smart else None
         self.passes_apart = config.combine != "mean"  # PCGrad's, UPGrad's per-task passes (engine/ddp.py)
         self.dev_outputs, self.stream_epoch = {}, None  # the last evaluation's; the epoch of self.streams

@@ -1,13 +1,12 @@
-"""The packed encoder (real tokens packed, attention on a padded copy) and the unpadded one (attention through
-nested jagged tensors too) against the padded one, in fp32 on the CPU: every layer's hidden states, the pooler, a
-head on top and every gradient agree to 1e-5."""
+"""The packed encoder (real tokens packed, attention on a padded copy) against the padded one, in fp32 on the CPU:
+every layer's hidden states, the pooler, a head on top and every gradient agree to 1e-5."""
 import pytest
 import torch
 from torch import nn
 
 from minbert.common.errors import FlagError, UsageError
 from minbert.models import BertConfig, BertModel
-from minbert.models.bert import Packed, Padded, Unpadded, resolve_attention
+from minbert.models.bert import Packed, Padded, resolve_attention
 from minbert.models.sentence_embedding import masked_mean
 
 TOLERANCE = 1e-5
@@ -77,40 +76,35 @@ def run(encoder: BertModel, attention: str, batch: dict[str, torch.Tensor], head
     return output, logits.detach(), gradients
 
 
-@pytest.mark.parametrize("attention", ["packed", "unpadded"])
 @pytest.mark.parametrize("name", BATCHES)
-def test_packed_and_unpadded_equal_padded_everywhere(name, attention):
+def test_packed_equals_padded_everywhere(name):
     encoder, batch = tiny_encoder(), BATCHES[name]()
     head = nn.Linear(32, 3)
     padded, padded_logits, padded_gradients = run(encoder, "padded", batch, head)
-    unpadded, unpadded_logits, unpadded_gradients = run(encoder, attention, batch, head)
+    packed, packed_logits, packed_gradients = run(encoder, "packed", batch, head)
 
     real = batch["attention_mask"].bool()
-    assert len(unpadded.hidden_states) == encoder.config.num_hidden_layers + 1
-    for layer, (a, b) in enumerate(zip(padded.hidden_states, unpadded.hidden_states)):
+    assert len(packed.hidden_states) == encoder.config.num_hidden_layers + 1
+    for layer, (a, b) in enumerate(zip(padded.hidden_states, packed.hidden_states)):
         assert (a[real] - b[real]).abs().max() <= TOLERANCE, f"hidden state {layer}"
-    assert (padded.pooler_output - unpadded.pooler_output).abs().max() <= TOLERANCE
-    assert (padded_logits - unpadded_logits).abs().max() <= TOLERANCE
-    assert padded_gradients.keys() == unpadded_gradients.keys()
+    assert (padded.pooler_output - packed.pooler_output).abs().max() <= TOLERANCE
+    assert (padded_logits - packed_logits).abs().max() <= TOLERANCE
+    assert padded_gradients.keys() == packed_gradients.keys()
     assert len(padded_gradients) == len(list(encoder.parameters())) + len(list(head.parameters()))
     for parameter, gradient in padded_gradients.items():
-        assert (gradient - unpadded_gradients[parameter]).abs().max() <= TOLERANCE, parameter
+        assert (gradient - packed_gradients[parameter]).abs().max() <= TOLERANCE, parameter
     # The packed rows return zeros at padding (the padded path computes values nobody reads).
-    assert not unpadded.last_hidden_state[~real].any()
+    assert not packed.last_hidden_state[~real].any()
 
 
-def test_a_padded_batch_really_runs_packed_or_unpadded_and_an_unpadded_one_passes_no_mask():
+def test_a_padded_batch_really_runs_packed_and_one_without_padding_passes_no_mask():
     encoder, mask = tiny_encoder(), mixed_lengths()["attention_mask"]
-    encoder.attention = "unpadded"
-    layout = encoder.layout(mask)
-    assert isinstance(layout, Unpadded)
-    assert layout.offsets.tolist() == [0, 7, 8, 12, 24, 26] and (layout.min_length, layout.max_length) == (1, 12)
     encoder.attention = "packed"
     layout = encoder.layout(mask)
-    assert isinstance(layout, Packed) and not isinstance(layout, Unpadded)
+    assert isinstance(layout, Packed)
     assert layout.indices.tolist() == [i * 12 + t for i, n in enumerate((7, 1, 4, 12, 2)) for t in range(n)]
     assert layout.mask.shape == (5, 1, 1, 12)
-    for attention in ("padded", "packed", "unpadded"):
+    for attention in ("padded", "packed"):
         encoder.attention = attention
         assert encoder.layout(no_padding()["attention_mask"]).mask is None
 
@@ -138,30 +132,28 @@ def test_the_comparison_sees_attention_leaking_across_sentences():
 
 
 def test_an_embedding_transform_sees_the_padded_shape_in_both_paths():
-    """SMART's perturbation and ConSERT's cutoffs edit [batch, tokens, hidden] embeddings, unpadded too."""
+    """SMART's perturbation and ConSERT's cutoffs edit [batch, tokens, hidden] embeddings, packed too."""
     encoder, batch = tiny_encoder(), mixed_lengths()
     perturbation = torch.randn(*batch["input_ids"].shape, 32, generator=torch.Generator().manual_seed(4))
     results = {}
-    for attention in ("padded", "packed", "unpadded"):
+    for attention in ("padded", "packed"):
         encoder.attention = attention
         delta = perturbation.clone().requires_grad_()
         output = encoder(**batch, embedding_transform=lambda embeddings, _mask: embeddings + delta)
         masked_mean(output.last_hidden_state, batch["attention_mask"]).sum().backward()
         results[attention] = output.last_hidden_state, delta.grad
     real = batch["attention_mask"].bool()
-    padded, padded_grad = results.pop("padded")
-    for unpadded, unpadded_grad in results.values():
-        assert (padded[real] - unpadded[real]).abs().max() <= TOLERANCE
-        assert (padded_grad - unpadded_grad).abs().max() <= TOLERANCE
+    (padded, padded_grad), (packed, packed_grad) = results["padded"], results["packed"]
+    assert (padded[real] - packed[real]).abs().max() <= TOLERANCE
+    assert (padded_grad - packed_grad).abs().max() <= TOLERANCE
 
 
 def test_attention_choices_by_device():
     # Packed on the CPU (the fastest there: benchmarks/encoder_speed.py); padded on a GPU until measured there.
     assert resolve_attention("auto", "cpu") == "packed" and resolve_attention("auto", "cuda") == "padded"
-    assert resolve_attention("unpadded", "cpu") == "unpadded"
     assert resolve_attention("padded", "meta") == "padded"
-    with pytest.raises(FlagError, match="unpadded attention needs .* not meta; use padded attention"):
-        resolve_attention("unpadded", "meta")
-    with pytest.raises(FlagError, match="'sparse' is not one of auto, padded, packed, unpadded"):
-        resolve_attention("sparse", "cpu")
+    # Unpadded attention (nested jagged tensors) is gone: the slowest layout on a GPU (issue 71).
+    for gone in ("sparse", "unpadded"):
+        with pytest.raises(FlagError, match=f"'{gone}' is not one of auto, padded, packed$"):
+            resolve_attention(gone, "cpu")
     assert issubclass(FlagError, UsageError) and issubclass(FlagError, ValueError)  # exit code 2 either way
