@@ -78,3 +78,30 @@ def test_compile_where_torch_cannot_is_one_clear_line(monkeypatch):
     assert message == ("torch cannot compile on this machine (cpu): RuntimeError: CppCompileError: C++ compile "
                        "error; run without compiling")
     assert not hasattr(encoder.encoder, "_compiled_call_impl") or encoder.encoder._compiled_call_impl is None
+
+
+@pytest.mark.parametrize("options, expected", [
+    (dict(), dict(dynamic=True)),  # --compile: one graph for every shape
+    (dict(static_shapes=True), dict(dynamic=False)),  # --compile --length-buckets: a graph a bucket
+    (dict(static_shapes=True, cuda_graphs=True, inductor=False), dict(dynamic=False, backend="cudagraphs")),
+    (dict(static_shapes=True, cuda_graphs=True), dict(dynamic=False, mode="reduce-overhead")),  # and --compile
+])
+def test_each_setting_compiles_as_it_should(monkeypatch, options, expected):
+    """What compile_encoder asks torch.compile for: the graphs themselves need a GPU (benchmarks/gpu_suite.sh)."""
+    asked, probed = [], []
+    monkeypatch.setattr(compiling, "check_can_compile", lambda device: probed.append(device))
+    encoder = tiny_encoder()
+    monkeypatch.setattr(encoder.encoder, "compile", lambda **kwargs: asked.append(kwargs))
+    with torch._dynamo.config.patch(recompile_limit=8):
+        compile_encoder(encoder, **options)
+        # A graph a shape: buckets' widths times the rows of training's and evaluation's batches, past Dynamo's 8.
+        static = options.get("static_shapes") or options.get("cuda_graphs")
+        assert torch._dynamo.config.recompile_limit == (compiling.STATIC_GRAPHS if static else 8)
+    assert asked == [expected]
+    assert bool(probed) == options.get("inductor", True), "only Inductor needs a C compiler"
+
+
+def test_static_shapes_compile_once_a_shape_and_train_as_eager():
+    eager = tiny_encoder().train()
+    compiled = compile_encoder(copy.deepcopy(eager), static_shapes=True)
+    assert max(abs(a - b) for a, b in zip(train(eager), train(compiled))) <= 1e-4

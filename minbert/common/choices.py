@@ -18,6 +18,8 @@ QUANTIZE_HELP = ("int8: the encoder's Linear layers in int8, for inference on a 
                  "pays); none: fp32")
 # How the encoder runs a padded batch (models/bert.py).
 ATTENTION = ("auto", "padded", "packed")
+# --length-buckets and --cuda-graphs (training/step_shapes.py): auto decides by the device.
+SWITCHES = ("auto", "on", "off")
 # Sentence embeddings (models/sentence_embedding.py): what the fine-tuning heads and contrastive pretraining use,
 # and what is defined on any layer's token vectors (the pooler only on the last).
 POOLINGS = ("cls", "mean", "pooler")

@@ -117,6 +117,29 @@ class Share:
         return (rows[:1] if self.world > 1 else []), 0.0
 
 
+# --length-buckets: a batch's length is padded up to a multiple of this many tokens.
+BUCKET_TOKENS = 32
+
+
+@dataclass(frozen=True)
+class Buckets:
+    """A few batch shapes instead of one a length (--length-buckets): each batch padded to the next multiple of
+    BUCKET_TOKENS tokens (at most `max_length`), and its rows up to `rows` (0: left as they are). A GPU then meets a
+    handful of shapes: each costs its kernels' set-up (and a compiled graph or a CUDA graph) once, not once a length.
+    A padding row repeats the batch's first (real tokens: nothing in it can overflow) and is left out of the loss
+    and the outputs, so it weighs nothing: the step computes what the batch alone computes, to fp32 rounding."""
+    max_length: int
+    rows: int = 0
+
+    def width(self, longest: int) -> int:
+        """The tokens of a batch whose longest input has `longest`."""
+        return min(self.max_length, -(-longest // BUCKET_TOKENS) * BUCKET_TOKENS)
+
+    def padded_rows(self, rows: list[int]) -> list[int]:
+        """`rows`, then copies of the first up to self.rows."""
+        return rows + rows[:1] * (self.rows - len(rows))
+
+
 def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
     """A batch's tensor copied without waiting for the host: from pinned memory, non_blocking, on CUDA."""
     return (tensor.pin_memory() if device.type == "cuda" else tensor).to(device, non_blocking=True)

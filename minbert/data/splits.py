@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from minbert.common.seeding import derived_seed
-from minbert.data.batching import length_grouped_batches, token_budget_batches
+from minbert.data.batching import Buckets, length_grouped_batches, token_budget_batches
 from minbert.models.tokenizer import Encoded, Tokenizer, collate
 
 
@@ -33,12 +33,17 @@ class TaskSplit:
         """Each example's real tokens, all its views together: what a batch of it holds (--max-tokens)."""
         return [sum(len(view[i].input_ids) for view in self.views) for i in range(len(self))]
 
-    def batch(self, rows: list[int], pad_id: int) -> dict:
+    def batch(self, rows: list[int], pad_id: int, buckets: Buckets | None = None) -> dict:
         """{"inputs": padded tensors of len(views) * len(rows) rows, view-major; "labels": [len(rows)]; "padded":
-        whether any row has padding, known here on the host}."""
-        encoded = [view[i] for view in self.views for i in rows]
-        return {"inputs": collate(encoded, pad_id), "labels": None if self.labels is None else self.labels[rows],
-                "padded": len({len(e.input_ids) for e in encoded}) > 1}
+        whether any row has padding, known here on the host; "rows": len(rows)}. With `buckets`, the inputs are as
+        wide as the batch's bucket and, where it pads rows, have its number of rows in each view: the model's
+        outputs past the first "rows" are the padding rows', which nothing uses."""
+        all_rows = buckets.padded_rows(rows) if buckets else rows
+        encoded = [view[i] for view in self.views for i in all_rows]
+        longest = max(len(e.input_ids) for e in encoded)
+        width = buckets.width(longest) if buckets else longest
+        return {"inputs": collate(encoded, pad_id, width), "labels": None if self.labels is None else self.labels[rows],
+                "padded": any(len(e.input_ids) < width for e in encoded), "rows": len(rows)}
 
 
 def encode_views(tokenizer: Tokenizer, texts: list[tuple[str, ...]], encoding: str, max_length: int,

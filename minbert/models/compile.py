@@ -5,6 +5,10 @@ from minbert.common.errors import FlagError
 from minbert.models.bert import BertModel
 
 
+# The graphs a static-shape encoder may compile (Dynamo's recompile limit).
+STATIC_GRAPHS = 64
+
+
 def _probe(x):
     return x * 2 + 1
 
@@ -23,14 +27,32 @@ def check_can_compile(device: torch.device | str) -> None:
                         f"run without compiling") from None
 
 
-def compile_encoder(encoder: BertModel) -> BertModel:
-    """`encoder` with its layer stack compiled in place, shapes dynamic: batches of any size and length reuse one
-    compiled graph instead of compiling again every step. FlagError where torch cannot compile on its device.
+def compile_encoder(encoder: BertModel, static_shapes: bool = False, cuda_graphs: bool = False,
+                    inductor: bool = True) -> BertModel:
+    """`encoder` with its layer stack compiled in place. FlagError where torch cannot compile on its device.
+
+    By default shapes are dynamic: batches of any size and length reuse one compiled graph instead of compiling
+    again every step. static_shapes (batches of a few shapes: --length-buckets): a graph a shape, each specialised
+    to it, as CUDA graphs need. cuda_graphs: each shape's forward and backward passes captured once and replayed
+    (static shapes): with Inductor (inductor, --compile) as mode="reduce-overhead", else as the "cudagraphs"
+    backend, which captures torch's own kernels and compiles nothing (seconds, not a minute a shape). Dropout stays
+    random from replay to replay: torch's CUDA generator advances its offset by a graph's draws at each replay
+    (torch's "CUDA Graph-safe RNG states"). Inductor's compiled kernels are cached on disk between runs (torch's FX
+    graph cache, in $TORCHINDUCTOR_CACHE_DIR, by default /tmp/torchinductor_$USER).
 
     Only the layers are compiled: they hold nearly all the work, and BertModel.forward reads the attention mask
     back from the device (is there padding, where are the real tokens), which would break the graph anyway.
     Compiling in place keeps the parameters' names, so checkpoints save and load as before.
     """
-    check_can_compile(next(encoder.parameters()).device)
-    encoder.encoder.compile(dynamic=True)
+    if inductor:
+        check_can_compile(next(encoder.parameters()).device)
+    if static_shapes or cuda_graphs:
+        # A graph a shape: buckets' widths times the batches' rows (a pair's two views, evaluation's batch size),
+        # in training and evaluation, past Dynamo's default of 8, after which it would run the rest eagerly.
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, STATIC_GRAPHS)
+    if cuda_graphs:
+        options = dict(mode="reduce-overhead") if inductor else dict(backend="cudagraphs")
+        encoder.encoder.compile(dynamic=False, **options)
+    else:
+        encoder.encoder.compile(dynamic=not static_shapes)
     return encoder

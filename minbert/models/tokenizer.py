@@ -21,9 +21,10 @@ class Encoded:
     token_type_ids: list[int]
 
 
-def collate(inputs: list[Encoded], pad_id: int) -> dict[str, torch.Tensor]:
-    """Pad to the longest input of this batch (not a global maximum), so short batches stay cheap."""
-    width = max(len(e.input_ids) for e in inputs)
+def collate(inputs: list[Encoded], pad_id: int, width: int = 0) -> dict[str, torch.Tensor]:
+    """Pad to the longest input of this batch (not a global maximum), so short batches stay cheap; or to `width`
+    tokens (data.batching.Buckets)."""
+    width = width or max(len(e.input_ids) for e in inputs)
     input_ids = torch.full((len(inputs), width), pad_id, dtype=torch.long)
     token_type_ids = torch.zeros((len(inputs), width), dtype=torch.long)
     attention_mask = torch.zeros((len(inputs), width), dtype=torch.long)

@@ -20,7 +20,7 @@ from minbert.common.files import read_json, same_place
 from minbert.common.outputs import LeaderboardFolder
 from minbert.common.run_folder import RunFolder, read_config
 from minbert.common.tables import markdown_table
-from minbert.data.batching import Share, check_token_budget, to_device
+from minbert.data.batching import Buckets, Share, check_token_budget, to_device
 from minbert.data.silver import file_name as silver_file
 from minbert.data.splits import TaskSplit, TaskStream
 from minbert.evaluation.inference import soft_outputs
@@ -36,12 +36,14 @@ from minbert.training.multitask_config import MultitaskConfig, best_metric, desc
 from minbert.engine.run import Run, check_max_length
 from minbert.training.schedules import numbered, plan_epoch
 from minbert.training.smart import Smart
+from minbert.training.step_shapes import step_shapes
 
 log = logging.getLogger(__name__)
 
 
 def task_loss(model: MultitaskModel, task: str, batch: dict, smart: Smart | None = None) -> torch.Tensor:
-    raw = model(task, batch["inputs"])
+    # The padding rows of --length-buckets, past the batch's "rows" (TaskSplit.batch), weigh nothing.
+    raw = model(task, batch["inputs"])[:batch.get("rows")]
     loss = REGISTRY[task].loss(raw, batch["labels"])
     return loss if smart is None else loss + smart.regularizers(model, task, batch["inputs"], raw)
 
@@ -63,8 +65,8 @@ class TaskLosses(nn.Module):
             if "silver" in batch:  # --silver: the task's silver examples, against the teacher's soft labels
                 silver = batch["silver"]
                 with self.model.encoder.padding_known(silver["padded"]):
-                    losses[silver_key(task)] = REGISTRY[task].soft_loss(self.model(task, silver["inputs"]),
-                                                                        silver["labels"])
+                    losses[silver_key(task)] = REGISTRY[task].soft_loss(
+                        self.model(task, silver["inputs"])[:silver["rows"]], silver["labels"])
         return losses
 
 
@@ -109,6 +111,7 @@ class MultitaskRun(Run):
             RunFolder(config.init).check_is_checkpoint("--init")
         start = resume_from or config.init or config.model
         ours = bool(resume_from or config.init)  # a checkpoint of ours, its heads loaded where it has them
+        self.shapes = step_shapes(config, engine.device)
         # Before the tokenizer: a broken config.json is named as such.
         self.model = self._load(start, heads=ours)
         check_max_length(self.model.encoder, config.max_length)
@@ -136,7 +139,7 @@ class MultitaskRun(Run):
         engine.describe_run([Path(config.data_dir) / file for name in config.task_list
                              for file in REGISTRY[name].files]
                             + [Path(config.silver) / silver_file(name) for name in config.silver_task_list],
-                            attention=engine.resolved_attention())
+                            attention=engine.resolved_attention(), **self.shapes.record())
         self.smart = Smart(config, self.model) if config.smart else None
         self.passes_apart = config.combine != "mean"  # PCGrad's, UPGrad's per-task passes (engine/ddp.py)
         self.dev_outputs, self.stream_epoch = {}, None  # the last evaluation's; the epoch of self.streams
@@ -144,7 +147,8 @@ class MultitaskRun(Run):
 
     def _load(self, folder, heads: bool = True) -> MultitaskModel:
         model = checkpoint.load(folder, self.config, heads=heads, device=self.engine.device,
-                                attention=self.config.attention, compile=self.config.compile)
+                                attention=self.config.attention, compile=self.config.compile,
+                                static_shapes=self.shapes.train is not None, cuda_graphs=self.shapes.cuda_graphs)
         model.encoder.encoder.gradient_checkpointing = self.config.gradient_checkpointing
         return model
 
@@ -207,9 +211,9 @@ class MultitaskRun(Run):
         return TaskStream(split, max(1, round(self.batch_size() * ratio)), self.config.seed, epoch,
                           len(REGISTRY) + task_index, max_tokens=budget)
 
-    def _batch(self, split: TaskSplit, rows: list[int]) -> dict:
-        """The rows of a split as a batch on the device."""
-        batch = split.batch(rows, self.tokenizer.pad_id)
+    def _batch(self, split: TaskSplit, rows: list[int], buckets: Buckets | None) -> dict:
+        """The rows of a split as a batch on the device, of one of `buckets`' shapes."""
+        batch = split.batch(rows, self.tokenizer.pad_id, buckets)
         batch["inputs"] = {name: to_device(v, self.engine.device) for name, v in batch["inputs"].items()}
         batch["labels"] = to_device(batch["labels"], self.engine.device)
         return batch
@@ -229,11 +233,12 @@ class MultitaskRun(Run):
             rows, weights[task] = share.of(streams[task].batch_indices(k))
             if not rows:  # a single process's part without rows: nothing to compute
                 continue
-            batch = self._batch(self.splits[task]["train"], rows)
+            batch = self._batch(self.splits[task]["train"], rows, self.shapes.train)
             silver_rows, silver_weight = share.of(self.silver_streams[task].batch_indices(k)) if task in self.silver \
                 else ([], 0.0)
             if silver_rows:  # --silver: this share of the task's silver batch k, weighted by its share
-                batch["silver"], silver_weights[task] = self._batch(self.silver[task], silver_rows), silver_weight
+                batch["silver"] = self._batch(self.silver[task], silver_rows, self.shapes.silver)
+                silver_weights[task] = silver_weight
             task_batches[task] = batch
             examples += len(rows) if weights[task] else 0  # a stand-in row (torchrun) is no example
         if not task_batches:
@@ -293,7 +298,7 @@ class MultitaskRun(Run):
         config = self.config
         max_tokens = max(config.max_tokens, config.max_tokens * config.eval_batch_size // config.batch_size)
         return {task: soft_outputs(self.model, split, self.tokenizer.pad_id, config.eval_batch_size,
-                                   self.engine.precision.autocast, max_tokens=max_tokens)
+                                   self.engine.precision.autocast, max_tokens=max_tokens, buckets=self.shapes.eval)
                 for task, split in self._splits(split_name).items()}
 
     def save(self, folder: Path, record: dict, best: bool) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from minbert.common.cli import (AT_LEAST_0, AT_LEAST_1, POSITIVE, Range, flag, parse_task_order, parse_task_weights,
                                 task_weights_text)
+from minbert.common.choices import SWITCHES
 from minbert.common.files import DEFAULT_DATA, in_repository
 from minbert.common.run_folder import BEST
 from minbert.engine.config import TrainingConfig
@@ -118,6 +119,17 @@ class MultitaskConfig(ModelConfig, SmartConfig, EvaluationConfig, TrainingConfig
     max_tokens: int = flag(0, "batches by token budget: each training batch up to N real tokens (per task, per "
                               "process; length-grouped), evaluation batches up to N * --eval-batch-size / "
                               "--batch-size, in order of length (0 = off: --batch-size rows)", range=AT_LEAST_0)
+    length_buckets: str = flag("auto", "pad each batch's length up to a multiple of 32 tokens (at most "
+                                       "--max-length) and its rows up to --batch-size (padding rows weigh nothing; "
+                                       "with --max-tokens or --smart the rows stay as they are), evaluation's too, "
+                                       "so that a GPU meets a few shapes instead of one a length; it changes nothing "
+                                       "computed beyond rounding; auto: on on a GPU, off on a CPU", choices=SWITCHES)
+    cuda_graphs: str = flag("auto", "on a GPU, capture the encoder's forward and backward passes once a batch "
+                                    "shape and replay them (needs --length-buckets; torch.compile's CUDA graphs); "
+                                    "a setting that cannot be captured (a CPU, --combine pcgrad or upgrad, --smart, "
+                                    "--max-tokens, --silver, packed attention, --gradient-checkpointing, torchrun) "
+                                    "trains without, saying why; auto and on: where it can; off: never",
+                            choices=SWITCHES)
     data_dir: str = flag(str(DEFAULT_DATA), "folder with the course's data files")
     predictions_dir: str = flag(in_repository("predictions"), "leaderboard CSVs of the best checkpoint go here")
     silver: str = flag("", "a silver folder (`minbert silver`): its teacher-labelled examples of the trained tasks "
@@ -131,7 +143,9 @@ class MultitaskConfig(ModelConfig, SmartConfig, EvaluationConfig, TrainingConfig
     predict_test: bool = flag(True, "end with the best checkpoint's test predictions (--no-predict-test: only its "
                                     "dev ones, as search.py's trials do: a run scored on dev needs no test pass)")
 
-    RUNTIME_FIELDS = TrainingConfig.RUNTIME_FIELDS + ("predictions_dir", "eval_batch_size", "predict_test")
+    # --length-buckets and --cuda-graphs change no number a run computes beyond rounding: --resume may change them.
+    RUNTIME_FIELDS = TrainingConfig.RUNTIME_FIELDS + ("predictions_dir", "eval_batch_size", "predict_test",
+                                                      "length_buckets", "cuda_graphs")
     OUTPUTS = TrainingConfig.OUTPUTS + (BEST,)
     SOURCES = TrainingConfig.SOURCES + ("init", "data_dir", "silver")
     OUTPUT_FOLDERS = TrainingConfig.OUTPUT_FOLDERS + ("predictions_dir",)
