@@ -6,9 +6,9 @@ and the bundle that comes back from the machine (at most 8 files).
     python benchmarks/gpu_report.py bundle RESULTS OUT CALL  # the tables, CALL's log and one archive, into OUT
     python benchmarks/gpu_report.py check OUT --runs NAME... [--compiled]   # is OUT a complete bundle?
 
-RESULTS is the plan's folder: machine.json, steps.jsonl (each step's seconds and exit code), logs/, throughput.json
-and compiled.json (benchmarks/gpu_throughput.py), baseline.json (benchmarks/hf_single_task_baseline.py) and runs/
-(benchmarks/quality_campaign.sh: each run's folder, the JSON lines of the sweep, campaign.md, seeds.json,
+RESULTS is the plan's folder: machine.json, steps.jsonl (each step's seconds and exit code), logs/, throughput.json,
+shapes.json and compiled.json (benchmarks/gpu_throughput.py), baseline.json (benchmarks/hf_single_task_baseline.py)
+and runs/ (benchmarks/quality_campaign.sh: each run's folder, the JSON lines of the sweep, campaign.md, seeds.json,
 ensembles.json). A table whose results are missing says why (the step's exit code and log) instead of vanishing.
 """
 import argparse
@@ -132,7 +132,9 @@ def tables(results: Path) -> tuple[str, dict]:
             markdown_table({f"{line['call']} {line['step']}": line for line in step_lines},
                            ["seconds", "limit", "rc"], label="call and step", digits=1,
                            headers=["seconds", "limit s", "exit code"]), ""]
-    for part, title in (("throughput", "Training throughput, eager"), ("compiled", "Training throughput, compiled")):
+    for part, title in (("throughput", "Training throughput, eager"),
+                        ("shapes", "Training throughput, bucketed batches and CUDA graphs"),
+                        ("compiled", "Training throughput, compiled")):
         table = read_json(results / f"{part}.json")
         if table:
             peak = table["peak_bf16_tflops"]
@@ -223,7 +225,7 @@ def check(out: Path, runs: list[str], compiled: bool, search: bool = False) -> l
         return problems + [f"tables.md, tables.json or {ARCHIVE} missing"]
     problems += [f"step {line['call']} {line['step']}: exit code {line['rc']}" for line in report["steps"]
                  if line["rc"]]
-    for part in ("throughput", "compiled") if compiled else ("throughput",):
+    for part in ("throughput", "shapes", "compiled") if compiled else ("throughput", "shapes"):
         rows = report[part].get("rows", [])
         if not rows:
             problems.append(f"{part}: no rows ({report[part].get('error')})")

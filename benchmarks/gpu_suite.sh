@@ -8,7 +8,9 @@
 #
 #   call1     the set-up; a world of one process through DistributedDataParallel on NCCL (benchmarks/ddp_smoke.py);
 #             the eager throughput table (benchmarks/gpu_throughput.py: our encoder against a tuned
-#             transformers loop, fp32 and bf16, padded and packed, bert-base-shaped and MODEL); one
+#             transformers loop, fp32 and bf16, padded and packed, bert-base-shaped and MODEL); the shapes table
+#             (bert-base-shaped, bf16: real batches as they are and bucketed, eager and as CUDA graphs); our AdamW,
+#             reference and fused, against torch's (benchmarks/optimizer_speed.py); one
 #             3-epoch run of the documented recipe alone on the GPU (training, dev evaluation and test prediction
 #             timed apart) and the transformers baseline (3 epochs a task, same precision); then the quality
 #             campaign (benchmarks/quality_campaign.sh, every other run) starts in the background in its own
@@ -20,7 +22,8 @@
 #             trial the recipe itself): SEARCH_WORKERS (8) workers share the GPU, each starts one trial in its
 #             first minute and none later, all stopped at 7.5 minutes; its table, pictures and journal bundled
 #             (optional, right after call2; it needs optuna staged: see benchmarks/README.md)
-#   compiled  the throughput table's compiled rows, in bf16 (optional; at most 4 minutes)
+#   compiled  the throughput table's compiled rows, bert-base-shaped, 32 x 128, bf16, a graph a shape, Inductor's
+#             cache kept in PLAN_DIR for the next call (optional; at most 4 minutes)
 #   list      the campaign's runs, one a line (call1's solo run first)
 # Each call ends by bundling every result so far into OUT (the device tool's $OUT): tables.md, tables.json, the
 # call's log and results.tar.gz (logs, each run's metrics.jsonl, soft outputs and leaderboard files). A step that
@@ -62,6 +65,8 @@ done
 cd "$HERE/.."
 export PYTHON=${PYTHON:-python3} PRECISION=${PRECISION:-bf16} PLAN_DIR=${PLAN_DIR:-/tmp/gpu_plan} SCALE=${SCALE:-full}
 export RUNS=$PLAN_DIR/runs MODEL DEVICE=${DEVICE:-auto}
+# Inductor's compiled kernels, kept between the calls (PLAN_DIR outlives them): a setting compiled again is read back.
+export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-$PLAN_DIR/inductor}
 CALL1_SECONDS=${CALL1_SECONDS:-510}
 SEARCH_WORKERS=${SEARCH_WORKERS:-8} SEARCH_START=60  # the search call's workers start trials for this many seconds
 # The campaign's deadline: call1's end, 30 s to issue call2, then 420 s of call2's (whose tables and bundle take
@@ -70,10 +75,18 @@ CALL2_WAIT=420
 # How far a step may overrun the GPU's limits: 1 on the GPU. The CPU rehearsal checks what the plan does, not how
 # fast a CPU does it: a loaded machine must not stop its tiny steps at the GPU's limits.
 LIMIT_FACTOR=1
-THROUGHPUT_FLAGS="--shape bert-base" BASELINE_FLAGS=""
-COMPILED_FLAGS="--shape bert-base --precisions bf16 --attention padded,packed --steps 10"
+THROUGHPUT_FLAGS="--shape bert-base --no-bucketed" BASELINE_FLAGS=""
+# The few-shapes rows: the random bert-base alone (MODEL's tokenizer cuts the real sentences), in bf16.
+SHAPES_FLAGS="--shape bert-base --precisions bf16"
+OPTIMIZER_FLAGS="--repeats 20"
+# Compiling took about a minute a setting (issue 71): a fixed shape, our side and transformers', static shapes.
+COMPILED_FLAGS="--shape bert-base --precisions bf16 --attention padded --real-batches 0 --steps 10"
 if [ "$SCALE" = tiny ]; then
   THROUGHPUT_FLAGS="--shape tiny --steps 1 --warmup 0 --fixed 2x16 --real-batches 1 --batch-size 2 --max-length 16"
+  THROUGHPUT_FLAGS+=" --no-bucketed"
+  SHAPES_FLAGS="--shape tiny --steps 1 --warmup 0 --fixed 2x16 --real-batches 1 --batch-size 2 --max-length 16"
+  SHAPES_FLAGS+=" --precisions fp32"
+  OPTIMIZER_FLAGS="--repeats 1"
   COMPILED_FLAGS="--shape tiny --steps 1 --warmup 1 --fixed 2x16 --real-batches 0 --precisions fp32 --sides ours"
   BASELINE_FLAGS="--max-train-examples 8 --batch-size 8 --max-length 16"
   export EXTRA="--max-train-examples 8 --batch-size 8 --eval-batch-size 24 --max-length 16 --quiet"
@@ -137,6 +150,9 @@ case $call in
     timed ddp 60 "$PYTHON" -m torch.distributed.run --standalone --nproc-per-node 1 benchmarks/ddp_smoke.py
     timed throughput 110 "$PYTHON" benchmarks/gpu_throughput.py $THROUGHPUT_FLAGS --model "$MODEL" --data "$DATA" \
       --model-name all-MiniLM-L6-v2 --compile eager --out "$PLAN_DIR/throughput.json"
+    timed shapes 90 "$PYTHON" benchmarks/gpu_throughput.py $SHAPES_FLAGS --model none --tokenizer "$MODEL" \
+      --data "$DATA" --compile eager,graphs --out "$PLAN_DIR/shapes.json"
+    timed optimizer 30 "$PYTHON" benchmarks/optimizer_speed.py $OPTIMIZER_FLAGS
     timed recipe 190 env LIMIT=180 RESULTS="$RUNS/solo.jsonl" bash benchmarks/quality_campaign.sh runs base-s1
     timed baseline 180 "$PYTHON" benchmarks/hf_single_task_baseline.py --model "$MODEL" --data "$DATA" \
       --epochs sst=3,para=3,sts=3 --precision "$PRECISION" $BASELINE_FLAGS --out "$PLAN_DIR/baseline.json"
@@ -205,8 +221,8 @@ PY
     bundle ;;
   compiled)
     exec > >(tee -a "$PLAN_DIR/logs/compiled.log") 2>&1
-    timed compiled 240 "$PYTHON" benchmarks/gpu_throughput.py $COMPILED_FLAGS --model "$MODEL" --data "$DATA" \
-      --model-name all-MiniLM-L6-v2 --compile compiled --out "$PLAN_DIR/compiled.json"
+    timed compiled 240 "$PYTHON" benchmarks/gpu_throughput.py $COMPILED_FLAGS --model none --data "$DATA" \
+      --compile compiled --out "$PLAN_DIR/compiled.json"
     bundle ;;
 esac
 exit $failed

@@ -2,12 +2,16 @@
 
 The `transformers` side is what a careful user would write: BertModel with attn_implementation="sdpa",
 torch.optim.AdamW(fused=True) on CUDA, the same autocast. Our side runs as the trainer runs it: told on the host
-whether a batch is padded (BertModel.padding_known), so a step never waits for the GPU. Both sides train (dropout
-on) on the same batches:
-fixed shapes without padding (e.g. 32 x 128) and real ones (sentences drawn from the course's training files,
-so their lengths, and their padding, are the course's). Each configuration prints tokens a second (real tokens,
-padding not counted), step time, MFU (the model's FLOPs, attention included, over the GPU's dense bf16 peak)
-and peak memory; both sides for fp32 and bf16, ours padded and packed, eager and compiled.
+whether a batch is padded (BertModel.padding_known), so a step never waits for the GPU, and its AdamW fused into
+one kernel on CUDA. Both sides train (dropout on) on the same batches:
+fixed shapes without padding (e.g. 32 x 128), real ones (sentences drawn from the course's training files, so their
+lengths, and their padding, are the course's) and the same real ones bucketed (each padded up to a multiple of 32
+tokens, as the trainer's --length-buckets pads them on a GPU: a few shapes instead of one a length). Each
+configuration prints tokens a second (real tokens, padding not counted), step time, MFU (the model's FLOPs,
+attention included, over the GPU's dense bf16 peak) and peak memory; both sides for fp32 and bf16, ours padded and
+packed, eager, compiled (torch.compile; static shapes a graph each, real batches dynamic) and as CUDA graphs
+(torch.compile's "cudagraphs" backend, as the trainer's --cuda-graphs: fixed and bucketed batches, padded
+attention; on a CPU it runs without graphs).
 
     python benchmarks/gpu_throughput.py --model /tmp/minilm --out results/throughput.json
     python benchmarks/gpu_throughput.py --shape tiny --model /tmp/minilm --device cpu --steps 2    # a smoke test
@@ -29,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 import transformers
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -36,6 +41,7 @@ from minbert.common.cli import resolve_device  # noqa: E402
 from minbert.common.files import write_json  # noqa: E402
 from minbert.common.progress import Progress, log_to_stderr  # noqa: E402
 from minbert.common.tables import cell  # noqa: E402
+from minbert.data.batching import Buckets  # noqa: E402
 from minbert.models import AdamW, Tokenizer, compile_encoder, from_pretrained  # noqa: E402
 from minbert.models.loading import resolve_checkpoint  # noqa: E402
 from minbert.models.sentence_embedding import masked_mean  # noqa: E402
@@ -51,6 +57,7 @@ SHAPES = {  # the random model's shape (vocabulary: BERT's uncased WordPiece, th
     "tiny": dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64),
 }
 TRAIN_FILES = [(task, REGISTRY[task].files[0]) for task in COURSE_TASKS]
+GRAPH_WARMUP = 3  # untimed steps of each shape of a setting compiled a shape at a time
 
 
 @dataclass
@@ -59,7 +66,8 @@ class Setting:
     precision: str  # fp32 | bf16 (autocast)
     attention: str  # ours: padded | packed; transformers: sdpa (padded, its own mask)
     compiled: bool
-    batches: str  # a fixed shape such as 32x128, or "real"
+    batches: str  # a fixed shape such as 32x128, "real" or "bucketed"
+    graphs: bool = False  # the layers' passes replayed as CUDA graphs (torch.compile's "cudagraphs" backend)
 
 
 def training_flops(lengths: list[int], config) -> float:
@@ -106,6 +114,13 @@ def real_batches(tokenizer: Tokenizer, data: Path, count: int, batch_size: int, 
     return [collate(encoded[i:i + batch_size], tokenizer.pad_id) for i in range(0, len(encoded), batch_size)]
 
 
+def bucketed(batch: dict, max_length: int, pad_id: int) -> dict:
+    """`batch` padded up to its bucket's width, as the trainer's --length-buckets pads it."""
+    width = Buckets(max_length).width(batch["input_ids"].shape[1])
+    fill = {"input_ids": pad_id, "attention_mask": 0, "token_type_ids": 0}
+    return {name: F.pad(tensor, (0, width - tensor.shape[1]), value=fill[name]) for name, tensor in batch.items()}
+
+
 def has_padding(batch: dict) -> bool:
     """Read on the host, before the batch goes to the device (as the trainer knows it from its batching)."""
     return not bool(batch["attention_mask"].all())
@@ -122,21 +137,25 @@ def fixed_batch(shape: str, vocab_size: int) -> dict:
 
 def build(setting: Setting, folder: Path, device: torch.device):
     """(model, optimizer) of one side, on `device`, in training mode."""
+    static = setting.batches != "real"  # fixed or bucketed: a few shapes, a graph each
     if setting.side == "ours":
         model = from_pretrained(folder).to(device).train()
         model.attention = setting.attention
-        if setting.compiled:
-            compile_encoder(model)
-        return model, AdamW(model.parameters(), lr=1e-5)
+        if setting.compiled or setting.graphs:
+            compile_encoder(model, static_shapes=static, cuda_graphs=setting.graphs, inductor=setting.compiled)
+        return model, AdamW(model.parameters(), lr=1e-5, fused=device.type == "cuda")  # as the trainers choose
     model = transformers.BertModel.from_pretrained(folder, attn_implementation="sdpa").to(device).train()
-    if setting.compiled:
-        model.compile(dynamic=True)
+    if setting.graphs:
+        model.compile(backend="cudagraphs", dynamic=False)
+    elif setting.compiled:
+        model.compile(dynamic=not static)
     return model, torch.optim.AdamW(model.parameters(), lr=1e-5, fused=device.type == "cuda")
 
 
 def measure(setting: Setting, folder: Path, batches: list[tuple[dict, bool]], args) -> dict:
     """Seconds, tokens and FLOPs of `args.steps` training steps after `args.warmup` untimed ones (compiling
-    happens there), cycling through `batches`: (batch on the device, whether it has padding)."""
+    happens there; a setting compiled a shape at a time adds GRAPH_WARMUP of each shape), cycling through
+    `batches`: (batch on the device, whether it has padding)."""
     device = args.device
     model, optimizer = build(setting, folder, device)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=setting.precision == "bf16")
@@ -154,6 +173,13 @@ def measure(setting: Setting, folder: Path, batches: list[tuple[dict, bool]], ar
 
     for i in range(args.warmup):
         step(batches[i % len(batches)])
+    if setting.graphs or (setting.compiled and setting.batches != "real"):
+        # A graph a shape: each shape compiled (and its CUDA graph warmed up, recorded, replayed once: torch's graph
+        # trees record at a shape's second call) before the clock starts.
+        by_shape = {tuple(batch["input_ids"].shape): (batch, padded) for batch, padded in batches}
+        for _ in range(GRAPH_WARMUP):
+            for batch_and_padding in by_shape.values():
+                step(batch_and_padding)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
@@ -171,13 +197,18 @@ def measure(setting: Setting, folder: Path, batches: list[tuple[dict, bool]], ar
 
 def settings(args) -> list[Setting]:
     """Every configuration asked for: ours in each attention, transformers with its own (sdpa); a fixed shape has
-    no padding, so there ours runs padded only (packed would be the same computation)."""
+    no padding, so there ours runs padded only (packed would be the same computation). CUDA graphs need a few
+    static shapes: fixed and bucketed batches, padded attention (packed rows change with each batch's tokens)."""
     found = []
-    for batches, precision, compiled, side in itertools.product(
-            args.batch_kinds, args.precisions, [c == "compiled" for c in args.compile], args.sides):
+    for batches, precision, mode, side in itertools.product(args.batch_kinds, args.precisions, args.compile,
+                                                            args.sides):
         for attention in (args.attention if side == "ours" else ["sdpa"]):
-            if batches == "real" or attention in ("padded", "sdpa"):
-                found.append(Setting(side, precision, attention, compiled, batches))
+            fixed, padded = batches not in ("real", "bucketed"), attention in ("padded", "sdpa")
+            if fixed and not padded:
+                continue  # nothing to pack
+            if mode == "graphs" and (batches == "real" or not padded):
+                continue  # a shape a batch, or rows a batch: a graph a step
+            found.append(Setting(side, precision, attention, mode == "compiled", batches, mode == "graphs"))
     return found
 
 
@@ -192,8 +223,9 @@ def markdown(rows: list[dict]) -> str:
                      "n/a" if r["mfu"] is None else f"{100 * r['mfu']:.1f}",
                      "n/a" if r["peak_memory_gib"] is None else f"{r['peak_memory_gib']:.2f}",
                      "n/a" if r.get("vs_transformers") is None else f"{r['vs_transformers']:.2f}"]
-        lines.append("| " + " | ".join([r["model"], r["side"], r["precision"], r["attention"],
-                                         "compiled" if r["compiled"] else "eager", r["batches"], *cells]) + " |")
+        mode = "CUDA graphs" if r.get("graphs") else "compiled" if r["compiled"] else "eager"
+        lines.append("| " + " | ".join([r["model"], r["side"], r["precision"], r["attention"], mode, r["batches"],
+                                        *cells]) + " |")
     return "\n".join(lines)
 
 
@@ -240,9 +272,12 @@ def parse_args(argv=None):
     parser.add_argument("--attention", type=comma_list(("padded", "packed")), default=["padded", "packed"],
                         help="how our encoder runs padded batches (multitask_classifier.py --attention), "
                              "comma-separated (default: padded,packed)")
-    parser.add_argument("--compile", type=comma_list(("eager", "compiled")), default=["eager", "compiled"],
-                        help="eager and/or compiled (torch.compile, both sides), comma-separated "
-                             "(default: eager,compiled)")
+    parser.add_argument("--compile", type=comma_list(("eager", "compiled", "graphs")), default=["eager", "compiled"],
+                        help="eager, compiled (torch.compile, both sides) and/or graphs (CUDA graphs, torch.compile's "
+                             "cudagraphs backend), comma-separated (default: eager,compiled)")
+    parser.add_argument("--bucketed", action=argparse.BooleanOptionalAction, default=True,
+                        help="also the real batches bucketed (each padded up to a multiple of 32 tokens, as "
+                             "--length-buckets pads them) (default: on)")
     parser.add_argument("--sides", type=comma_list(("ours", "transformers")), default=["ours", "transformers"],
                         help="which implementations to measure (default: ours,transformers)")
     parser.add_argument("--steps", type=int, default=20, help="timed training steps per configuration "
@@ -261,7 +296,7 @@ def parse_args(argv=None):
     if any(len(shape.split("x")) != 2 or not all(n.isdigit() and int(n) for n in shape.split("x"))
            for shape in args.fixed):
         parser.error(f"--fixed takes shapes like 32x128, got {','.join(args.fixed)}")
-    args.batch_kinds = args.fixed + (["real"] if args.real_batches else [])
+    args.batch_kinds = args.fixed + (["real"] + ["bucketed"] * args.bucketed if args.real_batches else [])
     args.tokenizer = args.tokenizer or (None if args.model == "none" else args.model)
     if args.real_batches and args.tokenizer is None:
         parser.error("--model none measures real batches with --tokenizer FOLDER (or use --real-batches 0)")
@@ -273,8 +308,10 @@ def main(argv=None):
     log_to_stderr(logging.WARNING, progress_lines=True)
     args.device = resolve_device(args.device)
     device_name, peak = describe(args.device, args.peak_tflops)
-    real = real_batches(Tokenizer.from_pretrained(args.tokenizer), args.data, args.real_batches, args.batch_size,
-                        args.max_length, args.seed) if args.real_batches else []
+    tokenizer = Tokenizer.from_pretrained(args.tokenizer) if args.real_batches else None
+    real = real_batches(tokenizer, args.data, args.real_batches, args.batch_size, args.max_length,
+                        args.seed) if args.real_batches else []
+    batch_sets = {"real": real, "bucketed": [bucketed(batch, args.max_length, tokenizer.pad_id) for batch in real]}
     shape = dict(SHAPES[args.shape])
     for key, flag in (("hidden_size", "hidden"), ("num_hidden_layers", "layers"), ("num_attention_heads", "heads"),
                       ("intermediate_size", "intermediate")):
@@ -297,13 +334,12 @@ def main(argv=None):
         bar = Progress(len(models) * len(configurations), "gpu_throughput", unit="configuration")
         for model_name, folder in models:
             vocab_size = transformers.BertConfig.from_pretrained(folder).vocab_size
-            batch_sets = {kind: real if kind == "real" else [fixed_batch(kind, vocab_size)]
-                          for kind in args.batch_kinds}
-            batch_sets = {kind: [({k: v.to(args.device) for k, v in b.items()}, has_padding(b)) for b in batches]
-                          for kind, batches in batch_sets.items()}
+            on_device = {kind: [({k: v.to(args.device) for k, v in b.items()}, has_padding(b))
+                                for b in (batch_sets[kind] if kind in batch_sets else [fixed_batch(kind, vocab_size)])]
+                         for kind in args.batch_kinds}
             for setting in configurations:
                 rows.append(measured_row({"model": model_name, **vars(setting)}, setting, folder,
-                                         batch_sets[setting.batches], args, peak))
+                                         on_device[setting.batches], args, peak))
                 compare_with_transformers(rows)
                 if args.out:  # as it goes: a session cut short keeps every configuration measured so far
                     write_json(args.out, {**header, "rows": rows})
@@ -317,7 +353,7 @@ def main(argv=None):
 def measured_row(row: dict, setting: Setting, folder: Path, batches: list[tuple[dict, bool]], args,
                  peak: float | None) -> dict:
     """`row` with the setting's numbers, or with "error": why it could not be measured."""
-    if setting.compiled:  # each compiled setting starts from nothing, not from the last one's graphs and guards
+    if setting.compiled or setting.graphs:  # each starts from nothing, not from the last one's graphs and guards
         torch._dynamo.reset()
     try:
         result = measure(setting, folder, batches, args)
@@ -339,11 +375,13 @@ def measured_row(row: dict, setting: Setting, folder: Path, batches: list[tuple[
 def compare_with_transformers(rows: list[dict]) -> None:
     """Each measured row's vs_transformers: its tokens a second over transformers' in the same configuration (None
     until that one is measured, or where it failed)."""
-    reference = {(r["model"], r["precision"], r["compiled"], r["batches"]): r["tokens_per_s"]
-                 for r in rows if r["side"] == "transformers" and "error" not in r}
+    def configuration(r):
+        return r["model"], r["precision"], r["compiled"], r.get("graphs", False), r["batches"]
+
+    reference = {configuration(r): r["tokens_per_s"] for r in rows if r["side"] == "transformers" and "error" not in r}
     for r in rows:
         if "error" not in r:
-            theirs = reference.get((r["model"], r["precision"], r["compiled"], r["batches"]))
+            theirs = reference.get(configuration(r))
             r["vs_transformers"] = r["tokens_per_s"] / theirs if theirs else None
 
 

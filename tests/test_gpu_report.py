@@ -48,6 +48,7 @@ def test_the_check_of_an_early_bundle_lists_every_missing_table(tmp_path):
     assert [path.name for path in files] == ["tables.md", "tables.json", "call1.log", "results.tar.gz"]
     problems = gpu_report.check(out, ["base-s1", "base-s2"], compiled=True)
     assert "throughput: no rows (not run yet (step throughput))" in problems
+    assert "shapes: no rows (not run yet (step shapes))" in problems
     assert "compiled: no rows (not run yet (step compiled))" in problems
     assert "recipe, ours: one shared encoder, mtdnn: not run yet (step recipe)" in problems
     assert "results.tar.gz: runs/base-s2/metrics.jsonl missing" in problems

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -57,12 +58,13 @@ def test_the_table_at_tiny_shapes_on_the_cpu(tmp_path, minilm_dir, data_dir):
     assert "CPU (1 threads); MFU against 2 TFLOP/s dense bf16" in result.stdout
     report = json.loads(out.read_text())
     rows = report["rows"]
-    # Per precision: on the fixed shape ours (padded: nothing to pack) and transformers; on real batches ours
-    # padded and packed, and transformers.
+    # Per precision: on the fixed shape ours (padded: nothing to pack) and transformers; on real batches, as they
+    # are and bucketed, ours padded and packed, and transformers.
     assert sorted((r["precision"], r["batches"], r["side"], r["attention"]) for r in rows) == sorted(
         (precision, *combination) for precision in ("fp32", "bf16") for combination in
-        [("4x16", "ours", "padded"), ("4x16", "transformers", "sdpa"), ("real", "ours", "padded"),
-         ("real", "ours", "packed"), ("real", "transformers", "sdpa")])
+        [("4x16", "ours", "padded"), ("4x16", "transformers", "sdpa")] + [
+            (batches, *side) for batches in ("real", "bucketed")
+            for side in (("ours", "padded"), ("ours", "packed"), ("transformers", "sdpa"))])
     for r in rows:
         assert r["tokens_per_s"] > 0 and r["peak_memory_gib"] is None  # no GPU, no GPU memory
         assert r["mfu"] == pytest.approx(r["tflops"] / 2)
@@ -72,6 +74,10 @@ def test_the_table_at_tiny_shapes_on_the_cpu(tmp_path, minilm_dir, data_dir):
     # is not counted (two steps of 4 sentences of at most 128 tokens, and the course's are far shorter).
     assert real["padded"]["tokens"] == real["packed"]["tokens"] == real["sdpa"]["tokens"] < 2 * 4 * 64
     assert real["padded"]["flops"] == real["packed"]["flops"] == real["sdpa"]["flops"]
+    # Bucketed, the same sentences: the same real tokens and FLOPs (the padding to the bucket is not counted).
+    bucketed = {r["attention"]: r for r in rows if r["batches"] == "bucketed" and r["precision"] == "fp32"}
+    assert {r["tokens"] for r in bucketed.values()} == {real["padded"]["tokens"]}
+    assert {r["flops"] for r in bucketed.values()} == {real["padded"]["flops"]}
     assert real["sdpa"]["vs_transformers"] == 1.0
 
 
@@ -96,7 +102,7 @@ def test_the_tokenizer_is_the_models_own_without_the_packaged_model(tmp_path, ti
                  "--compile", "eager", "--precisions", "fp32", "--sides", "ours", "--attention", "padded",
                  env={"PYTHONPATH": os.pathsep.join([str(blocked), str(ROOT)])})
     assert result.returncode == 0, result.stderr
-    assert result.stdout.count("| ours | fp32 | padded | eager |") == 4  # two models, a fixed shape and real
+    assert result.stdout.count("| ours | fp32 | padded | eager |") == 6  # two models: a fixed shape, real, bucketed
 
 
 def tiny_args(tmp_path, tiny_model, data_dir, *extra):
@@ -143,3 +149,45 @@ def test_a_failing_configuration_is_a_row_and_the_json_grows_as_it_goes(tmp_path
     assert resets == list(range(len(calls)))  # a reset before each compiled setting
     assert rows[1]["error"] == "RuntimeError: Triton compilation failed"
     assert all("error" not in row and row["tokens_per_s"] == 10 for i, row in enumerate(rows) if i != 1)
+
+
+def test_cuda_graphs_are_measured_on_a_few_shapes_only():
+    """A CUDA graph a shape: fixed and bucketed batches (not real ones, a shape a length), padded attention (not
+    packed, rows as many as each batch's real tokens)."""
+    args = gpu_throughput.parse_args(["--model", "none", "--tokenizer", "unused", "--compile", "graphs",
+                                      "--precisions", "bf16", "--fixed", "32x128"])
+    found = gpu_throughput.settings(args)
+    assert sorted((s.batches, s.side, s.attention) for s in found) == [
+        ("32x128", "ours", "padded"), ("32x128", "transformers", "sdpa"), ("bucketed", "ours", "padded"),
+        ("bucketed", "transformers", "sdpa")]
+    assert all(s.graphs and not s.compiled for s in found)
+
+
+def test_bucketed_batches_are_padded_to_a_multiple_of_32_tokens():
+    batch = {"input_ids": torch.tensor([[5, 6, 7], [5, 6, 0]]), "attention_mask": torch.tensor([[1, 1, 1], [1, 1, 0]]),
+             "token_type_ids": torch.zeros(2, 3, dtype=torch.long)}
+    padded = gpu_throughput.bucketed(batch, max_length=128, pad_id=0)
+    assert {tensor.shape for tensor in padded.values()} == {(2, 32)}
+    assert padded["attention_mask"].sum() == 5 and padded["input_ids"][:, :3].equal(batch["input_ids"])
+    assert not padded["input_ids"][:, 3:].any()
+
+
+
+def test_a_graph_a_shape_is_warmed_up_before_the_clock_starts(tiny_model, monkeypatch):
+    """With CUDA graphs each shape of the batches is compiled and recorded (GRAPH_WARMUP steps of it) before the
+    timed steps, not in them; an eager setting takes its --warmup steps only."""
+    calls, timing = [], []
+    forward = BertModel.forward
+    monkeypatch.setattr(BertModel, "forward", lambda self, input_ids, **kwargs: (
+        calls.append((input_ids.shape[1], bool(timing))), forward(self, input_ids, **kwargs))[1])
+    clock = gpu_throughput.time.perf_counter
+    monkeypatch.setattr(gpu_throughput.time, "perf_counter", lambda: timing.append(1) or clock())
+    monkeypatch.setattr(gpu_throughput, "compile_encoder", lambda model, **options: model)  # graphs need a GPU
+    batches = [(gpu_throughput.fixed_batch(shape, 1000), False) for shape in ("2x32", "2x64", "2x32")]
+    args = SimpleNamespace(device=torch.device("cpu"), warmup=1, steps=2)
+    for graphs, untimed in ((True, [32] + [32, 64] * gpu_throughput.GRAPH_WARMUP), (False, [32])):
+        calls.clear(), timing.clear()
+        setting = gpu_throughput.Setting("ours", "fp32", "padded", False, "bucketed", graphs)
+        gpu_throughput.measure(setting, tiny_model, batches, args)
+        assert [width for width, timed in calls if not timed] == untimed
+        assert [width for width, timed in calls if timed] == [32, 64]
