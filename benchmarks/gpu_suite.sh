@@ -7,6 +7,7 @@
 # machine goes back 30 s after a call).
 #
 #   call1     the set-up; a world of one process through DistributedDataParallel on NCCL (benchmarks/ddp_smoke.py);
+#             the trainer's CUDA graphs against eager code, and their dropout new at each replay (graph_check.py);
 #             the eager throughput table (benchmarks/gpu_throughput.py: our encoder against a tuned
 #             transformers loop, fp32 and bf16, padded and packed, bert-base-shaped and MODEL); the shapes table
 #             (bert-base-shaped, bf16: real batches as they are and bucketed, eager and as CUDA graphs); our AdamW,
@@ -148,6 +149,7 @@ case $call in
     # A world of one process through DistributedDataParallel, as the trainers wrap it (engine/ddp.py): NCCL's
     # start-up and the wrapper checked on the GPU (gloo in the rehearsal), before any figure depends on them.
     timed ddp 60 "$PYTHON" -m torch.distributed.run --standalone --nproc-per-node 1 benchmarks/ddp_smoke.py
+    timed graphs 60 "$PYTHON" benchmarks/graph_check.py
     timed throughput 110 "$PYTHON" benchmarks/gpu_throughput.py $THROUGHPUT_FLAGS --model "$MODEL" --data "$DATA" \
       --model-name all-MiniLM-L6-v2 --compile eager --out "$PLAN_DIR/throughput.json"
     timed shapes 90 "$PYTHON" benchmarks/gpu_throughput.py $SHAPES_FLAGS --model none --tokenizer "$MODEL" \

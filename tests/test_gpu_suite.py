@@ -135,3 +135,10 @@ def test_the_wheels_staged_for_the_plan_are_the_versions_installed_here():
     from importlib.metadata import version
     pins = dict(line.split("==") for line in (ROOT / "benchmarks" / "device-wheels.txt").read_text().split())
     assert pins == {name: version(name) for name in pins} and "optuna" in pins
+
+
+def test_the_graph_check_passes_on_the_cpu():
+    """benchmarks/graph_check.py, call1's check of the trainer's CUDA graphs: on a CPU torch compiles the same way
+    and replays no graph, so its checks hold there too (on the GPU they are the point)."""
+    from benchmarks import graph_check
+    assert graph_check.main(["--device", "cpu"]) == 0
