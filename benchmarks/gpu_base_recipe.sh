@@ -142,7 +142,7 @@ train() {
     # shellcheck disable=SC2086
     timeout "$limit" "$PYTHON" multitask_classifier.py --config "$config" --model "$model" --data-dir "$DATA" \
       ${spec#*|} --output-dir "$RUNS/$name" --predictions-dir "$RUNS/$name/predictions" --save-every-minutes 0 \
-      --overwrite $EXTRA > "$RESULTS/logs/$name.log" 2>&1 &
+      $EXTRA > "$RESULTS/logs/$name.log" 2>&1 &
     pids+=($!) names+=("$name") flags+=("--config $config ${spec#*|}")
   done <<< "$specs"
   for i in "${!pids[@]}"; do
@@ -162,7 +162,7 @@ case $call in
     if [ ${#finished[@]} -gt 0 ]; then
       members=$(IFS=,; echo "${finished[*]}")
       timed ensemble 60 "$PYTHON" -m minbert ensemble --members "$members" --method mean --data-dir "$DATA" \
-        --predictions-dir "$RUNS/ensemble/predictions" --out "$RUNS/ensemble/ensemble.json" --overwrite
+        --predictions-dir "$RUNS/ensemble/predictions" --out "$RUNS/ensemble/ensemble.json"
       # shellcheck disable=SC2086
       timed silver 120 "$PYTHON" -m minbert silver --teacher "$RUNS/ensemble/ensemble.json" --retriever "$MODEL" \
         --bank "$BANK" --data-dir "$DATA" --out "$RESULTS/silver" --cache-dir "$PLAN_DIR/bank-embeddings" $SILVER_FLAGS
