@@ -84,6 +84,12 @@ def group_rows(rows: dict[str, dict]) -> dict[str, dict]:
             for flags, group in groups.items()}
 
 
+def group_cells(group: dict) -> dict:
+    """A group's row as the Markdown table shows it: mean ± sd, metrics to 4 decimals, seconds to 1."""
+    return {"runs": group["runs"], **{column: shown(group[column]) for column in METRIC_COLUMNS},
+            "training s": shown(group["training s"], digits=1)}
+
+
 def tables(results: Path, call: str) -> tuple[str, dict]:
     """(Markdown, JSON) of a call: its steps, each run's dev metrics, the mean ± sd over seeds, the ensemble's row
     against the best seed, the silver data's counts."""
@@ -106,10 +112,7 @@ def tables(results: Path, call: str) -> tuple[str, dict]:
             ""]
     if groups:
         text += ["## Mean ± sd over seeds (finished runs)", "",
-                 markdown_table({flags: {"runs": group["runs"], **{column: shown(group[column], 1 if column ==
-                                                                                 "training s" else 4)
-                                                                   for column in (*METRIC_COLUMNS, "training s")}}
-                                 for flags, group in groups.items()},
+                 markdown_table({flags: group_cells(group) for flags, group in groups.items()},
                                 ["runs", *METRIC_COLUMNS, "training s"], label="flags beside the seed",
                                 headers=["runs", *METRIC_HEADERS, "training s"]), ""]
     ensemble = read_json(results / "runs" / ENSEMBLE / "ensemble.json")
@@ -269,7 +272,8 @@ def main(argv=None):
     scorer = commands.add_parser("score", help="score the dev leaderboard files of an unpacked folder")
     scorer.add_argument("folder", type=Path, nargs="?", default=COMMITTED / "base",
                         help="an unpacked call's folder (default: benchmarks/results/gpu/base)")
-    scorer.add_argument("--data-dir", type=Path, default=DEFAULT_DATA, help="the course's data, for the dev labels (default: ../shared/data)")
+    scorer.add_argument("--data-dir", type=Path, default=DEFAULT_DATA,
+                        help="the course's data, for the dev labels (default: ../shared/data)")
     args = parser.parse_args(argv)
     if args.command == "tables":
         text, report = tables(args.results, args.call)
