@@ -272,6 +272,28 @@ def test_the_base_recipe_is_the_full_recipe_sized_for_a_base_model_on_a_cpu():
     assert (base.model, base.epochs, base.max_train_examples) == ("all-mpnet-base-v2", 1, 16384)
 
 
+def test_the_gpu_base_recipe_is_the_full_recipe_with_the_base_model_in_bf16():
+    """minbert/recipes/mtdnn-mpnet-gpu.yaml says so in its comment: against mtdnn-minilm.yaml only the model, the
+    precision and the folders differ; against the CPU's base recipe, the epochs, the sample (none), the precision
+    and the folders."""
+    from dataclasses import fields
+
+    from minbert.common.cli import parse_config
+    from minbert.training.multitask_config import MultitaskConfig
+
+    full, cpu, gpu = (parse_config(MultitaskConfig, "", ["--config", name])
+                      for name in ("mtdnn-minilm", "mtdnn-mpnet", "mtdnn-mpnet-gpu"))
+
+    def differ(a, b):
+        return {field.name for field in fields(MultitaskConfig)
+                if getattr(a, field.name) != getattr(b, field.name)} - {"command"}  # the file named
+    folders = {"output_dir", "predictions_dir"}
+    assert differ(full, gpu) == {"model", "precision", *folders}
+    assert differ(cpu, gpu) == {"epochs", "max_train_examples", "precision", *folders}
+    assert (gpu.model, gpu.epochs, gpu.max_train_examples, gpu.precision) == ("all-mpnet-base-v2", 3, 0, "bf16")
+    assert (full.precision, gpu.output_dir.endswith("runs/mtdnn-mpnet-gpu")) == ("auto", True)
+
+
 @pytest.mark.parametrize("text, message", [("lrr: 1\n", "unknown flag 'lrr'"), ("epochs: many\n", "epochs"),
                                            ("schedule: nope\n", "schedule"), ("- a\n", "not a mapping")])
 def test_a_bad_config_file_is_one_line_naming_the_file_and_the_key(tmp_path, capsys, text, message):
