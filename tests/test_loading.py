@@ -157,7 +157,8 @@ def test_a_config_whose_layer_count_is_not_the_weights_is_refused(tmp_path, laye
     save_tiny(tmp_path / "ckpt", BertModel(BertConfig(**TINY)).state_dict(), name="pytorch_model.bin")
     (tmp_path / "ckpt" / "config.json").write_text(json.dumps({"model_type": "bert", **TINY,
                                                                "num_hidden_layers": layers}))
-    what = "encoder tensor(s) missing (encoder.layer.2." if layers == 3 else "tensor(s) the encoder does not use (encoder.layer.1."
+    what = ("encoder tensor(s) missing (encoder.layer.2." if layers == 3 else
+            "tensor(s) the encoder does not use (encoder.layer.1.")
     with pytest.raises(CheckpointError, match=re.escape(f"16 {what}")):
         from_pretrained(tmp_path / "ckpt")
     assert from_pretrained(tmp_path / "ckpt", partial=True).config.num_hidden_layers == layers

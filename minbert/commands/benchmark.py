@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from minbert.common import cli
-from minbert.common.choices import ALLOW_PARTIAL_LOAD_HELP, POOLINGS, PRECISION_HELP, PRECISIONS, QUANTIZATIONS, QUANTIZE_HELP
+from minbert.common.choices import (ALLOW_PARTIAL_LOAD_HELP, POOLINGS, PRECISION_HELP, PRECISIONS, QUANTIZATIONS,
+                                    QUANTIZE_HELP)
 from minbert.common.cli import AT_LEAST_0, AT_LEAST_1, check_ranges, flag
 from minbert.common.outputs import check_place
 from minbert.common.files import DEFAULT_DATA, check_writable_file, without_local_paths, write_json

@@ -183,15 +183,15 @@ def listed(names: list[str]) -> str:
     return ", ".join(names[:SHOWN]) + more
 
 
+MPNET_ONLY = (".attention.attn.q.", "relative_attention_bias.")  # names no BERT or RoBERTa checkpoint has
+
+
 def family_of(name: str) -> str | None:
     """The family whose checkpoints alone hold a tensor of this name, as transformers saves them; None: any."""
     prefix = next((prefix for prefix in BASE_PREFIXES if name.startswith(prefix)), None)
     if prefix is not None:  # a task model's base: bert.embeddings..., roberta.embeddings...
         return prefix.removesuffix(".")
     return "mpnet" if any(part in name for part in MPNET_ONLY) else None
-
-
-MPNET_ONLY = (".attention.attn.q.", "relative_attention_bias.")  # names no BERT or RoBERTa checkpoint has
 
 
 def check_family(names: list[str], model_type: str, source: str) -> None:
@@ -225,9 +225,8 @@ def load_weights(model: BertModel, state_dict: dict[str, torch.Tensor], source: 
         if own[name].shape != tensors[name].shape:
             raise CheckpointError(f"{source}: tensor {name} has shape {tuple(tensors[name].shape)}, "
                                   f"the config implies {tuple(own[name].shape)}")
-    differences = [f"{len(names)} {what} ({listed(names)})" for names, what in
-                   ((report.missing, "encoder tensor(s) missing"), (report.unexpected, "tensor(s) the encoder does not use"))
-                   if names]
+    kinds = ((report.missing, "encoder tensor(s) missing"), (report.unexpected, "tensor(s) the encoder does not use"))
+    differences = [f"{len(names)} {what} ({listed(names)})" for names, what in kinds if names]
     if differences and not partial:
         raise CheckpointError(f"{source}: its weights do not match its config.json: {'; '.join(differences)}; "
                               f"correct config.json (num_hidden_layers, ...), or pass --allow-partial-load to load "

@@ -86,7 +86,8 @@ class Pretraining:
 
     def __init__(self, config: ContrastiveConfig, engine: Engine):
         self.config, self.engine, self.method = config, engine, METHODS[config.method]
-        self.encoder = from_pretrained(config.model, config.allow_partial_load)  # before the tokenizer: a broken config.json is named as such
+        # Before the tokenizer: a broken config.json is named as such.
+        self.encoder = from_pretrained(config.model, config.allow_partial_load)
         check_max_length(self.encoder, config.max_length)
         # Before the objectives copy it (a momentum or second encoder).
         self.encoder.attention = config.attention
