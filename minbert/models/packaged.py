@@ -98,12 +98,12 @@ class SplitZip:
         holds the lock now: then its folder is one of them."""
         if not any(cache.glob(f".{self.name}.*.tmp")):
             return
-        with open(cache / f".{self.name}.lock", "a") as lock:
-            try:
+        try:
+            with open(cache / f".{self.name}.lock", "a") as lock:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return
-            recover_directory(cache / self.name)
+                recover_directory(cache / self.name)
+        except OSError:  # BlockingIOError: an assembly holds the lock; or a cache this user cannot write
+            return
 
     def stamp_file(self, folder: Path) -> Path:
         return folder.parent / f".{self.name}.stamp"
