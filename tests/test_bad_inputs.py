@@ -1098,6 +1098,17 @@ def test_the_advice_of_a_message_works(places, tmp_path, wrong, advice):
     assert (output_dir / "best" / "model.safetensors").is_file()
 
 
+def test_a_partial_load_the_user_asks_for_loads_what_matches_and_says_what_did_not(places, tmp_path, caplog):
+    """The advice of the refusals of a config.json that is not its weights': --allow-partial-load trains from them,
+    and the log names what was left out."""
+    assert any("or pass --allow-partial-load" in case[4] for case in CASES), "a refusal gives this advice"
+    args = last_wins([*TRAIN, "--data-dir", "edited-data", "--max-steps", "1", "--init", "fewer-layers/best",
+                      "--allow-partial-load", "--output-dir", "OUT/tuned"])
+    multitask_classifier.main([substitute(arg, places, tmp_path) for arg in args])
+    assert (tmp_path / "tuned" / "best" / "model.safetensors").is_file()
+    assert "16 tensor(s) the encoder does not use (encoder.layer.1." in caplog.text
+
+
 def test_a_run_config_records_no_flag_that_removes_or_continues_files(places):
     """--config RUN/run_config.json never replays --overwrite (or --resume, --allow-changed-data): the run config
     does not hold them, and a file that does is refused (the cases above)."""
