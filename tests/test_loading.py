@@ -191,16 +191,16 @@ def test_a_bert_folder_relabelled_mpnet_without_architectures_is_refused_by_its_
 
 @pytest.mark.parametrize("model_type", ["bert", "roberta"])
 def test_an_mpnet_folder_relabelled_is_refused_by_its_tensors(tiny_mpnet, tmp_path, model_type):
-    with pytest.raises(CheckpointError, match=f"says model_type '{model_type}', but its weights are a mpnet model's "
-                                              f"\\(.*\\); set model_type to 'mpnet'"):
+    with pytest.raises(CheckpointError, match=f"says model_type '{model_type}', but its weights are of the mpnet "
+                                              f"family \\(.*\\); set model_type to 'mpnet'"):
         from_pretrained(relabelled(tiny_mpnet, tmp_path, model_type, architectures=False))
 
 
 def test_a_task_models_prefix_names_its_family(tmp_path):
     state = {f"roberta.{name}": tensor for name, tensor in BertModel(BertConfig(**TINY)).state_dict().items()}
     save_tiny(tmp_path / "ckpt", state)
-    with pytest.raises(CheckpointError, match="says model_type 'bert', but its weights are a roberta model's "
-                                              "\\(roberta.embeddings"):
+    with pytest.raises(CheckpointError, match="says model_type 'bert', but its weights are of the roberta "
+                                              "family \\(roberta.embeddings"):
         from_pretrained(tmp_path / "ckpt")
 
 

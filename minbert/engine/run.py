@@ -69,7 +69,7 @@ class Run:
         return None
 
     def plan(self) -> list[list]:
-        """The run's epochs, each a list of items, one an optimizer step (planned_epochs: those --max-steps reaches)."""
+        """The run's epochs, each a list of items, one an optimizer step: those --max-steps reaches (planned_epochs)."""
         raise NotImplementedError
 
     def step(self, item, share: Share) -> tuple[dict[str, torch.Tensor], int]:

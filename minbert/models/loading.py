@@ -200,8 +200,8 @@ def check_family(names: list[str], model_type: str, source: str) -> None:
     for name in names:
         family = family_of(name)
         if family is not None and family != model_type:
-            raise CheckpointError(f"{source}: config.json says model_type {model_type!r}, but its weights are a "
-                                  f"{family} model's ({name}); set model_type to {family!r}")
+            raise CheckpointError(f"{source}: config.json says model_type {model_type!r}, but its weights are of "
+                                  f"the {family} family ({name}); set model_type to {family!r}")
     if model_type == "mpnet" and not any("relative_attention_bias." in name for name in names):
         raise CheckpointError(f"{source}: config.json says model_type 'mpnet', but its weights have no relative "
                               f"position bias (encoder.relative_attention_bias.weight), which every MPNet has: they "
