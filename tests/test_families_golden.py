@@ -2,6 +2,8 @@
 the same gradients to 1e-5 in fp32, in every attention layout; MPNet's relative position buckets; the real
 all-mpnet-base-v2 where its packages are installed; and a saved MPNet folder read back by transformers and
 sentence-transformers."""
+import json
+
 import pytest
 import torch
 import transformers
@@ -186,3 +188,16 @@ def test_max_length_counts_the_positions_after_the_offset(make_tiny_family, mode
     sentences = SentenceEncoder.from_pretrained(folder, max_length=1000)
     assert sentences.max_length == 128
     assert sentences.encode([" ".join(["the cat sat"] * 100)]).shape == (1, 32)
+
+
+def test_a_saved_mpnet_folder_tells_sentence_transformers_the_length_it_takes(tiny_mpnet, tmp_path, one_thread):
+    """130 positions from an offset of 2: sentence-transformers is told 128 tokens, and encodes a longer sentence
+    (told 130, MPNetModel would index past its positions)."""
+    from sentence_transformers import SentenceTransformer
+
+    folder = save_checkpoint(tmp_path / "saved", from_pretrained(tiny_mpnet), Tokenizer.from_pretrained(tiny_mpnet),
+                             {"model": str(tiny_mpnet)})
+    write_shareable_files(folder, pooling="mean", max_length=64, base_model=str(tiny_mpnet), command="test",
+                          metrics={}, data_files=[])
+    assert json.loads((folder / "sentence_bert_config.json").read_text())["max_seq_length"] == 128
+    assert SentenceTransformer(str(folder), device="cpu").encode([" ".join(["the cat sat"] * 100)]).shape == (1, 32)
