@@ -538,6 +538,56 @@ CASES = [
      "error: --resume: nan-last/last: weights that are not finite (model.safetensors: "
      "embeddings.word_embeddings.weight), nothing to resume from; the run's last checkpoint whose weights are finite "
      "is nan-last/best", 2),
+    # a checkpoint loads exactly, or not at all (the weights: 2 layers)
+    ("checkpoint", "a config.json of more layers than its weights (num_hidden_layers 3 of 2), to predict", "predict",
+     ["more-layers/best", "--sst", "a film"],
+     "error: more-layers/best: its weights do not match its config.json: 16 encoder tensor(s) missing "
+     "(encoder.layer.2.attention.output.LayerNorm.bias, encoder.layer.2.attention.output.LayerNorm.weight, "
+     "encoder.layer.2.attention.output.dense.bias and 13 more); correct config.json (num_hidden_layers, ...), or pass "
+     "--allow-partial-load to load what matches and leave the rest at random initial values", 2),
+    ("checkpoint", "a config.json of fewer layers than its weights (num_hidden_layers 1 of 2), given to --init",
+     "multitask", [*TRAIN, "--init", "fewer-layers/best"],
+     "error: fewer-layers/best: its weights do not match its config.json: 16 tensor(s) the encoder does not use "
+     "(encoder.layer.1.attention.output.LayerNorm.bias, ", 2),
+    ("checkpoint", "a config.json of more layers than its weights, to benchmark", "benchmark",
+     ["--model", "more-layers/best", "--data-dir", "DATA", "--device", "cpu"],
+     "error: more-layers/best: its weights do not match its config.json: 16 encoder tensor(s) missing", 2),
+    ("checkpoint", "a config.json of fewer layers than its weights, to analyse", "analyze",
+     ["spread", "--models", "fewer-layers/best", "--data-dir", "DATA", "--out", "OUT/spread"],
+     "error: fewer-layers/best: its weights do not match its config.json: 16 tensor(s) the encoder does not use", 2),
+    ("checkpoint", "a config.json of more layers than its weights in last/, on --resume", "multitask",
+     [*TRAIN, "--data-dir", "edited-data", "--output-dir", "layers-in-last", "--resume", "--allow-changed-data"],
+     "error: layers-in-last/last: its weights do not match its config.json: 16 encoder tensor(s) missing", 2),
+    ("checkpoint", "a BERT folder relabelled roberta (config.json's model_type edited)", "multitask",
+     [*TRAIN, "--model", "as-roberta"],
+     "error: as-roberta/config.json: model_type is 'roberta', but the weights were saved by BertModel "
+     "(architectures), a bert model; set model_type to 'bert'", 2),
+    ("checkpoint", "a BERT folder relabelled mpnet, its architectures removed", "multitask",
+     [*TRAIN, "--model", "as-mpnet"],
+     "error: as-mpnet: config.json says model_type 'mpnet', but its weights have no relative position bias "
+     "(encoder.relative_attention_bias.weight), which every MPNet has: they are another family's", 2),
+    ("flag", "--max-length beyond an MPNet model's positions (counted after its offset)", "multitask",
+     [*TRAIN, "--model", "tiny-mpnet", "--max-length", "129"],
+     "error: --max-length 129: this model has 128 positions; use --max-length 128 or less", 2),
+    ("checkpoint", "heads that are not finite (NaN), to predict", "predict", ["nan-heads/best", "--sst", "a film"],
+     "error: nan-heads/best/heads.safetensors: weights that are not finite (heads.sst.mlp.second.1.weight holds NaN "
+     "or infinity)", 2),
+    ("checkpoint", "heads that are not finite (NaN), given to --init", "multitask",
+     [*TRAIN, "--init", "nan-heads/best"],
+     "error: nan-heads/best/heads.safetensors: weights that are not finite (heads.sst.mlp.second.1.weight holds NaN "
+     "or infinity)", 2),
+    ("checkpoint", "heads that are not finite (NaN) in last/, on --resume", "multitask",
+     [*TRAIN, "--data-dir", "edited-data", "--output-dir", "last-heads-nan", "--resume", "--allow-changed-data"],
+     "error: --resume: last-heads-nan/last: weights that are not finite (heads.safetensors: "
+     "heads.sst.mlp.second.1.weight), nothing to resume from", 2),
+    ("checkpoint", "weights that are infinite (not NaN), to predict", "predict", ["inf-run", "--sst", "a film"],
+     "error: inf-run/best: weights that are not finite (embeddings.word_embeddings.weight holds NaN or infinity)", 2),
+    ("flag", "int8 with tf32, to predict", "predict",
+     ["finished-run", "--sst", "a film", "--quantize", "int8", "--precision", "tf32"],
+     "error: --quantize int8 computes in int8 and fp32, not with --precision tf32; leave out one of them", 2),
+    ("flag", "int8 with tf32, to benchmark", "benchmark",
+     ["--model", "MODEL", "--data-dir", "DATA", "--device", "cpu", "--quantize", "int8", "--precision", "tf32"],
+     "error: --quantize int8 computes in int8 and fp32, not with --precision tf32; leave out one of them", 2),
 ]
 COMMANDS["benchmark"], SCRIPTS["benchmark"] = benchmark, "minbert benchmark"
 
@@ -717,7 +767,7 @@ LEFT_NOTHING = {"the disk fills up as the bank's embeddings are cached": ["OUT/c
 
 
 @pytest.fixture(scope="module")
-def places(tiny_model, tmp_path_factory) -> dict[str, Path]:
+def places(tiny_model, tiny_mpnet, tmp_path_factory) -> dict[str, Path]:
     """The folders and files the cases name, each broken the way its case says."""
     from tests.conftest import write_course_files
 
@@ -903,6 +953,7 @@ def places(tiny_model, tmp_path_factory) -> dict[str, Path]:
     places["no-best-config"] = Path(shutil.copytree(places["finished-run"], root / "no-best-config"))
     (places["no-best-config"] / "best" / "run_config.json").unlink()
     ownership_places(root, places)
+    loading_places(root, places, tiny_mpnet)
     return places
 
 
@@ -950,6 +1001,44 @@ def ownership_places(root: Path, places: dict[str, Path]) -> None:
     places["a-report.json"] = root / "a-report.json"
     places["a-report.json"].write_text(json.dumps({"method": "mean", "members": {"runs/a": {}, "runs/b": {}},
                                                    "ensemble": {}, "weights": {}}))
+
+
+def loading_places(root: Path, places: dict[str, Path], tiny_mpnet: Path) -> None:
+    """The places of the cases of what loads: copies of the finished run whose config.json says more or fewer layers
+    than the weights have (in best/, or in last/ of an unfinished one), whose heads or weights are not finite (NaN,
+    inf); the tiny model relabelled (roberta; mpnet without its architectures); a tiny MPNet."""
+    from safetensors.torch import load_file, save_file
+
+    def copy(name: str, unfinished: bool = False) -> Path:
+        places[name] = Path(shutil.copytree(places["finished-run"], root / name))
+        if unfinished:
+            saved = json.loads((places[name] / "run_config.json").read_text())
+            (places[name] / "run_config.json").write_text(json.dumps({k: v for k, v in saved.items()
+                                                                      if k != "finished"}))
+        return places[name]
+
+    def edited_json(file: Path, **values) -> None:
+        """The JSON object in `file` with these keys set (None: removed)."""
+        saved = {**json.loads(file.read_text()), **values}
+        file.write_text(json.dumps({k: v for k, v in saved.items() if k not in values or v is not None}))
+
+    def with_value(file: Path, name: str, value: float) -> None:
+        tensors = load_file(file)
+        tensors[name][0] = value
+        save_file(tensors, file)
+
+    edited_json(copy("more-layers") / "best" / "config.json", num_hidden_layers=3)
+    edited_json(copy("fewer-layers") / "best" / "config.json", num_hidden_layers=1)
+    edited_json(copy("layers-in-last", unfinished=True) / "last" / "config.json", num_hidden_layers=3)
+    with_value(copy("nan-heads") / "best" / "heads.safetensors", "heads.sst.mlp.second.1.weight", float("nan"))
+    with_value(copy("last-heads-nan", unfinished=True) / "last" / "heads.safetensors",
+               "heads.sst.mlp.second.1.weight", float("nan"))
+    with_value(copy("inf-run") / "best" / "model.safetensors", "embeddings.word_embeddings.weight", float("inf"))
+    for family in ("roberta", "mpnet"):
+        places[f"as-{family}"] = Path(shutil.copytree(places["MODEL"], root / f"as-{family}"))
+        edited_json(places[f"as-{family}"] / "config.json", model_type=family,
+                    architectures=None if family == "mpnet" else ["BertModel"])
+    places["tiny-mpnet"] = tiny_mpnet
 
 
 def substitute(text: str, places: dict[str, Path], out: Path) -> str:
@@ -1007,6 +1096,17 @@ def test_the_advice_of_a_message_works(places, tmp_path, wrong, advice):
     multitask_classifier.main([substitute(arg, places, tmp_path) for arg in args])
     output_dir = Path(substitute(args[args.index("--output-dir") + 1], places, tmp_path))
     assert (output_dir / "best" / "model.safetensors").is_file()
+
+
+def test_a_partial_load_the_user_asks_for_loads_what_matches_and_says_what_did_not(places, tmp_path, caplog):
+    """The advice of the refusals of a config.json that is not its weights': --allow-partial-load trains from them,
+    and the log names what was left out."""
+    assert any("or pass --allow-partial-load" in case[4] for case in CASES), "a refusal gives this advice"
+    args = last_wins([*TRAIN, "--data-dir", "edited-data", "--max-steps", "1", "--init", "fewer-layers/best",
+                      "--allow-partial-load", "--output-dir", "OUT/tuned"])
+    multitask_classifier.main([substitute(arg, places, tmp_path) for arg in args])
+    assert (tmp_path / "tuned" / "best" / "model.safetensors").is_file()
+    assert "16 tensor(s) the encoder does not use (encoder.layer.1." in caplog.text
 
 
 def test_a_run_config_records_no_flag_that_removes_or_continues_files(places):

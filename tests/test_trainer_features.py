@@ -2,7 +2,10 @@
 --config FILE (YAML, run_config.json), TensorBoard tags and hparams, the summary at the end."""
 import json
 import logging
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -180,6 +183,26 @@ def test_max_steps_stops_a_multitask_run_after_n_steps(tiny_model, course_data, 
     train = [line for line in lines if line["event"] == "train"]
     assert train[-1]["lr"] == pytest.approx(1e-3 / 3)  # the decay spans the 3 steps: the last at 1/3 of the peak
     assert (tmp_path / "run/best/metrics.json").exists()
+
+
+ROOT = Path(__file__).resolve().parents[1]
+ABSURD_EPOCHS = "99999999999999999999"  # 10^20: planned up front, no run would ever reach its first step
+
+
+@pytest.mark.parametrize("script", ["multitask_classifier.py", "pretrain_contrastive.py"])
+def test_an_absurd_epoch_count_costs_nothing_under_max_steps(tiny_model, contrastive_data, tmp_path, script):
+    """Only the epochs --max-steps reaches are planned: the run takes its 2 steps and ends. Run apart, with a time
+    limit: planned up front, 10^20 epochs never end."""
+    limits = ["--epochs", ABSURD_EPOCHS, "--max-steps", "2", "--log-every", "1"]
+    flags = (tiny_args(tiny_model, contrastive_data, tmp_path, *limits) if script == "multitask_classifier.py" else
+             ["--model", str(tiny_model), "--data-dir", str(contrastive_data), "--output-dir", str(tmp_path / "run"),
+              "--method", "simcse", "--data", "sts", "--device", "cpu", "--batch-size", "4", *limits])
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    result = subprocess.run([sys.executable, script, *flags], cwd=ROOT, env=env, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in lines if line["event"] == "train"] == [1, 2]
 
 
 def test_metric_for_best_picks_best_by_that_metric(tiny_model, course_data, tmp_path, capsys):

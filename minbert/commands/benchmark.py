@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from minbert.common import cli
-from minbert.common.choices import POOLINGS, PRECISION_HELP, PRECISIONS, QUANTIZATIONS, QUANTIZE_HELP
+from minbert.common.choices import (ALLOW_PARTIAL_LOAD_HELP, POOLINGS, PRECISION_HELP, PRECISIONS, QUANTIZATIONS,
+                                    QUANTIZE_HELP)
 from minbert.common.cli import AT_LEAST_0, AT_LEAST_1, check_ranges, flag
 from minbert.common.outputs import check_place
 from minbert.common.files import DEFAULT_DATA, check_writable_file, without_local_paths, write_json
@@ -37,6 +38,7 @@ class StsBenchmarkConfig:
     device: str = flag("auto", "cpu, cuda, ... (auto: cuda when present)")
     precision: str = flag("auto", PRECISION_HELP, choices=PRECISIONS)
     quantize: str = flag("none", QUANTIZE_HELP, choices=QUANTIZATIONS)
+    allow_partial_load: bool = flag(False, ALLOW_PARTIAL_LOAD_HELP)
     out: str = flag("", "also write the results as JSON to this file (left out: printed only); a file in the "
                         "model's own folder also adds them to the folder's model card (README.md)")
 
@@ -59,7 +61,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     from minbert.models.shareable import update_card
 
     model = SentenceEncoder.from_pretrained(config.model, config.pooling, config.max_length,
-                                            cli.resolve_device(config.device), config.precision, config.quantize)
+                                            cli.resolve_device(config.device), config.precision, config.quantize,
+                                            config.allow_partial_load)
     log.info("STS benchmark of %s: %s pooling%s, up to %d tokens a sentence; precision %s%s", config.model,
              model.pooling, ", length 1" if model.normalize else "", model.max_length, model.precision.describe(),
              f"; --quantize int8: the encoder's {model.quantized_layers} Linear layers in int8"

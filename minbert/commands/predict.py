@@ -43,7 +43,7 @@ from minbert.common.allocator import keep_large_blocks_out_of_the_heap
 from minbert.common.errors import DataError, DiskFullError, UsageError
 from minbert.common.files import atomic_file, free_space
 from minbert.common.outputs import output_file
-from minbert.common.choices import PRECISION_HELP, PRECISIONS, QUANTIZATIONS, QUANTIZE_HELP
+from minbert.common.choices import ALLOW_PARTIAL_LOAD_HELP, PRECISION_HELP, PRECISIONS, QUANTIZATIONS, QUANTIZE_HELP
 from minbert.data.readers import ReadReport, text_lines
 from minbert.task_info import TASKS
 
@@ -133,6 +133,7 @@ def parse_args(argv: list[str] | None):
     parser.add_argument("--device", default="auto", help="cpu, cuda, ... (auto: cuda when present)")
     parser.add_argument("--precision", default="auto", choices=PRECISIONS, help=PRECISION_HELP)
     parser.add_argument("--quantize", default="none", choices=QUANTIZATIONS, help=QUANTIZE_HELP)
+    parser.add_argument("--allow-partial-load", action="store_true", help=ALLOW_PARTIAL_LOAD_HELP)
     args = parser.parse_args(argv)
     if args.input and not args.task:
         parser.error("--input needs --task")
@@ -170,7 +171,8 @@ def predict(args) -> list[dict] | None:
 
     # What can fail on the inputs fails before anything is predicted (the tasks once the run says which it has).
     source = InputFile(Path(args.input), REGISTRY[args.task]) if args.input else None
-    model = MultitaskPredictor.from_run(args.run, args.device, args.batch_size, args.precision, args.quantize)
+    model = MultitaskPredictor.from_run(args.run, args.device, args.batch_size, args.precision, args.quantize,
+                                       partial=args.allow_partial_load)
     for task in [args.task] if args.input else examples_given(args):
         if task not in model.tasks:
             flag = f"--task {task}" if args.input else f"--{task}"
