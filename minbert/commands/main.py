@@ -38,7 +38,10 @@ def main(argv: list[str] | None = None) -> None:
         print(f"minbert {__version__}")
         return
     if not argv or argv[0] not in COMMANDS:
-        given = f"unknown subcommand {argv[0]!r}" if argv else "no subcommand given"
+        from minbert.common.errors import did_you_mean
+
+        guess = did_you_mean(argv[0], COMMANDS) if argv else ""
+        given = f"unknown subcommand {argv[0]!r}{f' ({guess})' if guess else ''}" if argv else "no subcommand given"
         print(f"minbert: error: {given}; choose one of {', '.join(COMMANDS)} (see minbert --help)", file=sys.stderr)
         sys.exit(2)
     # Imported only here, for a subcommand, which the list and --version do not need. Neither loads torch: a

@@ -43,7 +43,7 @@ from minbert.common import cli, progress
 from minbert.common.cli import AT_LEAST_0, AT_LEAST_1, SEED, flag, resolve_device
 from minbert.common.errors import Interrupted, UsageError, UserError
 from minbert.common.files import (RECIPES, atomic_file, check_writable, in_repository, packaged_recipes,
-                                  recipe_file, remove_empty)
+                                  recipe_file, remove_empty, unknown_recipe)
 from minbert.common.outputs import check_place, owning
 from minbert.common.progress import duration
 from minbert.engine.callbacks import Callback
@@ -148,7 +148,8 @@ def parse_flags(argv: list[str]) -> tuple[SearchConfig, list[str], MultitaskConf
     trial_argv = (["--config", recipe] if recipe else []) + trial_argv
     # The trials' flags are refused as this command's (its name and --help), where the user typed them.
     base = cli.parse_config(MultitaskConfig, train_command.__doc__, trial_argv,
-                            program=cli.program("search.py", "search"))
+                            program=cli.program("search.py", "search"),
+                            other_flags=[option for action in parser._actions for option in action.option_strings])
     return config, trial_argv, base
 
 
@@ -180,6 +181,8 @@ def read_checked_space(path: str, base: MultitaskConfig, objective: str) -> list
         check_runnable(MultitaskConfig(**values))
     except ValueError as error:
         raise UsageError(f"--objective {objective}: {error}") from None
+    if unknown_recipe(path, SPACES, "space"):
+        raise UsageError(f"--space {path}: {unknown_recipe(path, SPACES, 'space')}")
     return read_space(recipe_file(path, SPACES), cli.build_parser(MultitaskConfig, ""), check)
 
 
