@@ -16,7 +16,7 @@ COMMANDS = {
     "silver": ("minbert.commands.silver", None,
                "silver data: new training examples labelled by a finished run or an ensemble, for train --silver"),
     "search": ("minbert.commands.search", "search.py", "an Optuna hyperparameter search over train's flags"),
-    "analyze": ("minbert.commands.analyze", "analyze.py", "pictures for a report: layers, spread, errors, curves"),
+    "analyze": ("minbert.commands.analyze", "analyze.py", "pictures for a report: layers, spread, embeddings, errors, curves"),
     "benchmark": ("minbert.commands.benchmark", None,
                   "the STS benchmark of an encoder's sentence embeddings (STS12-16, SICK-R, STS dev)"),
 }
