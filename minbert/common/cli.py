@@ -320,6 +320,10 @@ def parse_config(config_class: type, description: str, argv: list[str] | None = 
     args = vars(parser.parse_args(argv))
     args.pop("config")
     note_old_names(parser, config_class, argv)
+    for name in in_output_dir(config_class):  # the file's relative folder, in the run's --output-dir (X/predictions)
+        if name in file_values and file_values[name] and not Path(file_values[name]).expanduser().is_absolute() \
+                and not any(given(action, argv) for action in parser._actions if action.dest == name):
+            args[name] = file_values[name] = str(Path(args["output_dir"]) / file_values[name])
     if "command" in {field.name for field in dataclasses.fields(config_class)}:
         args["command"] = CommandLine(
             shlex.join([*program, *argv]),
@@ -331,11 +335,17 @@ def parse_config(config_class: type, description: str, argv: list[str] | None = 
         parser.error(str(error))
 
 
+def in_output_dir(config_class: type) -> tuple[str, ...]:
+    """The folders a --config file names relative to the run's --output-dir (its IN_OUTPUT_DIR: a recipe's
+    predictions-dir), so that they follow the --output-dir given on the command line."""
+    return getattr(config_class, "IN_OUTPUT_DIR", ())
+
+
 def packaged_folders(config_class: type, values: dict) -> dict:
     """A packaged recipe's values with the folders it names (the quick start's runs/quick-start) as default folders
     are: the repository's, or the current folder's for an installed package (files.in_repository), wherever the
-    command runs from."""
-    folders = {"output_dir", *getattr(config_class, "OUTPUT_FOLDERS", ())}
+    command runs from; not those inside its output folder (in_output_dir), which follow --output-dir."""
+    folders = {"output_dir", *getattr(config_class, "OUTPUT_FOLDERS", ())} - set(in_output_dir(config_class))
     return {name: in_repository(value) if name in folders and value else value for name, value in values.items()}
 
 
