@@ -122,8 +122,20 @@ CASES = [
      "multitask_classifier.py: error: --config resume-flags.yaml: resume: a file never sets it, since it removes "
      "or continues files; type --resume on the command line if you mean it", 2),
     ("flag", "an abbreviated flag (--se for --seed)", "multitask", [*TRAIN, "--se", "1"],
-     "multitask_classifier.py: error: unrecognized arguments: --se 1 (see .venv/bin/python multitask_classifier.py "
-     "--help)", 2),
+     "multitask_classifier.py: error: unrecognized arguments: --se 1; did you mean --seed? (see .venv/bin/python "
+     "multitask_classifier.py --help)", 2),
+    ("flag", "a misspelled flag (--epoch for --epochs)", "multitask", [*TRAIN, "--epoch", "1"],
+     "multitask_classifier.py: error: unrecognized arguments: --epoch 1; did you mean --epochs? (see "
+     ".venv/bin/python multitask_classifier.py --help)", 2),
+    ("flag", "a misspelled choice (--precision fp23)", "multitask", [*TRAIN, "--precision", "fp23"],
+     "multitask_classifier.py: error: argument --precision: invalid choice: 'fp23' (choose from 'auto', 'fp32', "
+     "'tf32', 'bf16', 'fp16'); did you mean fp32?", 2),
+    ("flag", "a recipe name that no recipe has", "multitask", [*TRAIN, "--config", "quickstart"],
+     "multitask_classifier.py: error: --config quickstart: no such file, and no recipe of that name comes with the "
+     "toolkit; did you mean quick-start? (the recipes: mtdnn-minilm, mtdnn-mpnet, quick-start, simcse-nli)", 2),
+    ("flag", "a misspelled subcommand of analyze.py", "analyze", ["curvs"],
+     "analyze.py: error: argument SUBCOMMAND: invalid choice: 'curvs' (choose from 'layers', 'spread', 'embeddings', "
+     "'errors', 'curves'); did you mean curves?", 2),
     ("flag", "a run's output folder inside another run's best/", "multitask",
      [*TRAIN, "--output-dir", "finished-run/best"],
      "error: --output-dir finished-run/best: inside finished-run/best, a checkpoint folder, whose files its own "
@@ -308,7 +320,11 @@ CASES = [
      "multitask_classifier.py: error: --config lr-list.yaml: lr: a YAML list ([0.001, 0.002]); give one value, as on "
      "the command line", 2),
     ("flag", "a flag that is neither search.py's nor a trial's", "search", [*SEARCH, "--tri", "1"],
-     "search.py: error: unrecognized arguments: --tri 1 (see .venv/bin/python search.py --help)", 2),
+     "search.py: error: unrecognized arguments: --tri 1; did you mean --trials? (see .venv/bin/python search.py "
+     "--help)", 2),
+    ("flag", "a search space name that no space has", "search", [*SEARCH, "--space", "quickstart"],
+     "error: --space quickstart: no such file, and no space of that name comes with the toolkit; did you mean "
+     "quick-start? (the spaces: mtdnn-minilm, quick-start)", 2),
     ("flag", "--resume of a folder with no study", "search", [*SEARCH, "--study-dir", "OUT/new", "--resume"],
      "error: --study-dir OUT/new: no study there (no study.db); give the folder of a study that has trials", 2),
     ("flag", "--resume of a study with another --storage than it was started in", "search",

@@ -288,7 +288,7 @@ def test_a_contrastive_tension_run_lists_what_it_wrote_and_its_init_line_fine_tu
     # The thread setting the run had, the program's words, then the flags.
     assert words[0] == "OMP_NUM_THREADS=1"
     assert words[3:] == ["--config", "quick-start", "--init", str(out / "model1"), "--pooling", "mean",
-                         "--output-dir", str(tuned), "--predictions-dir", str(tuned / "predictions")]
+                         "--output-dir", str(tuned)]
     # The line, run (after the program's words), on the tiny data for a step: the first checkpoint fine-tuned.
     multitask_classifier.main([*words[3:], "--data-dir", str(course_data), "--max-steps", "1", "--batch-size", "8",
                                "--device", "cpu", "--max-train-examples", "16"])

@@ -1,7 +1,8 @@
 """Predictions of a finished multitask run on new text: sentiment classes, paraphrase probabilities, similarity scores.
 
-    minbert predict runs/multitask --sst "A gorgeous, witty film." --para "How do I learn Python?" "What is
-        the best way to learn Python?" --sts "A man plays a guitar." "Someone plays guitar."
+    minbert predict runs/multitask --sst "A gorgeous, witty film." \\
+        --para "How do I learn Python?" "What is the best way to learn Python?" \\
+        --sts "A man plays a guitar." "Someone plays guitar."
     minbert predict runs/multitask --task sst --input my-sentences.txt --output predictions.tsv
     minbert predict runs/multitask --task sst --input ../shared/data/ids-sst-test-student.csv \\
         --output sst-test-output.csv

@@ -1,5 +1,7 @@
 """The errors a user can cause and fix. Commands turn them into one line and exit code 2 (cli.run);
 anything else is a bug and keeps its traceback."""
+import difflib
+from collections.abc import Iterable
 
 
 class UserError(Exception):
@@ -35,3 +37,10 @@ class Interrupted(Exception):
     def __init__(self, message: str, signal_number: int):
         super().__init__(message)
         self.signal_number = signal_number
+
+
+def did_you_mean(word: str, known: Iterable[str]) -> str:
+    """"did you mean X?" for the known name nearest a mistyped one (--epoch: --epochs; quickstart: quick-start), by
+    difflib's similarity; "" when none is near enough to be a guess worth printing."""
+    nearest = difflib.get_close_matches(word, list(known), n=1)
+    return f"did you mean {nearest[0]}?" if nearest else ""

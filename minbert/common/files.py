@@ -10,7 +10,7 @@ import traceback
 from contextlib import contextmanager
 from pathlib import Path
 
-from minbert.common.errors import CheckpointError, DiskFullError, UsageError
+from minbert.common.errors import CheckpointError, DiskFullError, UsageError, did_you_mean
 
 # Where a command reads and writes by default. Run from a checkout of the repository (the scripts at its root, or
 # `pip install -e .`), the course's data lies beside it (../shared/data) and the outputs go inside it (runs/,
@@ -50,14 +50,31 @@ RECIPES = PACKAGE / "recipes"
 def recipe_file(name: str, folder: Path = RECIPES) -> str:
     """A --config or --space value as a file: the file it names, or else the packaged recipe of that name
     (quick-start -> minbert/recipes/quick-start.yaml); a name that is neither is returned as given, for the
-    reader to refuse."""
+    reader to refuse (unknown_recipe says what to write instead)."""
     packaged = folder / f"{name}.yaml"
     return str(packaged) if not Path(name).exists() and "/" not in name and packaged.is_file() else name
 
 
 def packaged_recipes(folder: Path = RECIPES) -> str:
     """The names of the packaged recipes in `folder`, as a message lists them."""
-    return ", ".join(sorted(path.stem for path in folder.glob("*.yaml")))
+    return ", ".join(recipe_names(folder))
+
+
+def recipe_names(folder: Path = RECIPES) -> list[str]:
+    return sorted(path.stem for path in folder.glob("*.yaml"))
+
+
+def unknown_recipe(name: str, folder: Path = RECIPES, what: str = "recipe") -> str:
+    """What is wrong with a --config or --space value that names no file and no packaged recipe (quickstart): the
+    recipes there are (what: "recipe", or "space" for search.py's), and the nearest; "" for a file or a recipe that
+    exists."""
+    if Path(recipe_file(name, folder)).exists():
+        return ""
+    if "/" in name:  # a path: not meant as a recipe's name
+        return "no such file"
+    guess = did_you_mean(name, recipe_names(folder))
+    return (f"no such file, and no {what} of that name comes with the toolkit{f'; {guess}' if guess else ''} "
+            f"(the {what}s: {packaged_recipes(folder)})")
 
 
 def missing_default_data(path: Path) -> str | None:

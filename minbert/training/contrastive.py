@@ -159,8 +159,7 @@ class Pretraining:
             out = free_folder(given.parent / "-".join(["from", given.name, *([name] if name else [])]))
             print(f"fine-tune it{f' ({name})' if name else ''}: " + cli.printed_command([
                 *cli.program("multitask_classifier.py", "train"), "--config", "quick-start", "--init",
-                str(given / name), "--pooling", self.config.pooling, "--output-dir", str(out), "--predictions-dir",
-                str(out / "predictions")]))
+                str(given / name), "--pooling", self.config.pooling, "--output-dir", str(out)]))  # its predictions/ in it
 
     def _save_final(self, encoders: dict, metrics: dict) -> None:
         """The encoder folder(s), written into the output folder as one set (its other files stay); last/ goes: the
