@@ -3,7 +3,6 @@ writing, and never through a symbolic link; a run folder moved or removed while 
 copied run owns its own predictions; an ensemble's report is replaced only with --overwrite; weights that are not
 finite are never resumed from; the paths a run records work from any folder; a lock that a full disk cannot take
 leaves nothing behind. The exact lines of these refusals are cases of tests/test_bad_inputs.py's catalogue."""
-import errno
 import json
 import os
 import random
@@ -17,9 +16,9 @@ from safetensors.torch import load_file, save_file
 
 import multitask_classifier
 from minbert.commands import ensemble, predict
-from minbert.common import cli, locks
+from minbert.common import cli
 from minbert.engine.callbacks import Callback
-from tests.conftest import contents, multitask_argv, write_course_files
+from tests.conftest import contents, full_file_system, multitask_argv, write_course_files
 from tests.test_ensemble import dev_dir, make_member, random_outputs  # noqa: F401 (dev_dir: a fixture)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -268,24 +267,16 @@ def test_the_advice_to_start_again_works_from_another_folder(tiny_model, data, t
 
 # ---- a full disk at the lock ----
 
-class NoSpaceForThePid:
-    """A lock file opened on a full disk: it is made (an empty file takes no block), its pid does not fit."""
-
-    def __init__(self, path, mode):
-        self.file = open(path, mode)
-
-    def write(self, text):
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-
-    def __getattr__(self, name):
-        return getattr(self.file, name)
-
-
-def test_a_full_disk_at_the_lock_leaves_no_lock_nor_folder(tiny_model, data, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(locks, "open", NoSpaceForThePid, raising=False)
-    new = tmp_path / "new"
+def test_a_full_disk_at_the_lock_leaves_no_lock_nor_folder(tiny_model, data, tmp_path, capsys, request):
+    """On a real full file system the lock file is made (an empty file takes no block) and its pid does not fit:
+    one line, no traceback from a second flush of the pid as the lock file is closed, nothing left behind."""
+    full = tmp_path / "full"
+    request.addfinalizer(full_file_system(full))
+    new = full / "new"
     line = refused(lambda: train(tiny_model, data, new), capsys)
     assert line == f"error: --output-dir {new / 'run'}: cannot write there (No space left on device)"
+    line = refused(lambda: train(tiny_model, data, new, "--output-dir", str(tmp_path / "run")), capsys)
+    assert line == f"error: --predictions-dir {new / 'predictions'}: cannot write there (No space left on device)"
     line = refused(lambda: predict.main(["some-run", "--sst", "a film", "--output", str(new / "p.tsv")]), capsys)
     assert line == f"error: --output {new / 'p.tsv'}: cannot write there (No space left on device)"
-    assert list(tmp_path.iterdir()) == [], "no .lock, no folder the commands made"
+    assert [path.name for path in full.iterdir()] == ["filler"], "no .lock, no folder the commands made"
