@@ -525,7 +525,7 @@ CASES = [
     ("file system", "a predictions file on a full disk (its lock's pid does not fit)", "predict",
      ["finished-run", "--sst", "a film", "--output", "OUT-full/p.tsv"],
      "error: --output OUT-full/p.tsv: cannot write there (No space left on device)", 2),
-    ("file system", "predictions written over a user's file whose first line is id<TAB>", "predict",
+    ("file system", "predictions written over a user's file whose first line starts with id and a tab", "predict",
      ["finished-run", "--sst", "a film", "--output", "id-sentences.tsv"],
      "error: --output id-sentences.tsv: a file no command of ours wrote (no record of the write beside it); choose "
      "another --output, or replace it with --overwrite", 2),
@@ -551,6 +551,24 @@ CASES = [
      ["--model", "MODEL", "--data-dir", "DATA", "--out", "DATA/sts-dev.csv", "--overwrite", "--device", "cpu"],
      "error: --out DATA/sts-dev.csv: inside DATA, the folder --data-dir reads; writing there could replace a file it "
      "reads; choose a place outside it", 2),
+    ("file system", "an output folder that holds only a run_config.json of the user's (flags, no run's record)",
+     "multitask", [*TRAIN, "--output-dir", "flags-as-run-config"],
+     "error: --output-dir flags-as-run-config holds a run_config.json that no run wrote (it records no run's id nor "
+     "what the run wrote), which the run would write over, --overwrite or not; move it out of flags-as-run-config, "
+     "or choose another --output-dir", 2),
+    ("file system", "--overwrite of a folder of the user's notes.txt and run_config.json", "multitask",
+     [*TRAIN, "--output-dir", "notes-and-flags", "--overwrite"],
+     "error: --output-dir notes-and-flags holds a run_config.json that no run wrote (it records no run's id nor "
+     "what the run wrote), which the run would write over, --overwrite or not; move it out of notes-and-flags, or "
+     "choose another --output-dir", 2),
+    ("file system", "--overwrite of a run whose record names a file outside its folder (an absolute path)",
+     "multitask", [*TRAIN, "--data-dir", "edited-data", "--output-dir", "outside-wrote", "--overwrite"],
+     "error: --overwrite would remove precious.txt, which lies outside outside-wrote (its run_config.json records it); "
+     "--overwrite removes only what lies inside the run folder, and removed nothing: choose another --output-dir", 2),
+    ("file system", "--overwrite of a run with a file that cannot be removed (immutable: chattr +i)", "multitask",
+     [*TRAIN, "--output-dir", "OUT/kept", "--overwrite"],
+     "error: --overwrite cannot remove OUT/kept/best (OUT/kept/best/config.json: Operation not permitted), and removed "
+     "nothing: make it removable, or choose another --output-dir", 2),
     ("checkpoint", "weights that are not finite (NaN), to predict", "predict", ["nan-run", "--sst", "a film"],
      "error: nan-run/best: weights that are not finite (embeddings.word_embeddings.weight holds NaN or infinity); no "
      "command uses them: take a checkpoint saved before its run diverged", 2),
@@ -707,6 +725,24 @@ def sigterm_while_predicting(monkeypatch, out):
     monkeypatch.setattr("minbert.predictor.MultitaskPredictor.predictions", predictions)
 
 
+def undeletable_file_in_a_run(monkeypatch, out):
+    """OUT/kept: a run's folder whose best/config.json no process may remove, root included (chattr +i); skipped,
+    saying why, where the attribute cannot be set. Returns what takes the attribute back."""
+    import subprocess
+    import uuid
+
+    for name in ("metrics.jsonl", "best/model.safetensors", "best/config.json"):
+        (out / "kept" / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / "kept" / name).write_text(name)
+    (out / "kept" / "run_config.json").write_text(json.dumps({"provenance": {"run_id": uuid.uuid4().hex},
+                                                              "wrote": ["metrics.jsonl", "best"]}))
+    config = out / "kept" / "best" / "config.json"
+    made = subprocess.run(["chattr", "+i", str(config)], capture_output=True, text=True)
+    if made.returncode:
+        pytest.skip(f"cannot make a file immutable here (chattr +i: {made.stderr.strip() or 'failed'})")
+    return lambda: subprocess.run(["chattr", "-i", str(config)], check=True)
+
+
 def real_full_disk(monkeypatch, out):
     """OUT-full: a real file system with no space left (tests/conftest.py's full_file_system)."""
     return full_file_system(Path(f"{out}-full"))
@@ -763,7 +799,8 @@ FAULTS = {"an MLflow tracking store that cannot be written": unwritable_mlflow_s
           "the disk is full as the MLflow database is made": full_disk_at_the_mlflow_store,
           **dict.fromkeys(["a run's output folder on a full disk (its lock's pid does not fit)",
                            "a predictions file on a full disk (its lock's pid does not fit)"], real_full_disk),
-          "predict stopped by SIGTERM while it writes --output": sigterm_while_predicting}
+          "predict stopped by SIGTERM while it writes --output": sigterm_while_predicting,
+          "--overwrite of a run with a file that cannot be removed (immutable: chattr +i)": undeletable_file_in_a_run}
 # What a case's command may have begun and must not leave behind (besides a trained run, and a search's anything).
 LEFT_NOTHING = {"the disk fills up as the bank's embeddings are cached": ["OUT/cache", "OUT/silver"],
                 "the disk is full as the TensorBoard file is begun": ["OUT/tb"],
@@ -1008,6 +1045,17 @@ def ownership_places(root: Path, places: dict[str, Path]) -> None:
                                     "weights": {}}))
     places["id-sentences.tsv"] = root / "id-sentences.tsv"  # a user's file, with a first line as predict.py writes
     places["id-sentences.tsv"].write_text("id\tsentence\n1\ta gorgeous film\n")
+    for name, files in (("flags-as-run-config", ["run_config.json"]), ("notes-and-flags", ["run_config.json",
+                                                                                       "notes.txt"])):
+        places[name] = root / name  # a user's flags kept as run_config.json: no run's record in it
+        places[name].mkdir()
+        for file in files:
+            (places[name] / file).write_text('{"epochs": 1, "lr": 0.001}' if file.endswith(".json") else "notes")
+    places["precious.txt"] = root / "precious.txt"
+    places["precious.txt"].write_text("the user's, outside any run")
+    saved = json.loads((copy("outside-wrote") / "run_config.json").read_text())
+    (places["outside-wrote"] / "run_config.json").write_text(json.dumps({
+        **saved, "wrote": [str(places["precious.txt"]), *saved["wrote"]]}))  # hand-edited, or copied
     places["link-to-notes"] = root / "link-to-notes"
     places["link-to-notes"].symlink_to(places["user-folder"] / "notes.txt")
 

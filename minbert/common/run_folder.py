@@ -26,7 +26,7 @@ from minbert.common import locks
 from minbert.common.errors import CheckpointError, UsageError
 from minbert.common.files import (append_jsonl, atomic_directory, atomic_file, check_writable, make_folders, read_json,
                                   recover_directory, recover_files, remove_empty, remove_entry, same_place,
-                                  without_local_path, without_local_paths, write_json)
+                                  why_not_removable, without_local_path, without_local_paths, write_json)
 
 log = logging.getLogger(__name__)
 
@@ -197,8 +197,12 @@ class RunFolder:
         alone: an entry the command writes over whole (`owned`) that no run recorded is the user's, and the command
         is refused. Everything is checked before anything goes: no entry is, or lies behind, a symbolic link (it
         would remove what lies outside the folder), each can be removed, none holds what the command reads."""
+        if has_config(self.path) and not self.holds_run_config():
+            raise UsageError(f"--output-dir {self.path} holds a {RUN_CONFIG} that no run wrote (it records no run's "
+                             f"id nor what the run wrote), which the run would write over, --overwrite or not; move "
+                             f"it out of {self.path}, or choose another --output-dir")
         # Folders without a file in them do not count: a start refused after check_writable leaves such folders;
-        # nor does a run config alone: a start that stopped before its first step (bad data, a loss not finite).
+        # nor does a run's config alone: a start that stopped before its first step (bad data, a loss not finite).
         held = [entry.name for entry in sorted(self.path.iterdir()) if entry.name != LOCK and _holds_files(entry)]
         if held == [RUN_CONFIG]:
             held = []
@@ -229,22 +233,33 @@ class RunFolder:
         self.replaced = [entry for _, entry in replaced]
 
     def _check_removable(self, name: str, entry: Path) -> None:
-        """Refuse (before anything is removed) an entry --overwrite cannot remove whole from within the folder: a
-        symbolic link, or a path through one, which would lead outside it; one a permission keeps."""
+        """Refuse (before anything is removed) an entry --overwrite cannot remove whole from within the folder: one
+        its record names outside the folder (an absolute path, .., a path through a symbolic link), a symbolic link
+        itself, or one holding a file or folder the system will not let go (why_not_removable)."""
         relative = Path(name)
-        within = (not relative.is_absolute() and ".." not in relative.parts
-                  and entry.parent.resolve() == self.path.resolve().joinpath(*relative.parts[:-1]))
-        if entry.is_symlink() or not within:
+        if relative.is_absolute() or ".." in relative.parts:
+            raise UsageError(f"--overwrite would remove {entry}, which lies outside {self.path} (its {RUN_CONFIG} "
+                             f"records it); --overwrite removes only what lies inside the run folder, and removed "
+                             f"nothing: choose another --output-dir")
+        if entry.is_symlink() or entry.parent.resolve() != self.path.resolve().joinpath(*relative.parts[:-1]):
             what = (f"a symbolic link to {os.readlink(entry)}" if entry.is_symlink() else
                     "which lies outside it, through a symbolic link")
             raise UsageError(f"--overwrite would remove {entry}, {what}; --overwrite never follows a link out of "
                              f"{self.path}, and removed nothing: remove the link yourself, or choose another "
                              f"--output-dir")
-        folders = [entry.parent, *(Path(root) for root, _, _ in os.walk(entry))]  # os.walk follows no link
-        kept = next((folder for folder in folders if not os.access(folder, os.W_OK | os.X_OK)), None)
-        if kept is not None:
-            raise UsageError(f"--overwrite cannot remove {entry} ({kept}: permission denied), and removed nothing: "
-                             f"give yourself the permission, or choose another --output-dir")
+        reason = why_not_removable(entry)
+        if reason:
+            raise UsageError(f"--overwrite cannot remove {entry} ({reason}), and removed nothing: make it removable, "
+                             f"or choose another --output-dir")
+
+    def holds_run_config(self) -> bool:
+        """Whether the folder's run_config.json is a run's: what a trainer records as it writes it (the run's id, what
+        it writes in the folder), never only its name; a file of flags of the user's (a --config file) is not."""
+        try:
+            config = read_config(self.path)
+        except CheckpointError:
+            return False
+        return bool(run_id(config)) or isinstance(config.get(WROTE), list)
 
     def written(self) -> list[str]:
         """What the run in the folder recorded writing there (its run config's WROTE: paths inside the folder); []
@@ -353,7 +368,7 @@ class RunFolder:
 
     def stopped_unsaved(self) -> bool:
         """Whether the folder holds a run that stopped (killed, or failed) before it saved last/: nothing to resume."""
-        return has_config(self.path) and not self.finished() and not self.state_file.exists()
+        return self.holds_run_config() and not self.finished() and not self.state_file.exists()
 
     def latest_command(self) -> dict:
         """The provenance of the last command that ran the run (its start's, or its latest --resume's); {} if none."""
