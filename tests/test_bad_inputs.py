@@ -569,6 +569,15 @@ CASES = [
      [*TRAIN, "--output-dir", "OUT/kept", "--overwrite"],
      "error: --overwrite cannot remove OUT/kept/best (OUT/kept/best/config.json: Operation not permitted), and removed "
      "nothing: make it removable, or choose another --output-dir", 2),
+    ("file system", "the predictions folder moved (mv) while the run trains", "multitask", TRAIN,
+     "error: --predictions-dir OUT/predictions was moved to OUT/moved while the command ran; it stopped, and wrote "
+     "nothing more where the folder was", 2),
+    ("file system", "the predictions folder replaced by a file while the run trains", "multitask", TRAIN,
+     "error: --predictions-dir OUT/predictions was removed (or replaced) while the command ran; it stopped, and "
+     "wrote nothing more where the folder was", 2),
+    ("file system", "the run's metrics.jsonl removed while the run trains (rm -rf of its folder under way)",
+     "multitask", [*TRAIN, "--output-dir", "OUT/logged"], "error: --output-dir OUT/logged: metrics.jsonl was removed "
+     "while the command ran in it; it stopped, and wrote nothing more", 2),
     ("checkpoint", "weights that are not finite (NaN), to predict", "predict", ["nan-run", "--sst", "a film"],
      "error: nan-run/best: weights that are not finite (embeddings.word_embeddings.weight holds NaN or infinity); no "
      "command uses them: take a checkpoint saved before its run diverged", 2),
@@ -743,6 +752,28 @@ def undeletable_file_in_a_run(monkeypatch, out):
     return lambda: subprocess.run(["chattr", "-i", str(config)], check=True)
 
 
+def at_a_log_line(change, line: int = 1):
+    """A fault: `change(out)` done once, as the run appends line `line` to metrics.jsonl (while it trains)."""
+    def fault(monkeypatch, out):
+        from minbert.common.run_folder import RunFolder
+
+        append, lines = RunFolder.append_record, []
+
+        def changed_there(self, record):
+            lines.append(record)
+            if len(lines) == line:
+                change(out)
+            return append(self, record)
+
+        monkeypatch.setattr(RunFolder, "append_record", changed_there)
+    return fault
+
+
+def replaced_by_a_file(folder: Path) -> None:
+    shutil.rmtree(folder)
+    folder.write_text("the user's")
+
+
 def real_full_disk(monkeypatch, out):
     """OUT-full: a real file system with no space left (tests/conftest.py's full_file_system)."""
     return full_file_system(Path(f"{out}-full"))
@@ -800,7 +831,13 @@ FAULTS = {"an MLflow tracking store that cannot be written": unwritable_mlflow_s
           **dict.fromkeys(["a run's output folder on a full disk (its lock's pid does not fit)",
                            "a predictions file on a full disk (its lock's pid does not fit)"], real_full_disk),
           "predict stopped by SIGTERM while it writes --output": sigterm_while_predicting,
-          "--overwrite of a run with a file that cannot be removed (immutable: chattr +i)": undeletable_file_in_a_run}
+          "--overwrite of a run with a file that cannot be removed (immutable: chattr +i)": undeletable_file_in_a_run,
+          "the predictions folder moved (mv) while the run trains": at_a_log_line(
+              lambda out: os.rename(out / "predictions", out / "moved")),
+          "the predictions folder replaced by a file while the run trains": at_a_log_line(
+              lambda out: replaced_by_a_file(out / "predictions")),
+          "the run's metrics.jsonl removed while the run trains (rm -rf of its folder under way)":
+              at_a_log_line(lambda out: (out / "logged" / "metrics.jsonl").unlink(), line=2)}
 # What a case's command may have begun and must not leave behind (besides a trained run, and a search's anything).
 LEFT_NOTHING = {"the disk fills up as the bank's embeddings are cached": ["OUT/cache", "OUT/silver"],
                 "the disk is full as the TensorBoard file is begun": ["OUT/tb"],

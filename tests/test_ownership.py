@@ -156,6 +156,51 @@ def test_a_run_whose_folder_is_moved_or_removed_stops_with_one_line(tiny_model, 
     assert json.loads((moved / "run_config.json").read_text())["finished"]
 
 
+class ChangesWhatTheRunHolds(Callback):
+    """After step 2: the run's --predictions-dir moved, removed or replaced by a file, or its metrics.jsonl removed
+    (an rm -rf of the run folder under way: its files go before the folder)."""
+
+    def __init__(self, out: Path, how: str):
+        self.out, self.how = out, how
+
+    def on_step_end(self, state, control, losses):
+        if state.step != 2:
+            return
+        predictions = self.out / "predictions"
+        if self.how == "metrics.jsonl removed":
+            (self.out / "run" / "metrics.jsonl").unlink()
+        elif self.how == "moved":
+            os.rename(predictions, self.out / "moved")
+        else:
+            shutil.rmtree(predictions)
+            if self.how == "replaced by a file":
+                predictions.write_text("the user's")
+
+
+@pytest.mark.parametrize("how", ["moved", "removed", "replaced by a file", "metrics.jsonl removed"])
+def test_a_run_whose_predictions_folder_or_log_goes_stops_with_one_line(tiny_model, data, tmp_path, capsys, how):
+    """Nothing made again where the folder or the log was (no new folder, no FileExistsError on the file), no lock
+    left in the moved folder."""
+    changer = ChangesWhatTheRunHolds(tmp_path, how)
+    line = refused(lambda: train(tiny_model, data, tmp_path, "--save-every", "1", "--log-every", "1",
+                                 callbacks=[changer]), capsys)
+    predictions = tmp_path / "predictions"
+    if how == "metrics.jsonl removed":
+        assert line == (f"error: --output-dir {tmp_path / 'run'}: metrics.jsonl was removed while the command ran in "
+                        f"it; it stopped, and wrote nothing more")
+        assert not (tmp_path / "run" / "metrics.jsonl").exists()
+        return
+    where = f"moved to {tmp_path / 'moved'}" if how == "moved" else "removed (or replaced)"
+    assert line == (f"error: --predictions-dir {predictions} was {where} while the command ran; it stopped, and wrote "
+                    f"nothing more where the folder was")
+    if how == "replaced by a file":
+        assert predictions.read_text() == "the user's"
+    else:
+        assert not predictions.exists(), "nothing made again where the folder was"
+    if how == "moved":
+        assert list((tmp_path / "moved").iterdir()) == [], "no stale .lock in the moved folder"
+
+
 def test_a_copied_run_is_refused_its_originals_predictions_and_the_advice_works(tiny_model, data, tmp_path, capsys):
     """cp -r RUN COPY; --resume of COPY would write RUN's --predictions-dir: refused, the leaderboard files as they
     were; followed, the advice gives the copy its own, and RUN resumes into its own as before."""

@@ -397,13 +397,17 @@ def read_json(path: str | Path) -> dict:
         raise CheckpointError(f"{path}: cannot read ({error})") from None
 
 
-def append_jsonl(path: str | Path, record: dict) -> None:
+def append_jsonl(path: str | Path, record: dict, create: bool = True) -> None:
     """One JSON object a line (metrics logs): appended, so earlier lines are never rewritten (a line cut short by a
-    full disk is dropped when the run is resumed)."""
+    full disk is dropped when the run is resumed). create: False where the file must exist already (a
+    FileNotFoundError if it does not, never a new file)."""
     path, line = Path(path), json.dumps(record) + "\n"
     try:
-        with open(path, "a", encoding="utf-8") as f:
+        handle = os.open(path, os.O_WRONLY | os.O_APPEND | (os.O_CREAT if create else 0), 0o666)
+        with open(handle, "a", encoding="utf-8") as f:
             f.write(line)
+    except FileNotFoundError:
+        raise
     except OSError as error:
         full = _disk_full_error(error, path, None, len(line.encode()), kept="its earlier lines are intact")
         if full is None:

@@ -276,6 +276,17 @@ class LeaderboardFolder:
         locks.unlock(self.lock_file)
         remove_empty(self.made)
 
+    def check_in_place(self) -> None:
+        """Stop a command whose folder was moved, removed or replaced (by a file) while it held it, before it writes
+        there again: it would make a new folder where the folder was (or fail on the file), without a lock. Its lock
+        file tells (common/locks.py)."""
+        if locks.in_place(self.lock_file):
+            return
+        now = locks.now_at(self.lock_file)
+        where = f"moved to {now.parent}" if now else "removed (or replaced)"
+        raise UsageError(f"{self.flag} {self.path} was {where} while the command ran; it stopped, and wrote nothing "
+                         f"more where the folder was")
+
     def record(self) -> dict | None:
         """written-by.json: {"written_by": the writer, "files": {name: SHA-256}}; None where there is none."""
         try:
@@ -295,6 +306,7 @@ class LeaderboardFolder:
     def write(self, files: dict[str, Callable[[Path], None]]) -> list[Path]:
         """Write the set: name -> a function that writes that file at the path it is given. The old set's files
         that the new one does not have go; so do other leaderboard files (an --overwrite of another's)."""
+        self.check_in_place()
         stale = set(self._files()) | set(self._unrecorded())
         with atomic_files(self.path) as temp:
             for name, write in files.items():

@@ -100,6 +100,7 @@ class RunFolder:
         self.config_file = config_file(self.path)
         self.lock_file = self.path / LOCK
         self.held = []  # outputs of the run's outside the folder, released with it (hold)
+        self.log_begun = False  # whether this command appended to metrics.jsonl (append_record)
         self.made = []  # the folders its claim created
         # Between a claim and start(): what the command will replace, kept as it is until the run can train.
         self.waiting = False
@@ -398,13 +399,24 @@ class RunFolder:
         write_config(self.path, {**run_config, "finished": {"step": step, "stopped_early": stopped_early}})
 
     def append_record(self, record: dict) -> None:
+        """A line of metrics.jsonl. Once the log was begun, an append never makes it again: a log removed meanwhile
+        (rm -rf of the folder under way) stops the command, rather than leave a new log where the folder was."""
         self.check_in_place()
-        append_jsonl(self.metrics_log, record)
+        try:
+            append_jsonl(self.metrics_log, record, create=not self.log_begun)
+        except FileNotFoundError:
+            self.check_in_place()
+            raise UsageError(f"--output-dir {self.path}: {METRICS} was removed while the command ran in it; it "
+                             f"stopped, and wrote nothing more") from None
+        self.log_begun = True
 
     def check_in_place(self) -> None:
         """Stop a command whose folder was moved (mv) or removed while it ran, before it writes again: it would
         write on where the folder was, without a lock, a run of its folder's lines and checkpoints missing. Its lock
-        file tells (common/locks.py): it goes with the folder. What the run saved stays where the folder is now."""
+        file tells (common/locks.py): it goes with the folder. What the run saved stays where the folder is now. The
+        outputs it holds outside the folder (a --predictions-dir) are checked alike."""
+        for output in self.held:
+            output.check_in_place()
         if locks.in_place(self.lock_file):
             return
         now = locks.now_at(self.lock_file)
