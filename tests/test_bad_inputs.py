@@ -451,10 +451,11 @@ CASES = [
      "error: --predictions-dir other-leaderboard holds leaderboard files of the ensemble reported in "
      "/elsewhere/ensemble.json (sst-dev-output.csv); choose another --predictions-dir, or replace them with "
      "--overwrite", 2),
-    ("file system", "a run's predictions into a folder of leaderboard files no command recorded", "multitask",
-     [*TRAIN, "--predictions-dir", "unrecorded"],
-     "error: --predictions-dir unrecorded holds leaderboard files of a command that left no written-by.json "
-     "(para-dev-output.csv); choose another --predictions-dir, or replace them with --overwrite", 2),
+    ("file system", "a run's predictions into a folder of leaderboard files no command recorded, with --overwrite",
+     "multitask", [*TRAIN, "--predictions-dir", "unrecorded", "--overwrite"],
+     "error: --predictions-dir unrecorded holds leaderboard files that no command recorded writing "
+     "(para-dev-output.csv): they may be yours, and no command replaces them, --overwrite or not; move them out of "
+     "unrecorded, or choose another --predictions-dir", 2),
     ("file system", "predictions written to a device (a-device: a link to /dev/null)", "predict",
      ["finished-run", "--sst", "a film", "--output", "a-device"],
      "error: --output a-device: a device, not a regular file or folder; give the path of a file or folder to "
@@ -578,6 +579,11 @@ CASES = [
     ("file system", "the run's metrics.jsonl removed while the run trains (rm -rf of its folder under way)",
      "multitask", [*TRAIN, "--output-dir", "OUT/logged"], "error: --output-dir OUT/logged: metrics.jsonl was removed "
      "while the command ran in it; it stopped, and wrote nothing more", 2),
+    ("file system", "--overwrite of a run with a file of the user's put into its best/", "multitask",
+     [*TRAIN, "--data-dir", "edited-data", "--output-dir", "mine-in-best", "--overwrite"],
+     "error: --overwrite would remove mine-in-best/best/mine.txt, which the run did not write (.written-by.json in "
+     "mine-in-best/best, the record of what its save wrote there, does not list it), and removed nothing: move it out "
+     "of mine-in-best/best, or choose another --output-dir", 2),
     ("checkpoint", "weights that are not finite (NaN), to predict", "predict", ["nan-run", "--sst", "a film"],
      "error: nan-run/best: weights that are not finite (embeddings.word_embeddings.weight holds NaN or infinity); no "
      "command uses them: take a checkpoint saved before its run diverged", 2),
@@ -1093,6 +1099,7 @@ def ownership_places(root: Path, places: dict[str, Path]) -> None:
     saved = json.loads((copy("outside-wrote") / "run_config.json").read_text())
     (places["outside-wrote"] / "run_config.json").write_text(json.dumps({
         **saved, "wrote": [str(places["precious.txt"]), *saved["wrote"]]}))  # hand-edited, or copied
+    (copy("mine-in-best") / "best" / "mine.txt").write_text("the user's, put into best/ after the run saved it")
     places["link-to-notes"] = root / "link-to-notes"
     places["link-to-notes"].symlink_to(places["user-folder"] / "notes.txt")
 
@@ -1140,8 +1147,6 @@ ADVICE = [
     ("a run folder given to --init", ["--init", "finished-run/best", "--output-dir", "OUT/tuned"]),
     ("a Contrastive Tension output (model1/, model2/) given to --init",
      ["--init", "ct-run/model1", "--output-dir", "OUT/tuned"]),
-    ("a run's predictions into a folder of leaderboard files no command recorded",
-     ["--predictions-dir", "unrecorded", "--overwrite"]),
 ]
 
 

@@ -266,6 +266,29 @@ def test_overwrite_checks_every_file_can_go_before_it_removes_any(tmp_path, requ
         ["best", "config.json", "last", "metrics.jsonl", "model.safetensors", "model.safetensors", "run_config.json"])
 
 
+def test_overwrite_never_removes_a_file_put_into_a_saved_checkpoint(tmp_path):
+    """A file of the user's put into best/ after the run saved it: --overwrite refuses, naming it, and removes
+    nothing; once it is moved out, --overwrite removes best/."""
+    run = RunFolder(tmp_path)
+    run.claim(("best",), resume=False, overwrite=False, sources={})
+    with run.save_checkpoint(True, {"wrote": ["best"]}) as temp:
+        (temp / "model.safetensors").write_text("the run's weights")
+    run.release()
+    wrote(tmp_path, "best")
+    (tmp_path / "best" / "mine.txt").write_text("the user's")
+    before = contents(tmp_path)
+    with pytest.raises(UsageError) as refused:
+        claimed(tmp_path, ("best",), overwrite=True, start=True)
+    assert str(refused.value) == (
+        f"--overwrite would remove {tmp_path / 'best' / 'mine.txt'}, which the run did not write (.written-by.json in "
+        f"{tmp_path / 'best'}, the record of what its save wrote there, does not list it), and removed nothing: move "
+        f"it out of {tmp_path / 'best'}, or choose another --output-dir")
+    assert contents(tmp_path) == before
+    (tmp_path / "best" / "mine.txt").unlink()
+    claimed(tmp_path, ("best",), overwrite=True, start=True)
+    assert not (tmp_path / "best").exists()
+
+
 class Killed(BaseException):
     """A kill: no except clause of ours runs (os._exit would end the test too)."""
 

@@ -247,9 +247,10 @@ class LeaderboardFolder:
 
     def claim(self, overwrite: bool, own_run: Path | None = None, resume: bool = False) -> "LeaderboardFolder":
         """Own the folder for the command: checked (check_place, writable), locked, a set a killed writer left
-        half-moved completed and its temporaries removed; refused when it holds another writer's leaderboard files
-        (those of a folder written before records were kept count as another's), unless --overwrite (which a run
-        continued with --resume cannot take: it is told to take another folder)."""
+        half-moved completed and its temporaries removed; refused when it holds another writer's leaderboard files,
+        unless --overwrite (which a run continued with --resume cannot take: it is told to take another folder), and
+        whatever the flags when it holds leaderboard files that no record lists (the user's, whatever their names:
+        no command replaces them)."""
         check_place(self.given, self.flag, own_run=own_run)
         check_writable(self.path, self.flag)
         self.made = make_folders(self.path)  # taken back if the command is refused before it writes anything
@@ -258,10 +259,14 @@ class LeaderboardFolder:
                                        f"until it ends, or choose another {self.flag}",
                        place=f"{self.flag} {self.path}")
             recover_files(self.path)
-            _clean_temporaries(self.path, [*self._files(), SET_RECORD])
+            _clean_temporaries(self.path, [*self._files(), *self._unrecorded(), SET_RECORD])
             record = self.record()
-            others = record.get("written_by") if record else (
-                f"a command that left no {SET_RECORD}" if self._unrecorded() else None)
+            foreign = [name for name in self._unrecorded() if name not in self._files()]
+            if foreign:
+                raise UsageError(f"{self.flag} {self.path} holds leaderboard files that no command recorded writing "
+                                 f"({', '.join(foreign)}): they may be yours, and no command replaces them, "
+                                 f"--overwrite or not; move them out of {self.path}, or choose another {self.flag}")
+            others = record.get("written_by") if record else None
             if others not in (None, self.writer) and not overwrite:
                 advice = (f"resume with another {self.flag} (--resume takes a new one)" if resume else
                           f"choose another {self.flag}, or replace them with --overwrite")
@@ -299,15 +304,15 @@ class LeaderboardFolder:
         return sorted(path.name for path in self.path.glob(LEADERBOARD_FILES))
 
     def _files(self) -> list[str]:
-        """The files of the folder's set: its record's, or (no record) its leaderboard files."""
+        """The files of the folder's set, as its record lists them ([] where there is none)."""
         record = self.record()
-        return sorted(record["files"]) if record else self._unrecorded()
+        return sorted(record["files"]) if record else []
 
     def write(self, files: dict[str, Callable[[Path], None]]) -> list[Path]:
         """Write the set: name -> a function that writes that file at the path it is given. The old set's files
-        that the new one does not have go; so do other leaderboard files (an --overwrite of another's)."""
+        (its record's) that the new one does not have go."""
         self.check_in_place()
-        stale = set(self._files()) | set(self._unrecorded())
+        stale = set(self._files())
         with atomic_files(self.path) as temp:
             for name, write in files.items():
                 write(temp / name)

@@ -36,6 +36,9 @@ RUN_CONFIG = "run_config.json"
 STATE = "training_state.pt"
 LOCK = ".lock"
 WROTE = "wrote"  # the run config's record of the entries of its folder a run writes (RunFolder.manifest)
+# Inside a checkpoint a run saved (best/, last/): the record of the files the save wrote there, by their paths inside
+# it and their sizes, saved with them. What it does not list was put there since, and --overwrite leaves it alone.
+SAVED_FILES = ".written-by.json"
 # What a run config holds beside the flags: a run's run config is a --config file too, whose reader skips these.
 RECORD_KEYS = ("resolved", "provenance", "finished", WROTE)
 
@@ -248,6 +251,11 @@ class RunFolder:
             raise UsageError(f"--overwrite would remove {entry}, {what}; --overwrite never follows a link out of "
                              f"{self.path}, and removed nothing: remove the link yourself, or choose another "
                              f"--output-dir")
+        added = _not_saved_there(entry)
+        if added:
+            raise UsageError(f"--overwrite would remove {added}, which the run did not write ({SAVED_FILES} in "
+                             f"{entry}, the record of what its save wrote there, does not list it), and removed "
+                             f"nothing: move it out of {entry}, or choose another --output-dir")
         reason = why_not_removable(entry)
         if reason:
             raise UsageError(f"--overwrite cannot remove {entry} ({reason}), and removed nothing: make it removable, "
@@ -330,6 +338,8 @@ class RunFolder:
         with atomic_directory(self.best if best else self.last, expected=expected) as temp:
             yield temp
             write_config(temp, shareable_config(run_config) if best else run_config)
+            write_json(temp / SAVED_FILES, {"files": {file.relative_to(temp).as_posix(): file.stat().st_size
+                                                      for file in sorted(temp.rglob("*")) if file.is_file()}})
 
     def remove_resumable(self) -> None:
         """A finished command that keeps no resumable checkpoint (pretrain_contrastive.py) removes last/."""
@@ -493,6 +503,31 @@ def _inside(path: Path, folder: Path) -> bool:
     """Whether `path` is `folder` or lies inside it, wherever either points (symbolic links, ., ..)."""
     path, folder = path.expanduser().resolve(), folder.expanduser().resolve()
     return path == folder or folder in path.parents
+
+
+def add_to_saved(folder: Path, file: Path) -> None:
+    """A file a run wrote into a checkpoint it saved before (its test outputs in best/), added to the checkpoint's
+    record of its files (SAVED_FILES), where it has one."""
+    record = folder / SAVED_FILES
+    try:
+        saved = json.loads(record.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    if isinstance(saved, dict) and isinstance(saved.get("files"), dict):
+        saved["files"][file.relative_to(folder).as_posix()] = file.stat().st_size
+        write_json(record, saved)
+
+
+def _not_saved_there(folder: Path) -> Path | None:
+    """The first file (or link) in a checkpoint folder that its save's record (SAVED_FILES) does not list: put there
+    since. None where all are listed, or for a folder without a record (a file; a checkpoint saved before records
+    were made)."""
+    try:
+        saved = json.loads((folder / SAVED_FILES).read_text(encoding="utf-8"))["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return next((path for path in sorted(folder.rglob("*")) if (path.is_file() or path.is_symlink())
+                 and path != folder / SAVED_FILES and path.relative_to(folder).as_posix() not in saved), None)
 
 
 def _holds_files(entry: Path) -> bool:
