@@ -181,8 +181,8 @@ def output_file(path: str | Path, flag: str, inputs: dict[str, str] | None = Non
     """Hold the file `path` for the command's writes (write_output): checked (check_place, writable,
     check_replaceable), locked (.NAME.lock beside it), leftover temporaries of a killed writer removed; unlocked when
     the block ends. checkpoint: the checkpoint folder the file is added to (check_place's own_run)."""
-    check_place(path, flag, inputs, own_run=checkpoint)  # as given: '' is no path, though Path('') is the current
-    # folder
+    # As given: '' is no path, though Path('') is the current folder.
+    check_place(path, flag, inputs, own_run=checkpoint)
     path = Path(path)
     check_writable_file(path, flag)
     made, lock_file = make_folders(path.parent), path.with_name(f".{path.name}.lock")
