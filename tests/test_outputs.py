@@ -214,6 +214,22 @@ def test_a_leaderboard_folder_records_its_ensemble_and_another_is_refused_unless
     assert json.loads((predictions / "written-by.json").read_text())["written_by"].endswith("second.json")
 
 
+def test_an_ensembles_report_inside_its_predictions_folder_never_replaces_a_users_file(tmp_path, dev_dir, capsys):
+    """--out predictions/notes.json, a file of the user's that no record lists: refused, the folder as it was;
+    --overwrite replaces it."""
+    members = [make_member(tmp_path / name, random_outputs(seed)) for seed, name in enumerate(("a", "b"))]
+    predictions = tmp_path / "predictions"
+    predictions.mkdir()
+    notes = predictions / "notes.json"
+    notes.write_text('{"method": "mine", "members": {}}')
+    line = refused(ensemble.main, ensemble_args(members, dev_dir, predictions, notes), capsys)
+    assert line == (f"error: --out {notes}: a file no command of ours wrote (no record of the write beside it); "
+                    f"choose another --out, or replace it with --overwrite")
+    assert contents(predictions) == {"notes.json": b'{"method": "mine", "members": {}}'}
+    ensemble.main([*ensemble_args(members, dev_dir, predictions, notes), "--overwrite"])
+    assert json.loads(notes.read_text())["method"] == "mean"
+
+
 # A command held at a point (the file `ready` touched) until the test lets it go on (the file `go`), or killed
 # there: predict.py's loading of its run (a stand-in model that predicts class 2 comes back); ensemble.py's k-th
 # rename (os.replace, os.rename).

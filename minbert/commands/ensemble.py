@@ -37,7 +37,7 @@ from minbert.common import cli
 from minbert.common.cli import AT_LEAST_1, check_ranges, flag
 from minbert.common.errors import CheckpointError, UsageError
 from minbert.common.files import DEFAULT_DATA, in_repository, write_json
-from minbert.common.outputs import LeaderboardFolder, output_file, write_output
+from minbert.common.outputs import LeaderboardFolder, not_ours, output_file, write_output
 from minbert.common.run_folder import RunFolder
 from minbert.common.tables import markdown_table
 
@@ -152,6 +152,9 @@ def ensemble(config: EnsembleConfig) -> dict:
         raise UsageError(f"--out {out}: the --predictions-dir itself; give a file for the report, e.g. --out "
                          f"{out / 'ensemble.json'}")
     report_in_set = out.expanduser().resolve().parent == folder.path.expanduser().resolve()
+    if report_in_set and out.is_file() and not config.overwrite and out.name not in (
+            folder.record() or {"files": {}})["files"]:
+        raise not_ours(out, "--out")  # a file of the user's in the folder, which the set would replace
     with nullcontext() if report_in_set else output_file(out, "--out", overwrite=config.overwrite):
         check_report(out, config.overwrite)
         folder.claim(config.overwrite)

@@ -171,8 +171,13 @@ def check_replaceable(path: Path, flag: str, overwrite: bool, checkpoint: Path |
         raise UsageError(f"{flag} {path}: a file of the checkpoint in {checkpoint}, which no command writes over, "
                          f"--overwrite or not; give a new file name")
     if not overwrite:
-        raise UsageError(f"{flag} {path}: a file no command of ours wrote (no record of the write beside it); "
-                         f"choose another {flag}, or replace it with --overwrite")
+        raise not_ours(path, flag)
+
+
+def not_ours(path: Path, flag: str) -> UsageError:
+    """The refusal of an existing file that no command of ours wrote, which only --overwrite replaces."""
+    return UsageError(f"{flag} {path}: a file no command of ours wrote (no record of the write beside it); choose "
+                      f"another {flag}, or replace it with --overwrite")
 
 
 @contextmanager
