@@ -36,7 +36,8 @@ import pretrain_contrastive  # noqa: E402
 from minbert.common import cli  # noqa: E402
 from minbert.common.cli import last_wins, printed_command, shown_path  # noqa: E402
 from minbert.engine.callbacks import Callback  # noqa: E402
-from tests.conftest import contents  # noqa: E402
+from minbert.common.outputs import write_output  # noqa: E402
+from tests.conftest import contents, full_file_system  # noqa: E402
 from minbert.training.contrastive import ContrastiveConfig  # noqa: E402
 from minbert.training.multitask_config import MultitaskConfig  # noqa: E402
 
@@ -441,10 +442,10 @@ CASES = [
      ["finished-run", "--task", "sst", "--input", "sentences.txt", "--output", "sentences.txt"],
      "error: --output sentences.txt: the file --input reads; writing it would destroy it before it is read; choose "
      "another --output", 2),
-    ("file system", "predictions written over a file predict.py did not write", "predict",
+    ("file system", "predictions written over a file no command wrote", "predict",
      ["finished-run", "--sst", "a film", "--output", "user-folder/notes.txt"],
-     "error: --output user-folder/notes.txt: a file predict.py did not write (its first line is not a header of "
-     "predictions); choose another --output, or remove it first", 2),
+     "error: --output user-folder/notes.txt: a file no command of ours wrote (no record of the write beside it); "
+     "choose another --output, or replace it with --overwrite", 2),
     ("file system", "an ensemble's predictions into a run's best/", "ensemble",
      ["--members", "finished-run", "--data-dir", "DATA", "--out", "OUT/e.json", "--predictions-dir",
       "finished-run/best"],
@@ -455,21 +456,22 @@ CASES = [
       "OUT/p"],
      "error: --out finished-run/run_config.json: inside finished-run, a run folder, whose files its own commands "
      "write and replace; choose a place outside it", 2),
-    ("file system", "an ensemble's report over a file ensemble.py did not write", "ensemble",
+    ("file system", "an ensemble's report over a file no command wrote", "ensemble",
      ["--members", "finished-run", "--data-dir", "DATA", "--out", "user-folder/notes.txt", "--predictions-dir",
       "OUT/p"],
-     "error: --out user-folder/notes.txt: a file ensemble.py did not write (not an ensemble's report); choose another "
-     "--out, or remove it first", 2),
+     "error: --out user-folder/notes.txt: a file no command of ours wrote (no record of the write beside it); choose "
+     "another --out, or replace it with --overwrite", 2),
     ("file system", "an ensemble's predictions into a folder of another ensemble's", "ensemble",
      ["--members", "finished-run", "--data-dir", "DATA", "--out", "OUT/e.json", "--predictions-dir",
       "other-leaderboard"],
      "error: --predictions-dir other-leaderboard holds leaderboard files of the ensemble reported in "
      "/elsewhere/ensemble.json (sst-dev-output.csv); choose another --predictions-dir, or replace them with "
      "--overwrite", 2),
-    ("file system", "a run's predictions into a folder of leaderboard files no command recorded", "multitask",
-     [*TRAIN, "--predictions-dir", "unrecorded"],
-     "error: --predictions-dir unrecorded holds leaderboard files of a command that left no written-by.json "
-     "(para-dev-output.csv); choose another --predictions-dir, or replace them with --overwrite", 2),
+    ("file system", "a run's predictions into a folder of leaderboard files no command recorded, with --overwrite",
+     "multitask", [*TRAIN, "--predictions-dir", "unrecorded", "--overwrite"],
+     "error: --predictions-dir unrecorded holds leaderboard files that no command recorded writing "
+     "(para-dev-output.csv): they may be yours, and no command replaces them, --overwrite or not; move them out of "
+     "unrecorded, or choose another --predictions-dir", 2),
     ("file system", "predictions written to a device (a-device: a link to /dev/null)", "predict",
      ["finished-run", "--sst", "a film", "--output", "a-device"],
      "error: --output a-device: a device, not a regular file or folder; give the path of a file or folder to "
@@ -533,6 +535,71 @@ CASES = [
     ("file system", "a copy of an unfinished run (cp -r) resumed into the original's predictions folder", "multitask",
      ["--output-dir", "copied-run", "--resume", "--allow-changed-data"],
      "error: --resume: copied-run is a copy of the run in finished-run, and would write its --predictions-dir ", 2),
+    # Round seven (issue 72): what a command writes, replaces and removes
+    ("file system", "a run's output folder on a full disk (its lock's pid does not fit)", "multitask",
+     [*TRAIN, "--output-dir", "OUT-full/run"], "error: --output-dir OUT-full/run: cannot write there (No space left "
+     "on device)", 2),
+    ("file system", "a predictions file on a full disk (its lock's pid does not fit)", "predict",
+     ["finished-run", "--sst", "a film", "--output", "OUT-full/p.tsv"],
+     "error: --output OUT-full/p.tsv: cannot write there (No space left on device)", 2),
+    ("file system", "predictions written over a user's file whose first line starts with id and a tab", "predict",
+     ["finished-run", "--sst", "a film", "--output", "id-sentences.tsv"],
+     "error: --output id-sentences.tsv: a file no command of ours wrote (no record of the write beside it); choose "
+     "another --output, or replace it with --overwrite", 2),
+    ("file system", "predictions written over a leaderboard file of another command, with --overwrite", "predict",
+     ["finished-run", "--sst", "a film", "--output", "other-leaderboard/sst-dev-output.csv", "--overwrite"],
+     "error: --output other-leaderboard/sst-dev-output.csv: a file of the leaderboard files of the ensemble reported "
+     "in /elsewhere/ensemble.json (listed in other-leaderboard/written-by.json), which only their writer replaces; "
+     "choose another --output", 2),
+    ("file system", "predictions written through a symbolic link, with --overwrite", "predict",
+     ["finished-run", "--sst", "a film", "--output", "link-to-notes", "--overwrite"],
+     "error: --output link-to-notes: a symbolic link (to user-folder/notes.txt); a command never writes through a "
+     "link: give the path of the file itself", 2),
+    ("file system", "predict stopped by SIGTERM while it writes --output", "predict",
+     ["finished-run", "--task", "sst", "--input", "sentences.txt", "--output", "OUT/p.tsv"],
+     "interrupted after 0 of 2 predictions: kept no --output OUT/p.tsv; the same command predicts the file again",
+     143),
+    ("file system", "a benchmark's results over the weights of the model it reads, with --overwrite", "benchmark",
+     ["--model", "pretrained-encoder", "--data-dir", "DATA", "--out", "pretrained-encoder/model.safetensors",
+      "--overwrite", "--device", "cpu"],
+     "error: --out pretrained-encoder/model.safetensors: a file of the checkpoint in pretrained-encoder, which no "
+     "command writes over, --overwrite or not; give a new file name", 2),
+    ("file system", "a benchmark's results over its own data, with --overwrite", "benchmark",
+     ["--model", "MODEL", "--data-dir", "DATA", "--out", "DATA/sts-dev.csv", "--overwrite", "--device", "cpu"],
+     "error: --out DATA/sts-dev.csv: inside DATA, the folder --data-dir reads; writing there could replace a file it "
+     "reads; choose a place outside it", 2),
+    ("file system", "an output folder that holds only a run_config.json of the user's (flags, no run's record)",
+     "multitask", [*TRAIN, "--output-dir", "flags-as-run-config"],
+     "error: --output-dir flags-as-run-config holds a run_config.json that no run wrote (it records no run's id nor "
+     "what the run wrote), which the run would write over, --overwrite or not; move it out of flags-as-run-config, "
+     "or choose another --output-dir", 2),
+    ("file system", "--overwrite of a folder of the user's notes.txt and run_config.json", "multitask",
+     [*TRAIN, "--output-dir", "notes-and-flags", "--overwrite"],
+     "error: --output-dir notes-and-flags holds a run_config.json that no run wrote (it records no run's id nor "
+     "what the run wrote), which the run would write over, --overwrite or not; move it out of notes-and-flags, or "
+     "choose another --output-dir", 2),
+    ("file system", "--overwrite of a run whose record names a file outside its folder (an absolute path)",
+     "multitask", [*TRAIN, "--data-dir", "edited-data", "--output-dir", "outside-wrote", "--overwrite"],
+     "error: --overwrite would remove precious.txt, which lies outside outside-wrote (its run_config.json records it); "
+     "--overwrite removes only what lies inside the run folder, and removed nothing: choose another --output-dir", 2),
+    ("file system", "--overwrite of a run with a file that cannot be removed (immutable: chattr +i)", "multitask",
+     [*TRAIN, "--output-dir", "OUT/kept", "--overwrite"],
+     "error: --overwrite cannot remove OUT/kept/best (OUT/kept/best/config.json: Operation not permitted), and removed "
+     "nothing: make it removable, or choose another --output-dir", 2),
+    ("file system", "the predictions folder moved (mv) while the run trains", "multitask", TRAIN,
+     "error: --predictions-dir OUT/predictions was moved to OUT/moved while the command ran; it stopped, and wrote "
+     "nothing more where the folder was", 2),
+    ("file system", "the predictions folder replaced by a file while the run trains", "multitask", TRAIN,
+     "error: --predictions-dir OUT/predictions was removed (or replaced) while the command ran; it stopped, and "
+     "wrote nothing more where the folder was", 2),
+    ("file system", "the run's metrics.jsonl removed while the run trains (rm -rf of its folder under way)",
+     "multitask", [*TRAIN, "--output-dir", "OUT/logged"], "error: --output-dir OUT/logged: metrics.jsonl was removed "
+     "while the command ran in it; it stopped, and wrote nothing more", 2),
+    ("file system", "--overwrite of a run with a file of the user's put into its best/", "multitask",
+     [*TRAIN, "--data-dir", "edited-data", "--output-dir", "mine-in-best", "--overwrite"],
+     "error: --overwrite would remove mine-in-best/best/mine.txt, which the run did not write (.written-by.json in "
+     "mine-in-best/best, the record of what its save wrote there, does not list it), and removed nothing: move it out "
+     "of mine-in-best/best, or choose another --output-dir", 2),
     ("checkpoint", "weights that are not finite (NaN), to predict", "predict", ["nan-run", "--sst", "a film"],
      "error: nan-run/best: weights that are not finite (embeddings.word_embeddings.weight holds NaN or infinity); no "
      "command uses them: take a checkpoint saved before its run diverged", 2),
@@ -727,6 +794,63 @@ def full_disk_at_the_event_file(monkeypatch, out):
     monkeypatch.setattr(gfile.LocalFileSystem, "_write", write)
 
 
+def sigterm_while_predicting(monkeypatch, out):
+    """SIGTERM (kill, a batch job's end) arrives as the first chunk is predicted: a real signal."""
+    import signal
+    import time
+
+    def predictions(self, task, examples):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(1)  # the handler runs before this ends
+
+    monkeypatch.setattr("minbert.predictor.MultitaskPredictor.predictions", predictions)
+
+
+def undeletable_file_in_a_run(monkeypatch, out):
+    """OUT/kept: a run's folder whose best/config.json no process may remove, root included (chattr +i); skipped,
+    saying why, where the attribute cannot be set. Returns what takes the attribute back."""
+    import subprocess
+    import uuid
+
+    for name in ("metrics.jsonl", "best/model.safetensors", "best/config.json"):
+        (out / "kept" / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / "kept" / name).write_text(name)
+    (out / "kept" / "run_config.json").write_text(json.dumps({"provenance": {"run_id": uuid.uuid4().hex},
+                                                              "wrote": ["metrics.jsonl", "best"]}))
+    config = out / "kept" / "best" / "config.json"
+    made = subprocess.run(["chattr", "+i", str(config)], capture_output=True, text=True)
+    if made.returncode:
+        pytest.skip(f"cannot make a file immutable here (chattr +i: {made.stderr.strip() or 'failed'})")
+    return lambda: subprocess.run(["chattr", "-i", str(config)], check=True)
+
+
+def at_a_log_line(change, line: int = 1):
+    """A fault: `change(out)` done once, as the run appends line `line` to metrics.jsonl (while it trains)."""
+    def fault(monkeypatch, out):
+        from minbert.common.run_folder import RunFolder
+
+        append, lines = RunFolder.append_record, []
+
+        def changed_there(self, record):
+            lines.append(record)
+            if len(lines) == line:
+                change(out)
+            return append(self, record)
+
+        monkeypatch.setattr(RunFolder, "append_record", changed_there)
+    return fault
+
+
+def replaced_by_a_file(folder: Path) -> None:
+    shutil.rmtree(folder)
+    folder.write_text("the user's")
+
+
+def real_full_disk(monkeypatch, out):
+    """OUT-full: a real file system with no space left (tests/conftest.py's full_file_system)."""
+    return full_file_system(Path(f"{out}-full"))
+
+
 def mlflow_store_in(uri: str):
     """A fault: $MLFLOW_TRACKING_URI set to uri (OUT in it the case's output folder)."""
     return lambda monkeypatch, out: monkeypatch.setenv("MLFLOW_TRACKING_URI", uri.replace("OUT", str(out)))
@@ -775,11 +899,22 @@ FAULTS = {"an MLflow tracking store that cannot be written": unwritable_mlflow_s
           "the disk is full as the TensorBoard file is begun": full_disk_at_the_event_file,
           "an MLflow tracking store on a read-only file system": read_only_mlflow_store,
           "an MLflow tracking store that is a file, not a database": a_file_as_the_mlflow_store,
-          "the disk is full as the MLflow database is made": full_disk_at_the_mlflow_store}
+          "the disk is full as the MLflow database is made": full_disk_at_the_mlflow_store,
+          **dict.fromkeys(["a run's output folder on a full disk (its lock's pid does not fit)",
+                           "a predictions file on a full disk (its lock's pid does not fit)"], real_full_disk),
+          "predict stopped by SIGTERM while it writes --output": sigterm_while_predicting,
+          "--overwrite of a run with a file that cannot be removed (immutable: chattr +i)": undeletable_file_in_a_run,
+          "the predictions folder moved (mv) while the run trains": at_a_log_line(
+              lambda out: os.rename(out / "predictions", out / "moved")),
+          "the predictions folder replaced by a file while the run trains": at_a_log_line(
+              lambda out: replaced_by_a_file(out / "predictions")),
+          "the run's metrics.jsonl removed while the run trains (rm -rf of its folder under way)":
+              at_a_log_line(lambda out: (out / "logged" / "metrics.jsonl").unlink(), line=2)}
 # What a case's command may have begun and must not leave behind (besides a trained run, and a search's anything).
 LEFT_NOTHING = {"the disk fills up as the bank's embeddings are cached": ["OUT/cache", "OUT/silver"],
                 "the disk is full as the TensorBoard file is begun": ["OUT/tb"],
-                "the disk is full as the MLflow database is made": ["OUT/mlflow.db"]}
+                "the disk is full as the MLflow database is made": ["OUT/mlflow.db"],
+                "predict stopped by SIGTERM while it writes --output": ["OUT/p.tsv", "OUT/.p.tsv.lock"]}
 
 
 @pytest.fixture(scope="module")
@@ -1015,8 +1150,25 @@ def ownership_places(root: Path, places: dict[str, Path]) -> None:
     torch.save({**saved, "outputs": torch.full_like(saved["outputs"], float("nan"))}, outputs)
     copy("copied-run", unfinished=True)
     places["a-report.json"] = root / "a-report.json"
-    places["a-report.json"].write_text(json.dumps({"method": "mean", "members": {"runs/a": {}, "runs/b": {}},
-                                                   "ensemble": {}, "weights": {}}))
+    with write_output(places["a-report.json"], "ensemble.py") as temp:  # as ensemble.py writes it, with its record
+        temp.write_text(json.dumps({"method": "mean", "members": {"runs/a": {}, "runs/b": {}}, "ensemble": {},
+                                    "weights": {}}))
+    places["id-sentences.tsv"] = root / "id-sentences.tsv"  # a user's file, with a first line as predict.py writes
+    places["id-sentences.tsv"].write_text("id\tsentence\n1\ta gorgeous film\n")
+    for name, files in (("flags-as-run-config", ["run_config.json"]), ("notes-and-flags", ["run_config.json",
+                                                                                       "notes.txt"])):
+        places[name] = root / name  # a user's flags kept as run_config.json: no run's record in it
+        places[name].mkdir()
+        for file in files:
+            (places[name] / file).write_text('{"epochs": 1, "lr": 0.001}' if file.endswith(".json") else "notes")
+    places["precious.txt"] = root / "precious.txt"
+    places["precious.txt"].write_text("the user's, outside any run")
+    saved = json.loads((copy("outside-wrote") / "run_config.json").read_text())
+    (places["outside-wrote"] / "run_config.json").write_text(json.dumps({
+        **saved, "wrote": [str(places["precious.txt"]), *saved["wrote"]]}))  # hand-edited, or copied
+    (copy("mine-in-best") / "best" / "mine.txt").write_text("the user's, put into best/ after the run saved it")
+    places["link-to-notes"] = root / "link-to-notes"
+    places["link-to-notes"].symlink_to(places["user-folder"] / "notes.txt")
 
 
 def loading_places(root: Path, places: dict[str, Path], tiny_mpnet: Path) -> None:
@@ -1100,8 +1252,6 @@ ADVICE = [
     ("a run folder given to --init", ["--init", "finished-run/best", "--output-dir", "OUT/tuned"]),
     ("a Contrastive Tension output (model1/, model2/) given to --init",
      ["--init", "ct-run/model1", "--output-dir", "OUT/tuned"]),
-    ("a run's predictions into a folder of leaderboard files no command recorded",
-     ["--predictions-dir", "unrecorded", "--overwrite"]),
 ]
 
 
@@ -1280,8 +1430,9 @@ def test_an_overwrite_that_starts_removes_the_old_run(places, tmp_path):
 def catalogue_table() -> str:
     lines = ["| kind | what is wrong | command | what you get (exit code 2) |", "|---|---|---|---|"]
     for kind, wrong, command, _, message, code in CASES:
-        assert code == 2
-        lines.append(f"| {kind} | {wrong} | `{SCRIPTS[command]}` | `{message}` |")
+        assert code == 2 or "stopped by" in wrong, "only a signal's stop exits with another code"
+        other_code = f" (exit code {code})" if code != 2 else ""
+        lines.append(f"| {kind} | {wrong} | `{SCRIPTS[command]}` | `{message}`{other_code} |")
     return "\n".join(lines)
 
 

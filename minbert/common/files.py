@@ -284,6 +284,33 @@ def remove_entry(path: str | Path) -> None:
     shutil.rmtree(doomed)
 
 
+def why_not_removable(entry: str | Path) -> str:
+    """Why the system would not let remove_entry remove `entry` whole (the path and the system's reason), or "" if
+    it would: asked of the system itself, with nothing removed, since permissions alone do not tell (root ignores
+    them; an immutable or append-only file, a read-only or mounted folder, stop root too). Every folder it would
+    change must take a file and let it go again; every file must take a second name (the system refuses one to an
+    immutable or append-only file, which it would not remove either); no folder may be a mount point."""
+    entry = Path(entry)
+    folders = [entry.parent, *(Path(root) for root, _, _ in os.walk(entry))]  # os.walk follows no link
+    files = [Path(root) / name for root, _, names in os.walk(entry) for name in names] if entry.is_dir() else [entry]
+    for folder in folders[1:]:
+        if os.path.ismount(folder):
+            return f"{folder}: a mount point"
+    try:
+        for folder in folders:
+            probe = tempfile.NamedTemporaryFile(dir=folder, prefix=".removable-", suffix=".tmp", delete=True)
+            probe.close()
+        for file in files:
+            if file.is_symlink():
+                continue  # a link inside the entry goes as a name of its folder, whatever it points to
+            twin = file.with_name(f".{file.name}.removable.tmp")
+            os.link(file, twin)
+            os.unlink(twin)
+    except OSError as error:
+        return f"{error.filename}: {error.strerror or error}"
+    return ""
+
+
 _made: set[Path] = set()  # the folders this command created and may take back (made_here)
 
 
@@ -387,13 +414,17 @@ def read_json(path: str | Path) -> dict:
         raise CheckpointError(f"{path}: cannot read ({error})") from None
 
 
-def append_jsonl(path: str | Path, record: dict) -> None:
+def append_jsonl(path: str | Path, record: dict, create: bool = True) -> None:
     """One JSON object a line (metrics logs): appended, so earlier lines are never rewritten (a line cut short by a
-    full disk is dropped when the run is resumed)."""
+    full disk is dropped when the run is resumed). create: False where the file must exist already (a
+    FileNotFoundError if it does not, never a new file)."""
     path, line = Path(path), json.dumps(record) + "\n"
     try:
-        with open(path, "a", encoding="utf-8") as f:
+        handle = os.open(path, os.O_WRONLY | os.O_APPEND | (os.O_CREAT if create else 0), 0o666)
+        with open(handle, "a", encoding="utf-8") as f:
             f.write(line)
+    except FileNotFoundError:
+        raise
     except OSError as error:
         full = _disk_full_error(error, path, None, len(line.encode()), kept="its earlier lines are intact")
         if full is None:
