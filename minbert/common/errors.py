@@ -35,3 +35,13 @@ class Interrupted(Exception):
     def __init__(self, message: str, signal_number: int):
         super().__init__(message)
         self.signal_number = signal_number
+
+
+class SignalStop(KeyboardInterrupt):
+    """A signal that stops a command at once (a second Ctrl-C, or any signal where there is no step to finish first):
+    raised where the command is, as Ctrl-C raises KeyboardInterrupt, so that every `finally` and context exit cleans
+    up (locks, temporary files); the command then says where it stands (Interrupted)."""
+
+    def __init__(self, signal_number: int):
+        super().__init__()
+        self.signal_number = signal_number
