@@ -12,7 +12,7 @@ from pathlib import Path
 
 from minbert.common import distributed
 from minbert.common.cli import resolve_device
-from minbert.common.errors import Interrupted
+from minbert.common.errors import Interrupted, SignalStop
 from minbert.common.outputs import check_place
 from minbert.common.provenance import provenance
 from minbert.common.run_folder import WROTE, RunFolder, run_id
@@ -92,7 +92,7 @@ class Command:
 
     def __exit__(self, kind, error, trace) -> None:
         """The command's end: its run finished, unless it failed; the folder released (rank 0). A signal that
-        stopped it at once (a KeyboardInterrupt) becomes one line: where it stopped, what it kept, what goes on."""
+        stopped it at once (SignalStop) becomes one line: where it stopped, what it kept, what goes on."""
         self.interruption.stopping = True  # no signal cuts the clean-up short
         try:
             if self.is_main:
@@ -103,9 +103,9 @@ class Command:
                 self.folder.release()
         finally:
             self.interruption.__exit__()
-        if isinstance(error, KeyboardInterrupt):
-            number = getattr(error, "signal_number", signal.SIGINT)
-            raise Interrupted(self._stop_line(number) if self.is_main else "", number) from None
+        if isinstance(error, SignalStop):
+            raise Interrupted(self._stop_line(error.signal_number) if self.is_main else "",
+                              error.signal_number) from None
 
     def _stop_line(self, number: int) -> str:
         """Where a command that a signal stopped at once stands: what it was doing, what it kept, and the command
