@@ -14,6 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from safetensors.torch import load_file
 
 from tests.conftest import assert_same_weights, checkpoint_weights, contents
 from tests.test_timed_save import ROOT, command, interpreter, quick_start
@@ -225,3 +226,42 @@ def test_a_signal_in_the_set_up_of_an_overwrite_leaves_the_old_run_as_it_was(tin
     started = run_as_printed(again)
     assert started.returncode == 0, started.stderr[-2000:]
     assert_same_results(out, whole)
+
+
+def test_pretraining_stopped_while_it_saves_its_encoder_says_what_it_kept_and_its_command_finishes_it(
+        tiny_model, contrastive_data, tmp_path, monkeypatch, capsys):
+    """pretrain's final phase, in this process: SIGTERM once its encoder is written into the set's temporary folder.
+    The set is not moved in (no half of it), last/ stays, and the printed command ends the run as one never stopped."""
+    import pretrain_contrastive
+    from minbert.common import cli
+    from minbert.training import contrastive
+
+    def argv(out: Path) -> list[str]:
+        return ["--model", str(tiny_model), "--data-dir", str(contrastive_data), "--output-dir", str(out),
+                "--method", "simcse", "--data", "sts", "--save-every", "1", "--device", "cpu",
+                "--precision", "fp32"]
+
+    pretrain_contrastive.main(argv(tmp_path / "whole"))
+    save = contrastive.checkpoint.save
+
+    def save_then_stop(folder, *args, **kwargs):
+        save(folder, *args, **kwargs)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(contrastive.checkpoint, "save", save_then_stop)
+    out = tmp_path / "stopped"
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stop:
+        cli.run(lambda: pretrain_contrastive.main(argv(out)))
+    monkeypatch.setattr(contrastive.checkpoint, "save", save)
+    assert stop.value.code == 143
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    again = as_printed(line, f"SIGTERM: stopped after step 1 of 1, while finishing the run; {out / 'last'} holds step "
+                             f"1; to go on: ")
+    words = [word for word in shlex.split(again) if not word.startswith("OMP_NUM_THREADS=")]  # as this process has it
+    assert words == [interpreter(), "pretrain_contrastive.py", *argv(out), "--resume"]
+    assert leftovers(out) == [] and not (out / "model.safetensors").exists()
+    resumed = run_as_printed(again)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert_same_weights(load_file(out / "model.safetensors"), load_file(tmp_path / "whole" / "model.safetensors"))
+    assert leftovers(out) == [] and not (out / "last").exists()

@@ -1,7 +1,8 @@
 """A command's hold on its run: the device and the flags it trains with, --output-dir claimed (rank 0 locks it;
 half-written saves recovered), --resume (the run's own flags and training state, engine/resume.py), the run
-config with what reproduces the run, the loggers of --report-to, and, when the command ends normally, the record
-that its run finished. The training loop (engine/engine.py) is built on it."""
+config with what reproduces the run, the loggers of --report-to, the signals that stop it (engine/callbacks.py's
+Interruption: a stop at once ends with one line saying where the run stands), and, when the command ends normally,
+the record that its run finished. The training loop (engine/engine.py) is built on it."""
 import logging
 import signal
 import sys
