@@ -44,23 +44,23 @@ def stopping(*args, **kwargs):
 multitask.leaderboard_files = stopping
 """
 
-# Ctrl-C twice while last/ is saved for the SAVE-th time: as its training state is written, or (AFTER_SWAP) once the
+# Ctrl-C TIMES while last/ is saved for the SAVE-th time: as its training state is written, or (AFTER_SWAP) once the
 # old last/ is renamed away and the new one not yet in its place.
-TWICE_IN_A_SAVE = """
+IN_A_SAVE = """
 save, rename, saves = torch.save, pathlib.Path.rename, [0]
-def twice():
-    os.kill(os.getpid(), signal.SIGINT)
-    os.kill(os.getpid(), signal.SIGINT)
+def signalled():
+    for _ in range({times}):
+        os.kill(os.getpid(), signal.SIGINT)
 def saved(obj, file, *args, **kwargs):
     if str(file).endswith("training_state.pt"):
         saves[0] += 1
         if saves[0] == {save} and not {after_swap}:
-            twice()
+            signalled()
     return save(obj, file, *args, **kwargs)
 def renamed(self, target):
     result = rename(self, target)
     if saves[0] == {save} and {after_swap} and pathlib.Path(target).name == ".last.old":
-        twice()
+        signalled()
     return result
 torch.save, pathlib.Path.rename = saved, renamed
 """
@@ -148,7 +148,7 @@ def test_ctrl_c_twice_in_the_first_save_says_what_was_lost_and_its_command_start
         tiny_model, course_data, whole, tmp_path):
     out = tmp_path / "out"
     args = [*quick_start(tiny_model, course_data, out), "--save-every", "5"]
-    stop = stopped(tmp_path, args, TWICE_IN_A_SAVE.format(save=1, after_swap=False))
+    stop = stopped(tmp_path, args, IN_A_SAVE.format(save=1, after_swap=False, times=2))
     assert stop.returncode == 130, stop.stderr[-2000:]
     line = stop.stderr.strip().splitlines()[-1]
     again = as_printed(line, "SIGINT: stopped while saving last/ after step 5 of 30; nothing was saved, so its 5 "
@@ -167,7 +167,7 @@ def test_ctrl_c_twice_in_a_later_save_keeps_the_previous_last_and_its_command_re
         after_swap, tiny_model, course_data, whole, tmp_path):
     out = tmp_path / "out"
     args = [*quick_start(tiny_model, course_data, out), "--save-every", "5"]
-    stop = stopped(tmp_path, args, TWICE_IN_A_SAVE.format(save=2, after_swap=after_swap))
+    stop = stopped(tmp_path, args, IN_A_SAVE.format(save=2, after_swap=after_swap, times=2))
     assert stop.returncode == 130, stop.stderr[-2000:]
     line = stop.stderr.strip().splitlines()[-1]
     again = as_printed(line, f"SIGINT: stopped while saving last/ after step 10 of 30; {out / 'run/last'} holds "
@@ -177,6 +177,22 @@ def test_ctrl_c_twice_in_a_later_save_keeps_the_previous_last_and_its_command_re
     resumed = run_as_printed(again)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "resuming at step 5 of 30" in resumed.stderr
+    assert_same_results(out, whole)
+
+
+def test_ctrl_c_in_the_last_save_stops_the_run_before_its_final_predictions(tiny_model, course_data, whole, tmp_path):
+    """The loop has no step left to stop after: the run stops as it ends, before its finish."""
+    out = tmp_path / "out"
+    args = [*quick_start(tiny_model, course_data, out), "--save-every", "5"]
+    stop = stopped(tmp_path, args, IN_A_SAVE.format(save=6, after_swap=False, times=1))  # saves at 5, 10, ..., 30
+    assert stop.returncode == 130, stop.stderr[-2000:]
+    line = stop.stderr.strip().splitlines()[-1]
+    again = as_printed(line, f"SIGINT: stopped after step 30 of 30, while writing its final predictions (the "
+                             f"leaderboard files); {out / 'run/last'} holds step 30; to go on: ")
+    assert shlex.split(again) == resumed_line(args)
+    assert leftovers(out) == [] and not list((out / "predictions").glob("*-output.csv"))
+    resumed = run_as_printed(again)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert_same_results(out, whole)
 
 
@@ -198,7 +214,7 @@ def test_a_signal_in_the_set_up_of_a_resume_keeps_last_and_its_command_resumes(t
                                                                                 tmp_path):
     out = tmp_path / "out"
     args = [*quick_start(tiny_model, course_data, out), "--save-every", "5"]
-    first = stopped(tmp_path, args, TWICE_IN_A_SAVE.format(save=3, after_swap=False))  # last/ holds step 10
+    first = stopped(tmp_path, args, IN_A_SAVE.format(save=3, after_swap=False, times=2))  # last/ holds step 10
     assert first.returncode == 130, first.stderr[-2000:]
     stop = stopped(tmp_path, [*args, "--resume"], IN_THE_SET_UP.format(signal="SIGINT"))
     assert stop.returncode == 130, stop.stderr[-2000:]

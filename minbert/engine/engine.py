@@ -82,7 +82,7 @@ class Engine(Command):
         self._event("on_train_begin")
         with self.interruption.deferred():  # a signal: the step under way finishes, last/ is saved, then the stop
             self._loop(run, steps[state.step:], epoch_ends)
-        self.phase, self.finishing = "finish", run.finishing
+            self.phase, self.finishing = "finish", run.finishing  # where a signal in the last save stops it
         self._event("on_train_end")
         self._release_training_state()
         started = time.time()

@@ -103,13 +103,15 @@ def goes_on(config: TrainingConfig, folder: RunFolder) -> str:
 def kept(folder: RunFolder, state) -> str:
     """What a stopped run kept, for the engine's state (engine/callbacks.EngineState) where it stopped: the step that
     last/ holds, and how many steps after it are lost; or that nothing was saved."""
+    if not folder.state_file.exists():
+        return f"nothing was saved, so its {state.step} step(s) are lost" if state.step else "nothing was trained"
     try:  # the loop's position only: its tensors stay on disk (mmap)
         saved = torch.load(folder.state_file, map_location="cpu", weights_only=True, mmap=True)
         saved = saved.get("engine", saved)
-    except Exception:  # no last/, or one that --resume will refuse, naming why
+    except Exception:  # a state --resume refuses, naming why
         saved = None
     if not isinstance(saved, dict) or not isinstance(saved.get("step"), int):
-        return f"nothing was saved, so its {state.step} step(s) are lost" if state.step else "nothing was trained"
+        return f"{folder.last} is kept"
     stage = saved.get("stage", "")
     where = f"step {saved['step']}" + (f" of stage {stage}" if stage else "")
     lost = state.step - saved["step"] if stage == state.stage else 0
