@@ -75,6 +75,22 @@ multitask.MultitaskRun._load = stopping
 """
 
 
+# The command, sent SIGTERM as it starts loading its training code (torch and the model's modules: seconds).
+AS_IT_STARTS = """
+import importlib.abc, os, signal, sys
+sys.path.insert(0, {root!r})
+class SignalAtImport(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "minbert.engine.engine":
+            os.kill(os.getpid(), signal.SIGTERM)
+        return None
+sys.meta_path.insert(0, SignalAtImport())
+from minbert.common import cli
+import multitask_classifier
+cli.run(lambda: multitask_classifier.main(sys.argv[1:]))  # as the script runs it
+"""
+
+
 def stopped(tmp_path: Path, args: list[str], hook: str) -> subprocess.CompletedProcess:
     """The command with `hook`, run from a script in tmp_path (its outputs: in tmp_path/out)."""
     script = tmp_path / f"stopped-{len(list(tmp_path.glob('stopped-*.py')))}.py"
@@ -193,6 +209,23 @@ def test_ctrl_c_in_the_last_save_stops_the_run_before_its_final_predictions(tiny
     assert leftovers(out) == [] and not list((out / "predictions").glob("*-output.csv"))
     resumed = run_as_printed(again)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert_same_results(out, whole)
+
+
+def test_a_signal_as_the_command_starts_says_nothing_was_written_and_its_command_starts_the_run(
+        tiny_model, course_data, whole, tmp_path):
+    out = tmp_path / "out"
+    args = quick_start(tiny_model, course_data, out)
+    script = tmp_path / "as-it-starts.py"
+    script.write_text(AS_IT_STARTS.format(root=str(ROOT)))
+    stop = command(args, str(script))
+    assert stop.returncode == 143, stop.stderr[-2000:]
+    again = as_printed(stop.stderr.strip(), "SIGTERM: stopped while starting, before it wrote anything; to start "
+                                            "it: ")  # its one line
+    assert shlex.split(again) == ["OMP_NUM_THREADS=1", interpreter(), "multitask_classifier.py", *args]
+    assert not out.exists()
+    started = run_as_printed(again)
+    assert started.returncode == 0, started.stderr[-2000:]
     assert_same_results(out, whole)
 
 

@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from minbert.common.errors import SignalStop
+from minbert.common.errors import Interrupted, SignalStop
 from minbert.common.progress import Progress, on_terminal
 
 log = logging.getLogger(__name__)
@@ -253,3 +253,15 @@ class Interruption:
             return []
         handled = set(self.previous)
         return [arrived for arrived in numbers if arrived in handled]
+
+
+@contextmanager
+def stops_before_start(command: str):
+    """Around what a trainer does before its run's set-up (loading the training code: seconds): a signal stops it
+    with one line, nothing written yet, and `command` (the command as given), which starts it."""
+    try:
+        with Interruption():
+            yield
+    except SignalStop as stop:
+        raise Interrupted(f"{signal.Signals(stop.signal_number).name}: stopped while starting, before it wrote "
+                          f"anything; to start it: {command}", stop.signal_number) from None

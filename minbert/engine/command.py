@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from minbert.common import distributed
-from minbert.common.cli import resolve_device
+from minbert.common.cli import as_given, resolve_device
 from minbert.common.errors import Interrupted, SignalStop
 from minbert.common.outputs import check_place
 from minbert.common.provenance import provenance
@@ -24,8 +24,8 @@ from minbert.engine.callbacks import Callback, Control, EngineState, Interruptio
 from minbert.engine.config import TrainingConfig
 from minbert.common.precision import Precision
 from minbert.engine.reporting import mlflow_store, reporters
-from minbert.engine.resume import (Resumption, find_resumption, flags_after_restart, given_command, goes_on, kept,
-                                   start_again, with_values)
+from minbert.engine.resume import (Resumption, find_resumption, flags_after_restart, goes_on, kept, start_again,
+                                   with_values)
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +121,7 @@ class Command:
                  "finish": f"after step {state.step} of {steps}, {self.finishing}"}[self.phase]
         line = f"{signal.Signals(number).name}: stopped {doing}; "
         if not self.claimed or (self.folder.waiting and not config.resume):  # what is in --output-dir is untouched
-            return line + f"--output-dir {self.folder} is as it was; to start the run: {given_command(config)}"
+            return line + f"--output-dir {self.folder} is as it was; to start the run: {as_given(config.command)}"
         return line + f"{kept(self.folder, state)}; {goes_on(config, self.folder)}"
 
     def _claim(self) -> None:

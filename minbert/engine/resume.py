@@ -77,11 +77,6 @@ def resume_command(config: TrainingConfig, folder: RunFolder | None = None) -> s
     return printed_command([*words, "--resume"])
 
 
-def given_command(config: TrainingConfig) -> str:
-    """The command as it was given: what starts a run that a stop in its set-up left untouched."""
-    return printed_command(shlex.split(config.command.text)) if config.command.text else "the same command"
-
-
 def _without_output_dir(words: list[str]) -> list[str]:
     """A command's words without its --output-dir (--output-dir X, --output-dir=X)."""
     kept, skip = [], False
