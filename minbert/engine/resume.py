@@ -79,12 +79,12 @@ def resume_command(config: TrainingConfig, folder: RunFolder | None = None) -> s
 
 def _without_output_dir(words: list[str]) -> list[str]:
     """A command's words without its --output-dir (--output-dir X, --output-dir=X)."""
-    kept, skip = [], False
+    others, skip = [], False
     for word in words:
         if not skip and not word.startswith("--output-dir"):
-            kept.append(word)
+            others.append(word)
         skip = word == "--output-dir"
-    return kept
+    return others
 
 
 def goes_on(config: TrainingConfig, folder: RunFolder) -> str:
