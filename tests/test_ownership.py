@@ -8,6 +8,7 @@ import os
 import random
 import shlex
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from tests.conftest import contents, full_file_system, multitask_argv, write_cou
 from tests.test_ensemble import dev_dir, make_member, random_outputs  # noqa: F401 (dev_dir: a fixture)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +125,7 @@ def test_overwrite_removes_nothing_when_an_entry_is_a_link_out_of_the_run(tiny_m
 # ---- a run owns its folder while it runs ----
 
 class MovesItsFolder(Callback):
-    """After step 2 (its checkpoint saved at step 1): the run folder moved elsewhere (mv), or removed."""
+    """After step 2: the run folder moved elsewhere (mv), or removed."""
 
     def __init__(self, run: Path, moved: Path | None):
         self.run, self.moved = run, moved
@@ -133,26 +135,35 @@ class MovesItsFolder(Callback):
             os.rename(self.run, self.moved) if self.moved else shutil.rmtree(self.run)
 
 
-@pytest.mark.parametrize("how", ["moved", "removed"])
+@pytest.mark.parametrize("how", ["moved", "moved-before-its-first-checkpoint", "removed"])
 def test_a_run_whose_folder_is_moved_or_removed_stops_with_one_line(tiny_model, data, tmp_path, capsys, how):
     """It never writes where the folder was (no folder made again there, without a lock), and keeps what it
-    saved where the folder is now, its lock gone with it; the line's advice resumes it there."""
-    run, moved = tmp_path / "run", tmp_path / "moved" if how == "moved" else None
+    saved where the folder is now, its lock gone with it; the line ends with the command that goes on there (or,
+    moved before its first checkpoint, starts it again there), which runs as printed."""
+    run, moved = tmp_path / "run", tmp_path / "moved" if how.startswith("moved") else None
     mover = MovesItsFolder(run, moved)
-    line = refused(lambda: train(tiny_model, data, tmp_path, "--save-every", "1", "--log-every", "1",
-                                 callbacks=[mover]), capsys)
+    saves = ["--save-every", "1"] if how != "moved-before-its-first-checkpoint" else ["--save-every-minutes", "0"]
+    line = refused(lambda: train(tiny_model, data, tmp_path, *saves, "--log-every", "1", callbacks=[mover]), capsys)
     assert not run.exists(), "nothing written where the folder was"
     if how == "removed":
         assert line == f"error: --output-dir {run} was removed while the command ran in it; it stopped, and wrote " \
                        f"nothing more"
         return
-    assert line == (f"error: --output-dir {run} was moved to {moved} while the command ran in it; it stopped, and "
-                    f"wrote nothing more where the folder was; what it saved is in {moved}: to go on, --resume it "
-                    f"there (--output-dir {moved} --resume)")
-    assert (moved / "last" / "training_state.pt").is_file() and not (moved / ".lock").exists()
-    steps = [json.loads(line)["step"] for line in (moved / "metrics.jsonl").read_text().splitlines()]
-    assert steps == [1], "every line until the move, in the moved folder"
-    multitask_classifier.main(["--output-dir", str(moved), "--resume"])
+    told = (f"error: --output-dir {run} was moved to {moved} while the command ran in it; it stopped, and wrote "
+            f"nothing more where the folder was; ")
+    assert line.startswith(told) and not (moved / ".lock").exists()
+    if how == "moved":
+        assert line[len(told):].startswith(f"what it saved is in {moved}; to go on: ")
+        assert (moved / "last" / "training_state.pt").is_file()
+        steps = [json.loads(line)["step"] for line in (moved / "metrics.jsonl").read_text().splitlines()]
+        assert steps == [1], "every line until the move, in the moved folder"
+        again = line.split("; to go on: ", 1)[1]
+        assert shlex.split(again)[-3:] == ["--output-dir", str(moved), "--resume"]
+    else:
+        assert line[len(told):].startswith("it saved no checkpoint to resume from; to start it again: ")
+        again = line.split("; to start it again: ", 1)[1]
+        assert shlex.split(again)[-3:] == ["--output-dir", str(moved), "--overwrite"]
+    assert subprocess.run(["bash", "-c", again], cwd=ROOT, capture_output=True).returncode == 0
     assert json.loads((moved / "run_config.json").read_text())["finished"]
 
 

@@ -5,6 +5,7 @@ learn something)."""
 import json
 import logging
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -231,6 +232,29 @@ def test_a_study_resumed_after_its_worker_was_killed_loses_and_repeats_no_trial(
     assert trials[2].user_attrs["retry_of"] == 1 and trials[2].params == trials[1].params
     assert trials[3].params != trials[1].params
     assert (study / "trial-0000" / "metrics.jsonl").read_bytes() == first
+    # trials.md: a trial a signal stopped is no failure of its configuration
+    state = "failed" if kill == signal.SIGKILL else "interrupted, queued again"
+    assert re.search(rf"^\| 1 \| - \| {state} \|", (study / "trials.md").read_text(), re.MULTILINE)
+
+
+def test_an_interrupted_trial_is_listed_as_such_and_queued_again_even_when_it_was_a_retry():
+    """A trial a signal stopped is no failure of its configuration: trials.md says "interrupted, queued again", and
+    it runs again even where it was itself a retry (a configuration that killed its worker twice is not)."""
+    from minbert.tuning.study import queue_again
+
+    study = optuna.create_study(direction="maximize")
+    for attrs in ({"retry_of": 7, "interrupted": True}, {"retry_of": 7}, {}):
+        trial = study.ask({"lr": optuna.distributions.FloatDistribution(1e-5, 1e-3)})
+        for name, value in attrs.items():
+            trial.set_user_attr(name, value)
+        study.tell(trial, state=TrialState.FAIL)
+    interrupted, retried, failed = study.trials
+    assert [report.trial_state(t) for t in study.trials] == ["interrupted, queued again", "failed", "failed"]
+    for trial in (interrupted, retried):
+        queue_again(study, trial)
+    queued = study.get_trials(states=(TrialState.WAITING,))
+    assert [(t.system_attrs["fixed_params"], t.user_attrs["retry_of"]) for t in queued] == [
+        (interrupted.params, interrupted.number)]
 
 
 def test_a_journal_study_resumed_without_storage_goes_on_in_its_journal(recipe, tmp_path, one_thread):

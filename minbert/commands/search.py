@@ -278,12 +278,19 @@ class Worker:
         self.failures = 0  # trials in a row that failed
 
     def objective(self, trial: optuna.Trial) -> float:
+        self.current = trial
+        try:
+            return self._run(trial)
+        except (KeyboardInterrupt, Interrupted):  # a stop, not the configuration's failure: queued again
+            trial.set_user_attr("interrupted", True)  # (run_trials), as trials.md says
+            raise
+
+    def _run(self, trial: optuna.Trial) -> float:
         import optuna
         import torch
 
         from minbert.tuning.study import trials_needed, worker_id
 
-        self.current = trial
         if self.config.trials and trials_needed(self.study, self.config.trials, trial.number) <= 0:
             trial.set_user_attr("not_run", True)  # another worker asked for the last one at the same moment
             self.study.stop()
@@ -507,9 +514,14 @@ def run_trials(config: SearchConfig, study: optuna.Study, space: list[Param], tr
     worker = Worker(config, study, space, trial_argv, base)
     started = time.time()
 
+    def stopped_trial() -> optuna.trial.FrozenTrial | None:
+        """The trial a signal stopped (Worker.objective marks it), or None: the worker stopped between trials."""
+        trial = study.trials[worker.current.number] if worker.current is not None else None
+        return trial if trial is not None and trial.user_attrs.get("interrupted") else None
+
     def under_way() -> str:
-        if worker.current is None:
-            return "the worker stopped before its first trial"
+        if stopped_trial() is None:
+            return f"the worker stopped {'between trials' if worker.current else 'before its first trial'}"
         return (f"trial {worker.current.number} stopped, and is queued again: the study runs its configuration "
                 f"first when it goes on")
 
@@ -519,8 +531,9 @@ def run_trials(config: SearchConfig, study: optuna.Study, space: list[Param], tr
                            callbacks=[worker.after_trial], gc_after_trial=True)
         except (KeyboardInterrupt, Interrupted):  # the trial under way is failed (by Optuna), and its configuration
             # runs again later
-            if worker.current is not None:
-                queue_again(study, study.trials[worker.current.number])
+            stopped = stopped_trial()
+            if stopped is not None:
+                queue_again(study, stopped)
             raise
     log.info("this worker ran for %s", duration(time.time() - started))
 

@@ -271,6 +271,11 @@ def printed_command(words: Sequence[str]) -> str:
     return " ".join([*settings, shlex.join(words)])
 
 
+def as_given(command: CommandLine) -> str:
+    """A command line as it was given, printed for the user to run again."""
+    return printed_command(shlex.split(command.text)) if command.text else "the same command"
+
+
 def usage_name(program: Sequence[str]) -> str:
     """The command as --help's usage line names it, from the words that run it (program()): `minbert train` (the
     console command, or python -m minbert), or the script (`multitask_classifier.py`); not the interpreter's path nor

@@ -44,3 +44,13 @@ def did_you_mean(word: str, known: Iterable[str]) -> str:
     difflib's similarity; "" when none is near enough to be a guess worth printing."""
     nearest = difflib.get_close_matches(word, list(known), n=1)
     return f"did you mean {nearest[0]}?" if nearest else ""
+
+
+class SignalStop(KeyboardInterrupt):
+    """A signal that stops a command at once (a second Ctrl-C, or any signal where there is no step to finish first):
+    raised where the command is, as Ctrl-C raises KeyboardInterrupt, so that every `finally` and context exit cleans
+    up (locks, temporary files); the command then says where it stands (Interrupted)."""
+
+    def __init__(self, signal_number: int):
+        super().__init__()
+        self.signal_number = signal_number

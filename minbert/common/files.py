@@ -181,7 +181,8 @@ def atomic_directory(path: str | Path, expected: int = 0):
     how many bytes the folder takes (a disk that fills up says so), if the old one is no guide.
 
     The swap is two renames: path -> .path.old, then temp -> path, then .path.old is removed. A process that
-    dies at any point leaves one complete folder, path or .path.old, which recover_directory puts back.
+    dies at any point leaves one complete folder, path or .path.old, which recover_directory puts back; one that a
+    signal stops (KeyboardInterrupt) puts it back itself.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -195,6 +196,9 @@ def atomic_directory(path: str | Path, expected: int = 0):
             path.rename(old)
         temp.rename(path)
         shutil.rmtree(old, ignore_errors=True)
+    except KeyboardInterrupt:  # a signal that stops the command at once: the old folder back if the swap was half-way
+        recover_directory(path)
+        raise
     except Exception as error:
         full = _disk_full_error(error, path, temp, max(expected, _size(path)))
         if full is None:
@@ -243,6 +247,9 @@ def atomic_files(folder: str | Path, expected: int = 0):
         _as_umask_allows(temp)
         temp.rename(folder / READY)
         _move_into(folder / READY, folder)
+    except KeyboardInterrupt:  # a signal that stops the command at once: a complete set moved the rest of the way in
+        recover_files(folder)
+        raise
     except Exception as error:
         full = _disk_full_error(error, folder, temp, expected, kept=f"the files in {folder} are as they were")
         if full is None:

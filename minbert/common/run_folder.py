@@ -19,6 +19,7 @@ runs in it stops the command at its next write (check_in_place): it never writes
 import json
 import logging
 import os
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -110,6 +111,7 @@ class RunFolder:
         self.replaced: list[Path] = []  # what --overwrite removes: what the run it replaces wrote
         self.kept_log: bytes | None = None  # metrics.jsonl as --resume cuts it back
         self.new_config: dict | None = None  # the run config the command writes
+        self.goes_on: Callable[[RunFolder], str] | None = None  # its claim's
 
     def __str__(self) -> str:
         return str(self.path)
@@ -150,14 +152,17 @@ class RunFolder:
     # ---- owning it ----
 
     def claim(self, owned: tuple[str, ...], resume: bool, overwrite: bool, sources: dict[str, str],
-              again: str = "the same command with --overwrite") -> None:
+              again: str = "the same command with --overwrite",
+              goes_on: Callable[["RunFolder"], str] | None = None) -> None:
         """Own the folder for a command: created if need be and locked for this process (a second command into it
         is refused, naming the first's pid); a run in it refused unless continued (--resume) or replaced
         (--overwrite: what the run there recorded writing is removed, nothing else: _replace), once the newest
         complete files of saves that died half-way are put back. owned: the entries the command writes over whole
         (best/, last/, metrics.jsonl); sources: flag -> path, what it reads. What the command replaces in a run it
         finds there (--overwrite's entries, --resume's log lines and run config) stays as it is until start(). Under
-        torchrun rank 0 alone claims (its machine alone has the folder)."""
+        torchrun rank 0 alone claims (its machine alone has the folder). goes_on: for a run folder, what continues
+        its run, or starts it again (the command's words: a moved folder's line says it)."""
+        self.goes_on = goes_on
         if resume and overwrite:
             raise UsageError("--resume continues the run in --output-dir and --overwrite replaces it: give one of them")
         check_writable(self.path, "--output-dir")
@@ -433,9 +438,11 @@ class RunFolder:
         if now is None:
             raise UsageError(f"--output-dir {self.path} was removed while the command ran in it; it stopped, and "
                              f"wrote nothing more")
+        moved = RunFolder(now.parent)
+        saved = f"what it saved is in {moved}" if moved.state_file.exists() else "it saved no checkpoint to resume from"
+        advice = self.goes_on(moved) if self.goes_on else f"its --output-dir is now {moved}"
         raise UsageError(f"--output-dir {self.path} was moved to {now.parent} while the command ran in it; it "
-                         f"stopped, and wrote nothing more where the folder was; what it saved is in {now.parent}: "
-                         f"to go on, --resume it there (--output-dir {now.parent} --resume)")
+                         f"stopped, and wrote nothing more where the folder was; {saved}; {advice}")
 
     def records(self) -> list[tuple[bytes, dict]]:
         """The lines of metrics.jsonl and what each holds, but for a last line a kill or a full disk cut short (no

@@ -55,6 +55,8 @@ class Run:
     # Whether its steps make backward passes of their own (PCGrad, gradient caching) or an update inside a step
     # (--fusion): under torchrun their gradients are averaged at each update, not by DDP (engine/ddp.py).
     passes_apart = False
+    # What its finish does, as the line of a signal that stops the command there says it.
+    finishing = "while finishing the run"
 
     def parameters(self) -> list[torch.nn.Parameter]:
         """Everything trained, in the modules' order (the order clipping sums their norms in)."""

@@ -92,6 +92,7 @@ def check_own_predictions(config: MultitaskConfig, folder: RunFolder) -> None:
 
 class MultitaskRun(Run):
     name = "multitask"
+    finishing = "while writing its final predictions (the leaderboard files)"
 
     def __init__(self, config: MultitaskConfig, engine: Engine):
         self.config, self.engine, self.lr, self.head_lr = config, engine, config.lr, config.head_lr

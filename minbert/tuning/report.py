@@ -42,6 +42,8 @@ def finished_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
 def trial_state(trial: optuna.trial.FrozenTrial) -> str:
     if trial.state == TrialState.PRUNED:
         return f"pruned at step {trial.user_attrs.get('pruned_at', '?')}"
+    if trial.state == TrialState.FAIL and trial.user_attrs.get("interrupted"):  # search.py queued it again
+        return "interrupted, queued again"
     if trial.state == TrialState.FAIL:
         return "not run (--trials reached)" if trial.user_attrs.get("not_run") else "failed"
     return trial.state.name.lower()
