@@ -42,7 +42,9 @@ class Interrupted(Exception):
 def did_you_mean(word: str, known: Iterable[str]) -> str:
     """"did you mean X?" for the known name nearest a mistyped one (--epoch: --epochs; quickstart: quick-start), by
     difflib's similarity; "" when none is near enough to be a guess worth printing."""
-    nearest = difflib.get_close_matches(word, list(known), n=1)
+    # difflib's default cutoff, 0.6, guesses --quiet for --quantize (predict's flag, given to train): a guess that
+    # misleads is worse than none. 0.75 keeps a letter dropped, doubled or swapped (--epoch, --tri, fp23).
+    nearest = difflib.get_close_matches(word, list(known), n=1, cutoff=0.75)
     return f"did you mean {nearest[0]}?" if nearest else ""
 
 
