@@ -133,7 +133,7 @@ CASES = [
      "'tf32', 'bf16', 'fp16'); did you mean fp32?", 2),
     ("flag", "a recipe name that no recipe has", "multitask", [*TRAIN, "--config", "quickstart"],
      "multitask_classifier.py: error: --config quickstart: no such file, and no recipe of that name comes with the "
-     "toolkit; did you mean quick-start? (the recipes: mtdnn-minilm, mtdnn-mpnet, quick-start, simcse-nli)", 2),
+     "toolkit; did you mean quick-start? (the recipes: mtdnn-minilm, mtdnn-mpnet, mtdnn-mpnet-gpu, quick-start, simcse-nli)", 2),
     ("flag", "a misspelled subcommand of analyze.py", "analyze", ["curvs"],
      "analyze.py: error: argument SUBCOMMAND: invalid choice: 'curvs' (choose from 'layers', 'spread', 'embeddings', "
      "'errors', 'curves'); did you mean curves?", 2),
