@@ -204,10 +204,8 @@ def bundle(results: Path, out: Path, call: str) -> list[Path]:
     return files
 
 
-def check(out: Path, runs: list[str], compiled: bool, search: bool = False) -> list[str]:
-    """What is wrong with the bundle in OUT for a plan whose campaign ran `runs` (and the compiled call, if
-    `compiled`; the search call, if `search`): the device tool's limits, every table with its rows, no failed step,
-    every run's files in the archive, the study's table, journal and a complete trial. [] when nothing is."""
+def limit_problems(out: Path) -> list[str]:
+    """What of OUT the device tool would not bring back: too many files, too large, too deep, or oddly named."""
     problems = []
     files = [path for path in out.rglob("*") if path.is_file()]
     if len(files) > MAX_FILES:
@@ -220,6 +218,14 @@ def check(out: Path, runs: list[str], compiled: bool, search: bool = False) -> l
             problems.append(f"{path.name}: {path.stat().st_size} bytes, more than 16 MiB")
     if sum(path.stat().st_size for path in files) > MAX_TOTAL_BYTES:
         problems.append("more than 64 MiB in all")
+    return problems
+
+
+def check(out: Path, runs: list[str], compiled: bool, search: bool = False) -> list[str]:
+    """What is wrong with the bundle in OUT for a plan whose campaign ran `runs` (and the compiled call, if
+    `compiled`; the search call, if `search`): the device tool's limits, every table with its rows, no failed step,
+    every run's files in the archive, the study's table, journal and a complete trial. [] when nothing is."""
+    problems = limit_problems(out)
     report = read_json(out / "tables.json")
     if report is None or not (out / "tables.md").exists() or not (out / ARCHIVE).exists():
         return problems + [f"tables.md, tables.json or {ARCHIVE} missing"]

@@ -74,12 +74,13 @@ def model_config(folder: str | Path) -> ModelConfig:
 
 def load(folder: str | Path, config: ModelConfig, *, heads: bool = True, device: torch.device | str = "cpu",
          attention: str = "auto", compile: bool = False, static_shapes: bool = False,
-         cuda_graphs: bool = False) -> MultitaskModel:
+         cuda_graphs: bool = False, partial: bool = False) -> MultitaskModel:
     """The multitask model of config's flags with the checkpoint's encoder and, where it has them (and heads is
     True), its heads, once its run config shows they were trained with config's head flags; on `device`, its
     encoder run as --attention and --compile say (and models.compile_encoder's static_shapes and cuda_graphs).
-    `folder` may be a hub id or all-MiniLM-L6-v2 with heads=False (a run's --model: new heads)."""
-    model = build_model(config, folder)
+    `folder` may be a hub id or all-MiniLM-L6-v2 with heads=False (a run's --model: new heads). partial:
+    --allow-partial-load, for the encoder's weights."""
+    model = build_model(config, folder, partial)
     if heads and has_heads(folder):
         check_head_flags(config, Path(folder))
         _load_heads(model, Path(folder) / HEADS)

@@ -114,7 +114,7 @@ def encoder_depth(name: str, num_layers: int) -> int:
     return 0
 
 
-def build_model(config: ModelConfig, start: str | Path) -> MultitaskModel:
-    """The encoder of `start` with fresh heads for config's tasks and head flags."""
-    return MultitaskModel(from_pretrained(start), config.task_list, config.pooling, config.head_options,
+def build_model(config: ModelConfig, start: str | Path, partial: bool = False) -> MultitaskModel:
+    """The encoder of `start` with fresh heads for config's tasks and head flags; partial: --allow-partial-load."""
+    return MultitaskModel(from_pretrained(start, partial), config.task_list, config.pooling, config.head_options,
                           config.common_layer)

@@ -40,11 +40,11 @@ class MultitaskPredictor:
 
     @classmethod
     def from_run(cls, run: str | Path, device: str = "auto", batch_size: int = 128,
-                 precision: str = "auto", quantize: str = "none") -> "MultitaskPredictor":
+                 precision: str = "auto", quantize: str = "none", partial: bool = False) -> "MultitaskPredictor":
         """The model of a finished run of `minbert train` (its best/ checkpoint), or of one of its checkpoint folders;
         a folder that is none of these (an encoder alone, a run with no checkpoint yet) is a CheckpointError saying
         why. device: cpu, cuda, ... (auto: cuda when present); quantize: "int8" runs the encoder's Linear layers in
-        int8 on a CPU (dynamic quantization), "none" in the precision given."""
+        int8 on a CPU (dynamic quantization), "none" in the precision given; partial: --allow-partial-load."""
         device = cli.resolve_device(device)
         inference_precision(quantize, device, precision)  # FlagError before any loading
         folder = RunFolder(run).checkpoint()
@@ -74,7 +74,7 @@ class MultitaskPredictor:
         except (TypeError, ValueError, KeyError) as error:
             raise CheckpointError(f"{run_folder.config_file(folder)}: not a multitask run's configuration "
                                   f"({error})") from None
-        model = checkpoint.load(folder, config, device=device)
+        model = checkpoint.load(folder, config, device=device, partial=partial)
         return cls(model, Tokenizer.from_pretrained(folder), config, max_length, batch_size, precision, quantize)
 
     @property

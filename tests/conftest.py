@@ -264,3 +264,29 @@ def module_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
 def changed(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor]) -> set[str]:
     """The names of the tensors that differ."""
     return {k for k in before if not torch.equal(before[k], after[k])}
+
+
+def full_file_system(folder: Path):
+    """A real file system with no space left, mounted at `folder` (made here): a tmpfs of 64 kB, filled with one file
+    (filler). An empty file or folder still fits (they take no data block); a byte of data does not. Returns what
+    unmounts it. Skips the test, saying why, where it cannot mount one (mounting needs root, or CAP_SYS_ADMIN): a
+    faked error would not show what a real full disk does."""
+    import errno
+    import os
+    import subprocess
+
+    folder.mkdir(parents=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(folder)], capture_output=True,
+                             text=True)
+    if mounted.returncode:
+        pytest.skip(f"cannot mount a small tmpfs to fill up, so no real full disk here: "
+                    f"{mounted.stderr.strip() or 'mount failed'}")
+    handle = os.open(folder / "filler", os.O_WRONLY | os.O_CREAT)
+    try:
+        while True:
+            os.write(handle, b"\0" * 4096)
+    except OSError as error:
+        assert error.errno == errno.ENOSPC
+    finally:
+        os.close(handle)
+    return lambda: subprocess.run(["umount", "-l", str(folder)], check=True)

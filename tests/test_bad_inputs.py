@@ -36,7 +36,8 @@ import pretrain_contrastive  # noqa: E402
 from minbert.common import cli  # noqa: E402
 from minbert.common.cli import last_wins, printed_command, shown_path  # noqa: E402
 from minbert.engine.callbacks import Callback  # noqa: E402
-from tests.conftest import contents  # noqa: E402
+from minbert.common.outputs import write_output  # noqa: E402
+from tests.conftest import contents, full_file_system  # noqa: E402
 from minbert.training.contrastive import ContrastiveConfig  # noqa: E402
 from minbert.training.multitask_config import MultitaskConfig  # noqa: E402
 
@@ -121,8 +122,20 @@ CASES = [
      "multitask_classifier.py: error: --config resume-flags.yaml: resume: a file never sets it, since it removes "
      "or continues files; type --resume on the command line if you mean it", 2),
     ("flag", "an abbreviated flag (--se for --seed)", "multitask", [*TRAIN, "--se", "1"],
-     "multitask_classifier.py: error: unrecognized arguments: --se 1 (see .venv/bin/python multitask_classifier.py "
-     "--help)", 2),
+     "multitask_classifier.py: error: unrecognized arguments: --se 1; did you mean --seed? (see .venv/bin/python "
+     "multitask_classifier.py --help)", 2),
+    ("flag", "a misspelled flag (--epoch for --epochs)", "multitask", [*TRAIN, "--epoch", "1"],
+     "multitask_classifier.py: error: unrecognized arguments: --epoch 1; did you mean --epochs? (see "
+     ".venv/bin/python multitask_classifier.py --help)", 2),
+    ("flag", "a misspelled choice (--precision fp23)", "multitask", [*TRAIN, "--precision", "fp23"],
+     "multitask_classifier.py: error: argument --precision: invalid choice: 'fp23' (choose from 'auto', 'fp32', "
+     "'tf32', 'bf16', 'fp16'); did you mean fp32?", 2),
+    ("flag", "a recipe name that no recipe has", "multitask", [*TRAIN, "--config", "quickstart"],
+     "multitask_classifier.py: error: --config quickstart: no such file, and no recipe of that name comes with the "
+     "toolkit; did you mean quick-start? (the recipes: mtdnn-minilm, mtdnn-mpnet, mtdnn-mpnet-gpu, quick-start, simcse-nli)", 2),
+    ("flag", "a misspelled subcommand of analyze.py", "analyze", ["curvs"],
+     "analyze.py: error: argument SUBCOMMAND: invalid choice: 'curvs' (choose from 'layers', 'spread', 'embeddings', "
+     "'errors', 'curves'); did you mean curves?", 2),
     ("flag", "a run's output folder inside another run's best/", "multitask",
      [*TRAIN, "--output-dir", "finished-run/best"],
      "error: --output-dir finished-run/best: inside finished-run/best, a checkpoint folder, whose files its own "
@@ -307,7 +320,11 @@ CASES = [
      "multitask_classifier.py: error: --config lr-list.yaml: lr: a YAML list ([0.001, 0.002]); give one value, as on "
      "the command line", 2),
     ("flag", "a flag that is neither search.py's nor a trial's", "search", [*SEARCH, "--tri", "1"],
-     "search.py: error: unrecognized arguments: --tri 1 (see .venv/bin/python search.py --help)", 2),
+     "search.py: error: unrecognized arguments: --tri 1; did you mean --trials? (see .venv/bin/python search.py "
+     "--help)", 2),
+    ("flag", "a search space name that no space has", "search", [*SEARCH, "--space", "quickstart"],
+     "error: --space quickstart: no such file, and no space of that name comes with the toolkit; did you mean "
+     "quick-start? (the spaces: mtdnn-minilm, quick-start)", 2),
     ("flag", "--resume of a folder with no study", "search", [*SEARCH, "--study-dir", "OUT/new", "--resume"],
      "error: --study-dir OUT/new: no study there (no study.db); give the folder of a study that has trials", 2),
     ("flag", "--resume of a study with another --storage than it was started in", "search",
@@ -424,10 +441,10 @@ CASES = [
      ["finished-run", "--task", "sst", "--input", "sentences.txt", "--output", "sentences.txt"],
      "error: --output sentences.txt: the file --input reads; writing it would destroy it before it is read; choose "
      "another --output", 2),
-    ("file system", "predictions written over a file predict.py did not write", "predict",
+    ("file system", "predictions written over a file no command wrote", "predict",
      ["finished-run", "--sst", "a film", "--output", "user-folder/notes.txt"],
-     "error: --output user-folder/notes.txt: a file predict.py did not write (its first line is not a header of "
-     "predictions); choose another --output, or remove it first", 2),
+     "error: --output user-folder/notes.txt: a file no command of ours wrote (no record of the write beside it); "
+     "choose another --output, or replace it with --overwrite", 2),
     ("file system", "an ensemble's predictions into a run's best/", "ensemble",
      ["--members", "finished-run", "--data-dir", "DATA", "--out", "OUT/e.json", "--predictions-dir",
       "finished-run/best"],
@@ -438,21 +455,22 @@ CASES = [
       "OUT/p"],
      "error: --out finished-run/run_config.json: inside finished-run, a run folder, whose files its own commands "
      "write and replace; choose a place outside it", 2),
-    ("file system", "an ensemble's report over a file ensemble.py did not write", "ensemble",
+    ("file system", "an ensemble's report over a file no command wrote", "ensemble",
      ["--members", "finished-run", "--data-dir", "DATA", "--out", "user-folder/notes.txt", "--predictions-dir",
       "OUT/p"],
-     "error: --out user-folder/notes.txt: a file ensemble.py did not write (not an ensemble's report); choose another "
-     "--out, or remove it first", 2),
+     "error: --out user-folder/notes.txt: a file no command of ours wrote (no record of the write beside it); choose "
+     "another --out, or replace it with --overwrite", 2),
     ("file system", "an ensemble's predictions into a folder of another ensemble's", "ensemble",
      ["--members", "finished-run", "--data-dir", "DATA", "--out", "OUT/e.json", "--predictions-dir",
       "other-leaderboard"],
      "error: --predictions-dir other-leaderboard holds leaderboard files of the ensemble reported in "
      "/elsewhere/ensemble.json (sst-dev-output.csv); choose another --predictions-dir, or replace them with "
      "--overwrite", 2),
-    ("file system", "a run's predictions into a folder of leaderboard files no command recorded", "multitask",
-     [*TRAIN, "--predictions-dir", "unrecorded"],
-     "error: --predictions-dir unrecorded holds leaderboard files of a command that left no written-by.json "
-     "(para-dev-output.csv); choose another --predictions-dir, or replace them with --overwrite", 2),
+    ("file system", "a run's predictions into a folder of leaderboard files no command recorded, with --overwrite",
+     "multitask", [*TRAIN, "--predictions-dir", "unrecorded", "--overwrite"],
+     "error: --predictions-dir unrecorded holds leaderboard files that no command recorded writing "
+     "(para-dev-output.csv): they may be yours, and no command replaces them, --overwrite or not; move them out of "
+     "unrecorded, or choose another --predictions-dir", 2),
     ("file system", "predictions written to a device (a-device: a link to /dev/null)", "predict",
      ["finished-run", "--sst", "a film", "--output", "a-device"],
      "error: --output a-device: a device, not a regular file or folder; give the path of a file or folder to "
@@ -516,6 +534,71 @@ CASES = [
     ("file system", "a copy of an unfinished run (cp -r) resumed into the original's predictions folder", "multitask",
      ["--output-dir", "copied-run", "--resume", "--allow-changed-data"],
      "error: --resume: copied-run is a copy of the run in finished-run, and would write its --predictions-dir ", 2),
+    # Round seven (issue 72): what a command writes, replaces and removes
+    ("file system", "a run's output folder on a full disk (its lock's pid does not fit)", "multitask",
+     [*TRAIN, "--output-dir", "OUT-full/run"], "error: --output-dir OUT-full/run: cannot write there (No space left "
+     "on device)", 2),
+    ("file system", "a predictions file on a full disk (its lock's pid does not fit)", "predict",
+     ["finished-run", "--sst", "a film", "--output", "OUT-full/p.tsv"],
+     "error: --output OUT-full/p.tsv: cannot write there (No space left on device)", 2),
+    ("file system", "predictions written over a user's file whose first line starts with id and a tab", "predict",
+     ["finished-run", "--sst", "a film", "--output", "id-sentences.tsv"],
+     "error: --output id-sentences.tsv: a file no command of ours wrote (no record of the write beside it); choose "
+     "another --output, or replace it with --overwrite", 2),
+    ("file system", "predictions written over a leaderboard file of another command, with --overwrite", "predict",
+     ["finished-run", "--sst", "a film", "--output", "other-leaderboard/sst-dev-output.csv", "--overwrite"],
+     "error: --output other-leaderboard/sst-dev-output.csv: a file of the leaderboard files of the ensemble reported "
+     "in /elsewhere/ensemble.json (listed in other-leaderboard/written-by.json), which only their writer replaces; "
+     "choose another --output", 2),
+    ("file system", "predictions written through a symbolic link, with --overwrite", "predict",
+     ["finished-run", "--sst", "a film", "--output", "link-to-notes", "--overwrite"],
+     "error: --output link-to-notes: a symbolic link (to user-folder/notes.txt); a command never writes through a "
+     "link: give the path of the file itself", 2),
+    ("file system", "predict stopped by SIGTERM while it writes --output", "predict",
+     ["finished-run", "--task", "sst", "--input", "sentences.txt", "--output", "OUT/p.tsv"],
+     "interrupted after 0 of 2 predictions: kept no --output OUT/p.tsv; the same command predicts the file again",
+     143),
+    ("file system", "a benchmark's results over the weights of the model it reads, with --overwrite", "benchmark",
+     ["--model", "pretrained-encoder", "--data-dir", "DATA", "--out", "pretrained-encoder/model.safetensors",
+      "--overwrite", "--device", "cpu"],
+     "error: --out pretrained-encoder/model.safetensors: a file of the checkpoint in pretrained-encoder, which no "
+     "command writes over, --overwrite or not; give a new file name", 2),
+    ("file system", "a benchmark's results over its own data, with --overwrite", "benchmark",
+     ["--model", "MODEL", "--data-dir", "DATA", "--out", "DATA/sts-dev.csv", "--overwrite", "--device", "cpu"],
+     "error: --out DATA/sts-dev.csv: inside DATA, the folder --data-dir reads; writing there could replace a file it "
+     "reads; choose a place outside it", 2),
+    ("file system", "an output folder that holds only a run_config.json of the user's (flags, no run's record)",
+     "multitask", [*TRAIN, "--output-dir", "flags-as-run-config"],
+     "error: --output-dir flags-as-run-config holds a run_config.json that no run wrote (it records no run's id nor "
+     "what the run wrote), which the run would write over, --overwrite or not; move it out of flags-as-run-config, "
+     "or choose another --output-dir", 2),
+    ("file system", "--overwrite of a folder of the user's notes.txt and run_config.json", "multitask",
+     [*TRAIN, "--output-dir", "notes-and-flags", "--overwrite"],
+     "error: --output-dir notes-and-flags holds a run_config.json that no run wrote (it records no run's id nor "
+     "what the run wrote), which the run would write over, --overwrite or not; move it out of notes-and-flags, or "
+     "choose another --output-dir", 2),
+    ("file system", "--overwrite of a run whose record names a file outside its folder (an absolute path)",
+     "multitask", [*TRAIN, "--data-dir", "edited-data", "--output-dir", "outside-wrote", "--overwrite"],
+     "error: --overwrite would remove precious.txt, which lies outside outside-wrote (its run_config.json records it); "
+     "--overwrite removes only what lies inside the run folder, and removed nothing: choose another --output-dir", 2),
+    ("file system", "--overwrite of a run with a file that cannot be removed (immutable: chattr +i)", "multitask",
+     [*TRAIN, "--output-dir", "OUT/kept", "--overwrite"],
+     "error: --overwrite cannot remove OUT/kept/best (OUT/kept/best/config.json: Operation not permitted), and removed "
+     "nothing: make it removable, or choose another --output-dir", 2),
+    ("file system", "the predictions folder moved (mv) while the run trains", "multitask", TRAIN,
+     "error: --predictions-dir OUT/predictions was moved to OUT/moved while the command ran; it stopped, and wrote "
+     "nothing more where the folder was", 2),
+    ("file system", "the predictions folder replaced by a file while the run trains", "multitask", TRAIN,
+     "error: --predictions-dir OUT/predictions was removed (or replaced) while the command ran; it stopped, and "
+     "wrote nothing more where the folder was", 2),
+    ("file system", "the run's metrics.jsonl removed while the run trains (rm -rf of its folder under way)",
+     "multitask", [*TRAIN, "--output-dir", "OUT/logged"], "error: --output-dir OUT/logged: metrics.jsonl was removed "
+     "while the command ran in it; it stopped, and wrote nothing more", 2),
+    ("file system", "--overwrite of a run with a file of the user's put into its best/", "multitask",
+     [*TRAIN, "--data-dir", "edited-data", "--output-dir", "mine-in-best", "--overwrite"],
+     "error: --overwrite would remove mine-in-best/best/mine.txt, which the run did not write (.written-by.json in "
+     "mine-in-best/best, the record of what its save wrote there, does not list it), and removed nothing: move it out "
+     "of mine-in-best/best, or choose another --output-dir", 2),
     ("checkpoint", "weights that are not finite (NaN), to predict", "predict", ["nan-run", "--sst", "a film"],
      "error: nan-run/best: weights that are not finite (embeddings.word_embeddings.weight holds NaN or infinity); no "
      "command uses them: take a checkpoint saved before its run diverged", 2),
@@ -537,6 +620,56 @@ CASES = [
      "error: --resume: nan-last/last: weights that are not finite (model.safetensors: "
      "embeddings.word_embeddings.weight), nothing to resume from; the run's last checkpoint whose weights are finite "
      "is nan-last/best", 2),
+    # a checkpoint loads exactly, or not at all (the weights: 2 layers)
+    ("checkpoint", "a config.json of more layers than its weights (num_hidden_layers 3 of 2), to predict", "predict",
+     ["more-layers/best", "--sst", "a film"],
+     "error: more-layers/best: its weights do not match its config.json: 16 encoder tensor(s) missing "
+     "(encoder.layer.2.attention.output.LayerNorm.bias, encoder.layer.2.attention.output.LayerNorm.weight, "
+     "encoder.layer.2.attention.output.dense.bias and 13 more); correct config.json (num_hidden_layers, ...), or pass "
+     "--allow-partial-load to load what matches and leave the rest at random initial values", 2),
+    ("checkpoint", "a config.json of fewer layers than its weights (num_hidden_layers 1 of 2), given to --init",
+     "multitask", [*TRAIN, "--init", "fewer-layers/best"],
+     "error: fewer-layers/best: its weights do not match its config.json: 16 tensor(s) the encoder does not use "
+     "(encoder.layer.1.attention.output.LayerNorm.bias, ", 2),
+    ("checkpoint", "a config.json of more layers than its weights, to benchmark", "benchmark",
+     ["--model", "more-layers/best", "--data-dir", "DATA", "--device", "cpu"],
+     "error: more-layers/best: its weights do not match its config.json: 16 encoder tensor(s) missing", 2),
+    ("checkpoint", "a config.json of fewer layers than its weights, to analyse", "analyze",
+     ["spread", "--models", "fewer-layers/best", "--data-dir", "DATA", "--out", "OUT/spread"],
+     "error: fewer-layers/best: its weights do not match its config.json: 16 tensor(s) the encoder does not use", 2),
+    ("checkpoint", "a config.json of more layers than its weights in last/, on --resume", "multitask",
+     [*TRAIN, "--data-dir", "edited-data", "--output-dir", "layers-in-last", "--resume", "--allow-changed-data"],
+     "error: layers-in-last/last: its weights do not match its config.json: 16 encoder tensor(s) missing", 2),
+    ("checkpoint", "a BERT folder relabelled roberta (config.json's model_type edited)", "multitask",
+     [*TRAIN, "--model", "as-roberta"],
+     "error: as-roberta/config.json: model_type is 'roberta', but the weights were saved by BertModel "
+     "(architectures), a bert model; set model_type to 'bert'", 2),
+    ("checkpoint", "a BERT folder relabelled mpnet, its architectures removed", "multitask",
+     [*TRAIN, "--model", "as-mpnet"],
+     "error: as-mpnet: config.json says model_type 'mpnet', but its weights have no relative position bias "
+     "(encoder.relative_attention_bias.weight), which every MPNet has: they are another family's", 2),
+    ("flag", "--max-length beyond an MPNet model's positions (counted after its offset)", "multitask",
+     [*TRAIN, "--model", "tiny-mpnet", "--max-length", "129"],
+     "error: --max-length 129: this model has 128 positions; use --max-length 128 or less", 2),
+    ("checkpoint", "heads that are not finite (NaN), to predict", "predict", ["nan-heads/best", "--sst", "a film"],
+     "error: nan-heads/best/heads.safetensors: weights that are not finite (heads.sst.mlp.second.1.weight holds NaN "
+     "or infinity)", 2),
+    ("checkpoint", "heads that are not finite (NaN), given to --init", "multitask",
+     [*TRAIN, "--init", "nan-heads/best"],
+     "error: nan-heads/best/heads.safetensors: weights that are not finite (heads.sst.mlp.second.1.weight holds NaN "
+     "or infinity)", 2),
+    ("checkpoint", "heads that are not finite (NaN) in last/, on --resume", "multitask",
+     [*TRAIN, "--data-dir", "edited-data", "--output-dir", "last-heads-nan", "--resume", "--allow-changed-data"],
+     "error: --resume: last-heads-nan/last: weights that are not finite (heads.safetensors: "
+     "heads.sst.mlp.second.1.weight), nothing to resume from", 2),
+    ("checkpoint", "weights that are infinite (not NaN), to predict", "predict", ["inf-run", "--sst", "a film"],
+     "error: inf-run/best: weights that are not finite (embeddings.word_embeddings.weight holds NaN or infinity)", 2),
+    ("flag", "int8 with tf32, to predict", "predict",
+     ["finished-run", "--sst", "a film", "--quantize", "int8", "--precision", "tf32"],
+     "error: --quantize int8 computes in int8 and fp32, not with --precision tf32; leave out one of them", 2),
+    ("flag", "int8 with tf32, to benchmark", "benchmark",
+     ["--model", "MODEL", "--data-dir", "DATA", "--device", "cpu", "--quantize", "int8", "--precision", "tf32"],
+     "error: --quantize int8 computes in int8 and fp32, not with --precision tf32; leave out one of them", 2),
 ]
 COMMANDS["benchmark"], SCRIPTS["benchmark"] = benchmark, "minbert benchmark"
 
@@ -655,6 +788,63 @@ def full_disk_at_the_event_file(monkeypatch, out):
     monkeypatch.setattr(gfile.LocalFileSystem, "_write", write)
 
 
+def sigterm_while_predicting(monkeypatch, out):
+    """SIGTERM (kill, a batch job's end) arrives as the first chunk is predicted: a real signal."""
+    import signal
+    import time
+
+    def predictions(self, task, examples):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(1)  # the handler runs before this ends
+
+    monkeypatch.setattr("minbert.predictor.MultitaskPredictor.predictions", predictions)
+
+
+def undeletable_file_in_a_run(monkeypatch, out):
+    """OUT/kept: a run's folder whose best/config.json no process may remove, root included (chattr +i); skipped,
+    saying why, where the attribute cannot be set. Returns what takes the attribute back."""
+    import subprocess
+    import uuid
+
+    for name in ("metrics.jsonl", "best/model.safetensors", "best/config.json"):
+        (out / "kept" / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / "kept" / name).write_text(name)
+    (out / "kept" / "run_config.json").write_text(json.dumps({"provenance": {"run_id": uuid.uuid4().hex},
+                                                              "wrote": ["metrics.jsonl", "best"]}))
+    config = out / "kept" / "best" / "config.json"
+    made = subprocess.run(["chattr", "+i", str(config)], capture_output=True, text=True)
+    if made.returncode:
+        pytest.skip(f"cannot make a file immutable here (chattr +i: {made.stderr.strip() or 'failed'})")
+    return lambda: subprocess.run(["chattr", "-i", str(config)], check=True)
+
+
+def at_a_log_line(change, line: int = 1):
+    """A fault: `change(out)` done once, as the run appends line `line` to metrics.jsonl (while it trains)."""
+    def fault(monkeypatch, out):
+        from minbert.common.run_folder import RunFolder
+
+        append, lines = RunFolder.append_record, []
+
+        def changed_there(self, record):
+            lines.append(record)
+            if len(lines) == line:
+                change(out)
+            return append(self, record)
+
+        monkeypatch.setattr(RunFolder, "append_record", changed_there)
+    return fault
+
+
+def replaced_by_a_file(folder: Path) -> None:
+    shutil.rmtree(folder)
+    folder.write_text("the user's")
+
+
+def real_full_disk(monkeypatch, out):
+    """OUT-full: a real file system with no space left (tests/conftest.py's full_file_system)."""
+    return full_file_system(Path(f"{out}-full"))
+
+
 def mlflow_store_in(uri: str):
     """A fault: $MLFLOW_TRACKING_URI set to uri (OUT in it the case's output folder)."""
     return lambda monkeypatch, out: monkeypatch.setenv("MLFLOW_TRACKING_URI", uri.replace("OUT", str(out)))
@@ -702,15 +892,26 @@ FAULTS = {"an MLflow tracking store that cannot be written": unwritable_mlflow_s
           "the disk is full as the TensorBoard file is begun": full_disk_at_the_event_file,
           "an MLflow tracking store on a read-only file system": read_only_mlflow_store,
           "an MLflow tracking store that is a file, not a database": a_file_as_the_mlflow_store,
-          "the disk is full as the MLflow database is made": full_disk_at_the_mlflow_store}
+          "the disk is full as the MLflow database is made": full_disk_at_the_mlflow_store,
+          **dict.fromkeys(["a run's output folder on a full disk (its lock's pid does not fit)",
+                           "a predictions file on a full disk (its lock's pid does not fit)"], real_full_disk),
+          "predict stopped by SIGTERM while it writes --output": sigterm_while_predicting,
+          "--overwrite of a run with a file that cannot be removed (immutable: chattr +i)": undeletable_file_in_a_run,
+          "the predictions folder moved (mv) while the run trains": at_a_log_line(
+              lambda out: os.rename(out / "predictions", out / "moved")),
+          "the predictions folder replaced by a file while the run trains": at_a_log_line(
+              lambda out: replaced_by_a_file(out / "predictions")),
+          "the run's metrics.jsonl removed while the run trains (rm -rf of its folder under way)":
+              at_a_log_line(lambda out: (out / "logged" / "metrics.jsonl").unlink(), line=2)}
 # What a case's command may have begun and must not leave behind (besides a trained run, and a search's anything).
 LEFT_NOTHING = {"the disk fills up as the bank's embeddings are cached": ["OUT/cache", "OUT/silver"],
                 "the disk is full as the TensorBoard file is begun": ["OUT/tb"],
-                "the disk is full as the MLflow database is made": ["OUT/mlflow.db"]}
+                "the disk is full as the MLflow database is made": ["OUT/mlflow.db"],
+                "predict stopped by SIGTERM while it writes --output": ["OUT/p.tsv", "OUT/.p.tsv.lock"]}
 
 
 @pytest.fixture(scope="module")
-def places(tiny_model, tmp_path_factory) -> dict[str, Path]:
+def places(tiny_model, tiny_mpnet, tmp_path_factory) -> dict[str, Path]:
     """The folders and files the cases name, each broken the way its case says."""
     from tests.conftest import write_course_files
 
@@ -896,6 +1097,7 @@ def places(tiny_model, tmp_path_factory) -> dict[str, Path]:
     places["no-best-config"] = Path(shutil.copytree(places["finished-run"], root / "no-best-config"))
     (places["no-best-config"] / "best" / "run_config.json").unlink()
     ownership_places(root, places)
+    loading_places(root, places, tiny_mpnet)
     return places
 
 
@@ -941,8 +1143,63 @@ def ownership_places(root: Path, places: dict[str, Path]) -> None:
     torch.save({**saved, "outputs": torch.full_like(saved["outputs"], float("nan"))}, outputs)
     copy("copied-run", unfinished=True)
     places["a-report.json"] = root / "a-report.json"
-    places["a-report.json"].write_text(json.dumps({"method": "mean", "members": {"runs/a": {}, "runs/b": {}},
-                                                   "ensemble": {}, "weights": {}}))
+    with write_output(places["a-report.json"], "ensemble.py") as temp:  # as ensemble.py writes it, with its record
+        temp.write_text(json.dumps({"method": "mean", "members": {"runs/a": {}, "runs/b": {}}, "ensemble": {},
+                                    "weights": {}}))
+    places["id-sentences.tsv"] = root / "id-sentences.tsv"  # a user's file, with a first line as predict.py writes
+    places["id-sentences.tsv"].write_text("id\tsentence\n1\ta gorgeous film\n")
+    for name, files in (("flags-as-run-config", ["run_config.json"]), ("notes-and-flags", ["run_config.json",
+                                                                                       "notes.txt"])):
+        places[name] = root / name  # a user's flags kept as run_config.json: no run's record in it
+        places[name].mkdir()
+        for file in files:
+            (places[name] / file).write_text('{"epochs": 1, "lr": 0.001}' if file.endswith(".json") else "notes")
+    places["precious.txt"] = root / "precious.txt"
+    places["precious.txt"].write_text("the user's, outside any run")
+    saved = json.loads((copy("outside-wrote") / "run_config.json").read_text())
+    (places["outside-wrote"] / "run_config.json").write_text(json.dumps({
+        **saved, "wrote": [str(places["precious.txt"]), *saved["wrote"]]}))  # hand-edited, or copied
+    (copy("mine-in-best") / "best" / "mine.txt").write_text("the user's, put into best/ after the run saved it")
+    places["link-to-notes"] = root / "link-to-notes"
+    places["link-to-notes"].symlink_to(places["user-folder"] / "notes.txt")
+
+
+def loading_places(root: Path, places: dict[str, Path], tiny_mpnet: Path) -> None:
+    """The places of the cases of what loads: copies of the finished run whose config.json says more or fewer layers
+    than the weights have (in best/, or in last/ of an unfinished one), whose heads or weights are not finite (NaN,
+    inf); the tiny model relabelled (roberta; mpnet without its architectures); a tiny MPNet."""
+    from safetensors.torch import load_file, save_file
+
+    def copy(name: str, unfinished: bool = False) -> Path:
+        places[name] = Path(shutil.copytree(places["finished-run"], root / name))
+        if unfinished:
+            saved = json.loads((places[name] / "run_config.json").read_text())
+            (places[name] / "run_config.json").write_text(json.dumps({k: v for k, v in saved.items()
+                                                                      if k != "finished"}))
+        return places[name]
+
+    def edited_json(file: Path, **values) -> None:
+        """The JSON object in `file` with these keys set (None: removed)."""
+        saved = {**json.loads(file.read_text()), **values}
+        file.write_text(json.dumps({k: v for k, v in saved.items() if k not in values or v is not None}))
+
+    def with_value(file: Path, name: str, value: float) -> None:
+        tensors = load_file(file)
+        tensors[name][0] = value
+        save_file(tensors, file)
+
+    edited_json(copy("more-layers") / "best" / "config.json", num_hidden_layers=3)
+    edited_json(copy("fewer-layers") / "best" / "config.json", num_hidden_layers=1)
+    edited_json(copy("layers-in-last", unfinished=True) / "last" / "config.json", num_hidden_layers=3)
+    with_value(copy("nan-heads") / "best" / "heads.safetensors", "heads.sst.mlp.second.1.weight", float("nan"))
+    with_value(copy("last-heads-nan", unfinished=True) / "last" / "heads.safetensors",
+               "heads.sst.mlp.second.1.weight", float("nan"))
+    with_value(copy("inf-run") / "best" / "model.safetensors", "embeddings.word_embeddings.weight", float("inf"))
+    for family in ("roberta", "mpnet"):
+        places[f"as-{family}"] = Path(shutil.copytree(places["MODEL"], root / f"as-{family}"))
+        edited_json(places[f"as-{family}"] / "config.json", model_type=family,
+                    architectures=None if family == "mpnet" else ["BertModel"])
+    places["tiny-mpnet"] = tiny_mpnet
 
 
 def substitute(text: str, places: dict[str, Path], out: Path) -> str:
@@ -988,8 +1245,6 @@ ADVICE = [
     ("a run folder given to --init", ["--init", "finished-run/best", "--output-dir", "OUT/tuned"]),
     ("a Contrastive Tension output (model1/, model2/) given to --init",
      ["--init", "ct-run/model1", "--output-dir", "OUT/tuned"]),
-    ("a run's predictions into a folder of leaderboard files no command recorded",
-     ["--predictions-dir", "unrecorded", "--overwrite"]),
 ]
 
 
@@ -1000,6 +1255,17 @@ def test_the_advice_of_a_message_works(places, tmp_path, wrong, advice):
     multitask_classifier.main([substitute(arg, places, tmp_path) for arg in args])
     output_dir = Path(substitute(args[args.index("--output-dir") + 1], places, tmp_path))
     assert (output_dir / "best" / "model.safetensors").is_file()
+
+
+def test_a_partial_load_the_user_asks_for_loads_what_matches_and_says_what_did_not(places, tmp_path, caplog):
+    """The advice of the refusals of a config.json that is not its weights': --allow-partial-load trains from them,
+    and the log names what was left out."""
+    assert any("or pass --allow-partial-load" in case[4] for case in CASES), "a refusal gives this advice"
+    args = last_wins([*TRAIN, "--data-dir", "edited-data", "--max-steps", "1", "--init", "fewer-layers/best",
+                      "--allow-partial-load", "--output-dir", "OUT/tuned"])
+    multitask_classifier.main([substitute(arg, places, tmp_path) for arg in args])
+    assert (tmp_path / "tuned" / "best" / "model.safetensors").is_file()
+    assert "16 tensor(s) the encoder does not use (encoder.layer.1." in caplog.text
 
 
 def test_a_run_config_records_no_flag_that_removes_or_continues_files(places):
@@ -1157,8 +1423,9 @@ def test_an_overwrite_that_starts_removes_the_old_run(places, tmp_path):
 def catalogue_table() -> str:
     lines = ["| kind | what is wrong | command | what you get (exit code 2) |", "|---|---|---|---|"]
     for kind, wrong, command, _, message, code in CASES:
-        assert code == 2
-        lines.append(f"| {kind} | {wrong} | `{SCRIPTS[command]}` | `{message}` |")
+        assert code == 2 or "stopped by" in wrong, "only a signal's stop exits with another code"
+        other_code = f" (exit code {code})" if code != 2 else ""
+        lines.append(f"| {kind} | {wrong} | `{SCRIPTS[command]}` | `{message}`{other_code} |")
     return "\n".join(lines)
 
 

@@ -18,14 +18,18 @@ def real_sentences(data_dir, count=8):
     return [sentences[i * step] for i in range(count - 1)] + [sentences[-1]]
 
 
-def assert_same_outputs(ours, theirs, batch, reference_inputs=None):
-    """reference_inputs: what `theirs` takes, where not `batch` (MPNet takes no token types)."""
+def assert_same_outputs(ours, theirs, batch, reference_inputs=None, padded=True):
+    """reference_inputs: what `theirs` takes, where not `batch` (MPNet takes no token types); padded: the batch mixes
+    lengths (else it has no padding: the encoder's other branch)."""
     ours.eval(), theirs.eval()
     with torch.no_grad():
         mine = ours(**batch, output_hidden_states=True)
         reference = theirs(**(reference_inputs or batch), output_hidden_states=True)
     real = batch["attention_mask"].bool()
-    assert real.sum(1).min() < real.sum(1).max(), "the batch should mix lengths"
+    if padded:
+        assert real.sum(1).min() < real.sum(1).max(), "the batch should mix lengths"
+    else:
+        assert real.all(), "the batch should have no padding"
     assert len(mine.hidden_states) == len(reference.hidden_states) == ours.config.num_hidden_layers + 1
     def assert_close(a, b, what):
         # fp32 rounds each value to about 1e-7 of its size, and the two sides sum in other orders: 1e-5, or 1e-5 of

@@ -185,3 +185,38 @@ def test_a_config_files_yaml_list_is_a_comma_separated_flag(tmp_path):
     config = parse_config(MultitaskConfig, "", ["--config", str(file)], program=["minbert", "train"])
     assert config.task_list == ("sst", "sts")
     assert config.command.with_values == "minbert train --tasks sst,sts --epochs 1"
+
+
+# Each subcommand with the words before its flags, and one of its flags: the flag with its last letter dropped is
+# a misspelling, whose nearest flag is the flag itself (difflib's pick, compared with no hard-coded answer).
+MISSPELLED = [("train", [], "--epochs"), ("pretrain", [], "--temperature"), ("predict", ["run"], "--output"),
+              ("ensemble", [], "--method"), ("silver", [], "--teacher"), ("search", ["--space", "quick-start"], "--trials"),
+              ("analyze", ["curves"], "--runs"), ("benchmark", [], "--model")]
+
+
+@pytest.mark.parametrize("subcommand, before, option", MISSPELLED, ids=[case[0] for case in MISSPELLED])
+def test_a_misspelled_flag_of_every_command_gets_the_nearest_one(capsys, subcommand, before, option):
+    from minbert.commands import main
+
+    assert set(main.COMMANDS) == {case[0] for case in MISSPELLED}, "a subcommand this test leaves out"
+    with pytest.raises(SystemExit) as exit_:
+        main.main([subcommand, *before, option[:-1], "1"])
+    error = capsys.readouterr().err
+    assert exit_.value.code == 2 and len(error.splitlines()) == 1, error
+    assert f"unrecognized arguments: {option[:-1]} 1; did you mean {option}? (see " in error
+
+
+def test_a_misspelled_subcommand_gets_the_nearest_one(capsys):
+    from minbert.commands import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main.main(["trian"])
+    assert exit_.value.code == 2
+    assert "unknown subcommand 'trian' (did you mean train?); choose one of train, " in capsys.readouterr().err
+
+
+def test_a_flag_far_from_every_flag_gets_no_guess(capsys):
+    with pytest.raises(SystemExit):
+        parse_config(ExampleConfig, DESCRIPTION, ["--zzzzzz"])
+    error = capsys.readouterr().err
+    assert "unrecognized arguments: --zzzzzz (see " in error and "did you mean" not in error

@@ -61,3 +61,32 @@ def test_the_quick_start_writes_into_folders_of_its_own_the_repositorys_not_the_
     for mine in (quick.output_dir, quick.predictions_dir):
         for theirs in (course.output_dir, course.predictions_dir):
             assert not (Path(mine).is_relative_to(theirs) or Path(theirs).is_relative_to(mine)), (mine, theirs)
+
+
+@pytest.mark.parametrize("recipe", ["quick-start", "mtdnn-mpnet"])
+def test_a_recipes_leaderboard_folder_follows_the_output_dir_given(tmp_path, monkeypatch, recipe):
+    """`--config RECIPE --output-dir X`: the leaderboard files go to X/predictions, not to the recipe's own folder
+    (a second run with another --output-dir would find the first's files there); a --predictions-dir given wins."""
+    monkeypatch.chdir(tmp_path)
+    moved = cli.parse_config(MultitaskConfig, "", ["--config", recipe, "--output-dir", "mine"])
+    assert (moved.output_dir, moved.predictions_dir) == ("mine", str(Path("mine") / "predictions"))
+    assert "--predictions-dir mine/predictions" in moved.command.with_values  # what its model card says ran
+    given = cli.parse_config(MultitaskConfig, "", ["--config", recipe, "--output-dir", "mine", "--predictions-dir",
+                                                   "elsewhere"])
+    assert given.predictions_dir == "elsewhere"
+
+
+def test_the_quick_start_with_an_output_dir_writes_its_leaderboard_files_there(tiny_model, course_data, tmp_path,
+                                                                                monkeypatch, one_thread):
+    """The quick start's recipe itself, made tiny (a tiny model and data, 2 steps), run with --output-dir X: its six
+    leaderboard files are in X/predictions, and nothing is written in the recipe's own folder."""
+    from minbert.commands import train
+
+    monkeypatch.chdir(tmp_path)
+    own = ROOT / "runs" / "quick-start"
+    before = sorted(own.rglob("*")) if own.exists() else []
+    train.main(["--config", "quick-start", "--model", str(tiny_model), "--data-dir", str(course_data),
+                "--max-steps", "2", "--device", "cpu", "--precision", "fp32", "--output-dir", "X"])
+    assert sorted(path.name for path in (tmp_path / "X" / "predictions").glob("*-output.csv")) == sorted(
+        f"{task}-{split}-output.csv" for task in ("sst", "para", "sts") for split in ("dev", "test"))
+    assert (sorted(own.rglob("*")) if own.exists() else []) == before

@@ -818,3 +818,59 @@ def test_a_refusal_of_rank_0_is_printed_by_rank_0_alone_naming_the_processes(tin
     assert (logs / "node0.log").read_text().count(refusal) == 1
     assert "error:" not in (logs / "node1.log").read_text()
     assert "exitcode  : 2" in (logs / "node1.log").read_text()  # torchrun's report of its process
+
+
+# Run by torchrun: multitask_classifier.py, each backward pass of the engine and each all_reduce of DDP's buckets
+# written down (rank N's to FOLDER/rankN.txt) as "backward K" and "all_reduce in K".
+COUNTING = '''
+import sys
+from pathlib import Path
+
+from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+import multitask_classifier
+from minbert.common import distributed
+from minbert.engine.ddp import DataParallel
+from minbert.engine.engine import Engine
+
+folder, passes = Path(sys.argv[1]), []
+
+
+def note(line):
+    with open(folder / f"rank{distributed.rank()}.txt", "a") as file:
+        file.write(line + "\\n")
+
+
+def backward(self, loss, backward=Engine.backward):
+    passes.append(len(passes))
+    note(f"backward {passes[-1]}")
+    backward(self, loss)
+
+
+def start(self, *args, start=DataParallel.__init__, **kwargs):
+    start(self, *args, **kwargs)
+    if self.wrapped:
+        def counted(process_group, bucket):
+            note(f"all_reduce in {passes[-1]}")
+            return allreduce_hook(process_group, bucket)
+        self.module.register_comm_hook(None, counted)
+
+
+Engine.backward, DataParallel.__init__ = backward, start
+multitask_classifier.main(sys.argv[2:])
+'''
+
+
+def test_a_step_of_three_tasks_all_reduces_in_its_last_pass_only(tiny_model_without_dropout, data_48, tmp_path):
+    """--schedule avg, one step: a backward pass per task, and DDP's all_reduces (one a bucket) in the third alone;
+    the first two keep their gradients local, and the third's averages them all."""
+    script = tmp_path / "counting.py"
+    script.write_text(COUNTING)
+    run(sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(WORLD), str(script),
+        str(tmp_path), *multitask_args(tiny_model_without_dropout, data_48, tmp_path / "run", 8, "--max-steps", "1"),
+        env={"PYTHONPATH": str(ROOT)})  # the script, outside the repository, imports it
+    for rank in range(WORLD):
+        lines = (tmp_path / f"rank{rank}.txt").read_text().splitlines()
+        assert [line for line in lines if line.startswith("backward")] == ["backward 0", "backward 1", "backward 2"]
+        all_reduces = [line for line in lines if line.startswith("all_reduce")]
+        assert all_reduces and set(all_reduces) == {"all_reduce in 2"}, lines

@@ -1,10 +1,13 @@
 """The documentation site (mkdocs.yml, docs/) builds with `mkdocs build --strict`, whose settings turn a broken link
-or anchor and a page outside the navigation into failures; and its command reference, generated from the parsers
-(docs/hooks/reference.py), lists every flag that each command's --help prints."""
+or anchor and a page outside the navigation into failures; its reference pages, committed so that they read on
+GitHub too, are what docs/generate/reference.py generates from the code now; and the command reference lists every
+flag that each command's --help prints."""
 import contextlib
 import html
 import importlib
+import importlib.util
 import io
+import json
 import os
 import re
 import subprocess
@@ -32,6 +35,59 @@ def site(tmp_path_factory) -> Path:
     result = build(ROOT / "mkdocs.yml", folder)
     assert result.returncode == 0, result.stderr[-5000:]
     return folder
+
+
+def reference_generator():
+    spec = importlib.util.spec_from_file_location("reference", ROOT / "docs" / "generate" / "reference.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_committed_reference_pages_are_what_the_code_generates():
+    stale = [str(path.relative_to(ROOT)) for path, text in reference_generator().pages().items()
+             if not path.is_file() or path.read_text(encoding="utf-8") != text]
+    assert not stale, f"{stale}: run .venv/bin/python docs/generate/reference.py"
+
+
+def test_a_long_signature_is_a_parameter_a_line_and_fits_the_column():
+    generator = reference_generator()
+
+    def short(a: int, b: str = "x") -> bool: ...
+
+    def long(first_parameter: int, second_parameter: str = "a default", third_parameter: float = 0.5,
+             fourth_parameter: bool = False) -> Path: ...
+
+    assert generator.signature("short", short) == "short(a: int, b: str = 'x') -> bool"
+    lines = generator.signature("long", long).splitlines()
+    assert lines[0] == "long(" and lines[-1] == ") -> Path" and len(lines) == 6
+    assert all(len(line) <= generator.WIDTH for line in lines)
+    page = (ROOT / "docs" / "reference" / "api.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", page, re.DOTALL)
+    assert blocks and all(len(line) <= generator.WIDTH for block in blocks for line in block.splitlines())
+    assert re.search(r"^- \[MultitaskPredictor\]\(#multitaskpredictor\)\n    - \[from_run\]"
+                     r"\(#multitaskpredictorfrom_run\)$", page, re.MULTILINE), "a nested table of contents"
+
+
+def test_the_results_chart_draws_the_readmes_results_table():
+    """docs/pictures/results/results.json is what the chart drew: the README's table now, each row's scores with
+    their seed spread (a cell "0.5056 ± 0.0068"), none typed twice."""
+    spec = importlib.util.spec_from_file_location("results_chart", ROOT / "docs" / "generate" / "results_chart.py")
+    chart = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(chart)
+    table = chart.rows((ROOT / "README.md").read_text())
+    drawn = json.loads((ROOT / "docs" / "pictures" / "results" / "results.json").read_text())
+    assert drawn == json.loads(json.dumps(table)), "run .venv/bin/python docs/generate/results_chart.py"
+    assert len(table) >= 5 and chart.score("**0.7726 ± 0.0054**") == (0.7726, 0.0054) and chart.score("-") is None
+    spreads = [spread for scores in table.values() for value in scores.values() if value for _, spread in [value]]
+    assert any(spreads) and not all(spreads)  # rows of several seeds have their spread, rows of one seed none
+
+
+def test_every_picture_in_docs_is_on_a_page():
+    pages = "".join(path.read_text() for path in (ROOT / "docs").rglob("*.md"))
+    pictures = [path.relative_to(ROOT / "docs") for path in (ROOT / "docs" / "pictures").rglob("*.png")]
+    assert pictures and [str(picture) for picture in pictures
+                         if f"{picture.parent.name}/{picture.name}" not in pages] == []
 
 
 def test_the_site_builds_strictly_with_every_page_of_docs_in_it(site):

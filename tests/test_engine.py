@@ -275,18 +275,24 @@ def test_resume_knows_the_run_whatever_the_spelling_of_its_paths(tiny_model, cou
     multitask_classifier.main(absolute + ["--resume"])  # the finished run: nothing left to train, no refusal
 
 
-def test_leaderboard_files_another_command_wrote_are_refused_and_replaced_with_overwrite(tiny_model, course_data,
-                                                                                         tmp_path):
-    (tmp_path / "predictions").mkdir()
-    (tmp_path / "predictions" / "para-dev-output.csv").write_text("id \t Predicted_Is_Paraphrase \n")
+def test_leaderboard_files_no_command_recorded_are_never_replaced(tiny_model, course_data, tmp_path):
+    """A para-dev-output.csv of the user's (no written-by.json lists it): refused before any training, --overwrite
+    or not, the file as it was; moved out, the run writes its own set."""
+    users = tmp_path / "predictions" / "para-dev-output.csv"
+    users.parent.mkdir()
+    users.write_text("id \t Predicted_Is_Paraphrase \n")
     args = multitask_args(tiny_model, course_data, tmp_path, "--tasks", "sst", "--batch-size", "16")
-    with pytest.raises(UsageError) as refused:
-        multitask_classifier.main(args)
-    assert str(refused.value) == (
-        f"--predictions-dir {tmp_path / 'predictions'} holds leaderboard files of a command that left no "
-        f"written-by.json (para-dev-output.csv); choose another --predictions-dir, or replace them with --overwrite")
-    assert not (tmp_path / "run" / "last").exists(), "refused before any training"
-    multitask_classifier.main(args + ["--overwrite"])
+    for overwrite in ([], ["--overwrite"]):
+        with pytest.raises(UsageError) as refused:
+            multitask_classifier.main(args + overwrite)
+        assert str(refused.value) == (
+            f"--predictions-dir {tmp_path / 'predictions'} holds leaderboard files that no command recorded writing "
+            f"(para-dev-output.csv): they may be yours, and no command replaces them, --overwrite or not; move them "
+            f"out of {tmp_path / 'predictions'}, or choose another --predictions-dir")
+        assert users.read_text() == "id \t Predicted_Is_Paraphrase \n"
+        assert not (tmp_path / "run" / "last").exists(), "refused before any training"
+    users.rename(tmp_path / "mine.csv")
+    multitask_classifier.main(args)
     assert sorted(path.name for path in (tmp_path / "predictions").iterdir()) == [
         "sst-dev-output.csv", "sst-test-output.csv", "written-by.json"]
 

@@ -2,12 +2,16 @@
 the same gradients to 1e-5 in fp32, in every attention layout; MPNet's relative position buckets; the real
 all-mpnet-base-v2 where its packages are installed; and a saved MPNet folder read back by transformers and
 sentence-transformers."""
+import json
+
 import pytest
 import torch
 import transformers
 from safetensors.torch import load_file
 from transformers.models.mpnet.modeling_mpnet import MPNetEncoder
 
+from minbert.common.errors import UsageError
+from minbert.engine.run import check_max_length
 from minbert.models import SentenceEncoder, Tokenizer, from_pretrained
 from minbert.models.bert import relative_position_bucket
 from minbert.models.checkpoint import save_checkpoint
@@ -54,6 +58,22 @@ def test_tiny_family_matches_transformers(make_tiny_family, model_type, attentio
     reference = transformers.AutoModel.from_pretrained(folder)
     assert type(reference).__name__ == {"mpnet": "MPNetModel", "roberta": "RobertaModel"}[model_type]
     assert_same_outputs(ours, reference, batch, reference_inputs=transformers_inputs(batch, model_type))
+
+
+@pytest.mark.parametrize("model_type", ["bert", "mpnet", "roberta"])
+@pytest.mark.parametrize("attention", ["padded", "packed", "unpadded"])
+@pytest.mark.parametrize("sentences", [["the cat sat on the mat ."], ["the big dog", "a red car"]],
+                         ids=["one sentence", "equal lengths"])
+def test_a_batch_without_padding_matches_transformers(make_tiny_model, make_tiny_family, model_type, attention,
+                                                      sentences, one_thread):
+    """No padding takes the encoder's other branch, which has no mask (and, for MPNet, must keep the relative
+    position bias)."""
+    folder = make_tiny_model() if model_type == "bert" else make_tiny_family(model_type)
+    batch = Tokenizer.from_pretrained(folder)(sentences)
+    ours = from_pretrained(folder)
+    ours.attention = attention
+    reference = transformers.AutoModel.from_pretrained(folder)
+    assert_same_outputs(ours, reference, batch, reference_inputs=transformers_inputs(batch, model_type), padded=False)
 
 
 @pytest.mark.parametrize("model_type", ["mpnet", "roberta"])
@@ -147,3 +167,35 @@ def test_a_saved_mpnet_folder_is_transformers_and_sentence_transformers_mpnet(ti
     theirs = SentenceTransformer(str(folder), device="cpu").encode(sentences, convert_to_tensor=True)
     mine = SentenceEncoder.from_pretrained(folder).encode(sentences)
     assert (mine - theirs).abs().max() <= 1e-6
+
+
+@pytest.mark.parametrize("model_type", ["mpnet", "roberta"])
+def test_max_length_counts_the_positions_after_the_offset(make_tiny_family, model_type):
+    """130 positions, counted from pad_token_id + 1 = 2: inputs of up to 128 tokens. --max-length 129 is refused up
+    front, in one line; a sentence encoder asked for more is held to 128 and encodes a longer sentence."""
+    folder = make_tiny_family(model_type)
+    encoder = from_pretrained(folder)
+    check_max_length(encoder, 128)
+    with torch.no_grad():
+        encoder(torch.full((1, 128), 5))  # the longest input runs
+        with pytest.raises(ValueError, match="129 tokens exceed the 128 positions"):
+            encoder(torch.full((1, 129), 5))
+    with pytest.raises(UsageError, match=r"^--max-length 129: this model has 128 positions; use --max-length 128 or "
+                                         r"less$"):
+        check_max_length(encoder, 129)
+    sentences = SentenceEncoder.from_pretrained(folder, max_length=1000)
+    assert sentences.max_length == 128
+    assert sentences.encode([" ".join(["the cat sat"] * 100)]).shape == (1, 32)
+
+
+def test_a_saved_mpnet_folder_tells_sentence_transformers_the_length_it_takes(tiny_mpnet, tmp_path, one_thread):
+    """130 positions from an offset of 2: sentence-transformers is told 128 tokens, and encodes a longer sentence
+    (told 130, MPNetModel would index past its positions)."""
+    from sentence_transformers import SentenceTransformer
+
+    folder = save_checkpoint(tmp_path / "saved", from_pretrained(tiny_mpnet), Tokenizer.from_pretrained(tiny_mpnet),
+                             {"model": str(tiny_mpnet)})
+    write_shareable_files(folder, pooling="mean", max_length=64, base_model=str(tiny_mpnet), command="test",
+                          metrics={}, data_files=[])
+    assert json.loads((folder / "sentence_bert_config.json").read_text())["max_seq_length"] == 128
+    assert SentenceTransformer(str(folder), device="cpu").encode([" ".join(["the cat sat"] * 100)]).shape == (1, 32)

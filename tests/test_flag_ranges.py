@@ -103,3 +103,30 @@ def test_a_config_files_value_outside_its_range_is_refused_naming_the_file(tmp_p
         cli.parse_config(MultitaskConfig, "", ["--config", str(file)])
     assert exit_.value.code == 2
     assert f"error: --config {file}: lr: --lr must be > 0, got -0.5" in capsys.readouterr().err
+
+
+# Bounds as the flags' meaning sets them, written here rather than read from the code (the walk above checks that
+# the parser enforces whatever the code says; these check that the code says the right thing).
+MEANT = [
+    # SMART's beta: the Bregman term's weights move by 1 - beta a step; beta 1 never moves them, beta 0 copies them.
+    ("--bregman-momentum", "1", "--bregman-momentum must be >= 0 and < 1, got 1"),
+    ("--bregman-momentum", "1.5", "--bregman-momentum must be >= 0 and < 1, got 1.5"),
+    ("--bregman-momentum", "-0.1", "--bregman-momentum must be >= 0 and < 1, got -0.1"),
+    ("--bregman-momentum", "0.999", None),
+    ("--bregman-momentum", "0", None),
+]
+
+
+@pytest.mark.parametrize("flag, value, refusal", MEANT, ids=[f"{flag} {value}" for flag, value, _ in MEANT])
+def test_a_flags_bound_is_the_one_its_meaning_sets(flag, value, refusal, capsys):
+    from minbert.training.multitask_config import MultitaskConfig
+
+    if refusal is None:
+        config = cli.parse_config(MultitaskConfig, "", [flag, value])
+        assert getattr(config, flag.removeprefix("--").replace("-", "_")) == float(value)
+        return
+    with pytest.raises(SystemExit) as exit_:
+        cli.parse_config(MultitaskConfig, "", [flag, value])
+    assert exit_.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and f"error: {refusal}" in lines[0], lines

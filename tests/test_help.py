@@ -157,3 +157,15 @@ def test_a_usage_line_names_the_command_as_a_user_knows_it():
     assert usage_name([".venv/bin/torchrun", "--nproc-per-node", "2", "multitask_classifier.py"]) == \
         "multitask_classifier.py"
     assert usage_name(["/home/me/.venv/bin/python", "analyze.py", "spread"]) == "analyze.py spread"
+
+
+@pytest.mark.parametrize("module", sorted(path.stem for path in (ROOT / "minbert" / "commands").glob("*.py")
+                                          if path.stem not in ("__init__", "main")))
+def test_no_example_in_a_commands_help_breaks_a_quoted_sentence_across_lines(module):
+    """A user copies an example line of --help: a sentence in quotes split over two lines (predict's "What is / the
+    best way") is two broken arguments, so each line holds whole quotes."""
+    import importlib
+
+    text = importlib.import_module(f"minbert.commands.{module}").__doc__ or ""
+    broken = [line for line in text.splitlines() if line.count('"') % 2]
+    assert not broken, broken

@@ -33,7 +33,7 @@ def our_modules() -> dict[str, Path]:
     modules = {}
     for path in ROOT.rglob("*.py"):
         relative = path.relative_to(ROOT)
-        # docs/: the documentation site's build hooks, which import the package, not the other way round
+        # docs/: the generator of the reference pages, which imports the package, not the other way round
         if relative.parts[0] in (".venv", "tests", "docs") or relative.parts[0].startswith("."):
             continue
         name = ".".join(relative.with_suffix("").parts).removesuffix(".__init__")

@@ -1,6 +1,9 @@
 """Checkpoint resolution and weight loading: folders, packaged names, hub ids offline, bad files."""
 import json
 import pickle
+import re
+import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -117,14 +120,88 @@ def test_bin_holding_more_than_tensors_is_refused(tmp_path):
         from_pretrained(folder)
 
 
-def test_missing_and_unexpected_tensors_are_reported(caplog):
+def test_missing_and_unexpected_tensors_are_refused_naming_the_first_few():
     model = BertModel(BertConfig(**TINY))
-    state = {k: v for k, v in model.state_dict().items() if not k.startswith("pooler.")}
+    state = {k: v for k, v in model.state_dict().items() if not k.startswith("encoder.layer.1.")}
     state["extra.weight"] = torch.zeros(2)
-    report = load_weights(model, state, source="test")
+    before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    with pytest.raises(CheckpointError) as error:
+        load_weights(model, state, source="test")
+    # Layer 1's 16 tensors, in name order: the first three named, the rest counted.
+    assert str(error.value).startswith(
+        "test: its weights do not match its config.json: 16 encoder tensor(s) missing "
+        "(encoder.layer.1.attention.output.LayerNorm.bias, encoder.layer.1.attention.output.LayerNorm.weight, "
+        "encoder.layer.1.attention.output.dense.bias and 13 more); 1 tensor(s) the encoder does not use "
+        "(extra.weight); correct config.json")
+    assert "--allow-partial-load" in str(error.value)
+    assert all(torch.equal(model.state_dict()[name], tensor) for name, tensor in before.items()), "nothing loaded"
+
+
+def test_a_partial_load_is_what_the_user_asked_for_and_is_logged(caplog):
+    model = BertModel(BertConfig(**TINY))
+    source = BertModel(BertConfig(**TINY))
+    state = {k: v for k, v in source.state_dict().items() if not k.startswith("pooler.")}
+    state["extra.weight"] = torch.zeros(2)
+    report = load_weights(model, state, source="test", partial=True)
     assert report.missing == ["pooler.dense.bias", "pooler.dense.weight"]
     assert report.unexpected == ["extra.weight"]
-    assert "2 encoder tensors missing" in caplog.text and "extra.weight" in caplog.text
+    assert torch.equal(model.state_dict()["embeddings.word_embeddings.weight"],
+                       source.state_dict()["embeddings.word_embeddings.weight"])
+    assert "2 encoder tensor(s) missing" in caplog.text and "extra.weight" in caplog.text
+
+
+@pytest.mark.parametrize("layers", [3, 1])
+def test_a_config_whose_layer_count_is_not_the_weights_is_refused(tmp_path, layers):
+    """config.json says 3 layers (or 1) where the weights have 2: refused, not run with random layers (or with
+    layers left over)."""
+    save_tiny(tmp_path / "ckpt", BertModel(BertConfig(**TINY)).state_dict(), name="pytorch_model.bin")
+    (tmp_path / "ckpt" / "config.json").write_text(json.dumps({"model_type": "bert", **TINY,
+                                                               "num_hidden_layers": layers}))
+    what = ("encoder tensor(s) missing (encoder.layer.2." if layers == 3 else
+            "tensor(s) the encoder does not use (encoder.layer.1.")
+    with pytest.raises(CheckpointError, match=re.escape(f"16 {what}")):
+        from_pretrained(tmp_path / "ckpt")
+    assert from_pretrained(tmp_path / "ckpt", partial=True).config.num_hidden_layers == layers
+
+
+def relabelled(folder, tmp_path, model_type, architectures=True):
+    """A copy of a checkpoint folder whose config.json says another model_type (and, architectures False, names no
+    class that saved it)."""
+    copy = Path(shutil.copytree(folder, tmp_path / f"as-{model_type}"))
+    config = json.loads((copy / "config.json").read_text())
+    config["model_type"] = model_type
+    if not architectures:
+        config.pop("architectures", None)
+    (copy / "config.json").write_text(json.dumps(config))
+    return copy
+
+
+@pytest.mark.parametrize("model_type", ["roberta", "mpnet"])
+def test_a_bert_folder_relabelled_another_family_is_refused(minilm_dir, tmp_path, model_type):
+    with pytest.raises(CheckpointError, match=f"model_type is '{model_type}', but the weights were saved by "
+                                              f"BertModel \\(architectures\\), a bert model; set model_type to 'bert'"):
+        from_pretrained(relabelled(minilm_dir, tmp_path, model_type))
+
+
+def test_a_bert_folder_relabelled_mpnet_without_architectures_is_refused_by_its_tensors(minilm_dir, tmp_path):
+    with pytest.raises(CheckpointError, match="says model_type 'mpnet', but its weights have no relative position "
+                                              "bias"):
+        from_pretrained(relabelled(minilm_dir, tmp_path, "mpnet", architectures=False))
+
+
+@pytest.mark.parametrize("model_type", ["bert", "roberta"])
+def test_an_mpnet_folder_relabelled_is_refused_by_its_tensors(tiny_mpnet, tmp_path, model_type):
+    with pytest.raises(CheckpointError, match=f"says model_type '{model_type}', but its weights are of the mpnet "
+                                              f"family \\(.*\\); set model_type to 'mpnet'"):
+        from_pretrained(relabelled(tiny_mpnet, tmp_path, model_type, architectures=False))
+
+
+def test_a_task_models_prefix_names_its_family(tmp_path):
+    state = {f"roberta.{name}": tensor for name, tensor in BertModel(BertConfig(**TINY)).state_dict().items()}
+    save_tiny(tmp_path / "ckpt", state)
+    with pytest.raises(CheckpointError, match="says model_type 'bert', but its weights are of the roberta "
+                                              "family \\(roberta.embeddings"):
+        from_pretrained(tmp_path / "ckpt")
 
 
 def test_shape_mismatch_names_the_tensor():

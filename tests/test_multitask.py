@@ -1,4 +1,5 @@
 """training/multitask.py through multitask_classifier.py, on a tiny random encoder and tiny course-format files."""
+import copy
 import json
 import shlex
 import subprocess
@@ -274,6 +275,42 @@ def test_each_task_is_backpropagated_before_the_next_tasks_forward_pass_with_the
     eps = torch.finfo(torch.float32).eps
     for mine, reference in zip(per_task, one_pass):
         assert (mine - reference).abs().max() <= 64 * eps * reference.abs().max()
+
+
+def test_a_step_of_the_avg_schedule_has_the_gradients_of_the_mean_of_its_task_losses(
+        monkeypatch, tiny_model_without_dropout, course_data, tmp_path):
+    """The first step's gradients (the sst, para and sts passes added up) against those of the mean of the three
+    losses, computed by hand: the model as it was before the step, on the step's batches, one backward pass of
+    (sst + para + sts) / 3. A sum instead of the mean would triple them."""
+    seen = {}
+    forward, adamw_step = multitask.TaskLosses.forward, AdamW.step
+
+    def recording_forward(self, batches):
+        if "gradients" not in seen:
+            seen.setdefault("before", copy.deepcopy(self))  # the first pass: nothing has a gradient yet
+            seen.setdefault("batches", {}).update(batches)
+            seen["live"] = self
+        return forward(self, batches)
+
+    def step(self, *args, **kwargs):
+        if "gradients" not in seen:
+            seen["gradients"] = {name: p.grad.clone() for name, p in seen["live"].named_parameters()
+                                 if p.grad is not None}
+        return adamw_step(self, *args, **kwargs)
+
+    monkeypatch.setattr(multitask.TaskLosses, "forward", recording_forward)
+    monkeypatch.setattr(AdamW, "step", step)
+    multitask_classifier.main(multitask_argv(tiny_model_without_dropout, course_data, tmp_path, "--schedule", "avg",
+                                             "--epochs", "1", "--head-dropout", "0", "--max-steps", "1",
+                                             "--max-grad-norm", "0"))  # unclipped: the gradients as computed
+    before = seen["before"]
+    losses = forward(before, seen["batches"])
+    assert sorted(losses) == ["para", "sst", "sts"]
+    ((losses["sst"] + losses["para"] + losses["sts"]) / 3).backward()
+    expected = {name: p.grad for name, p in before.named_parameters() if p.grad is not None}
+    assert expected.keys() == seen["gradients"].keys()
+    for name, gradient in seen["gradients"].items():
+        assert torch.allclose(gradient, expected[name], rtol=1e-4, atol=1e-7), name
 
 
 def test_a_zero_loss_weight_leaves_its_head_untouched(tiny_model, course_data, tmp_path):

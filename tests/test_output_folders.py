@@ -218,6 +218,77 @@ def test_overwrite_removes_only_the_entries_the_command_owns_once_its_run_starts
     assert sorted(path.name for path in tmp_path.iterdir()) == ["notes.txt", "run_config.json"]
 
 
+@pytest.mark.parametrize("recorded", ["absolute", "dot-dot"])
+def test_overwrite_never_removes_what_a_run_record_names_outside_the_run_folder(tmp_path, recorded):
+    """A hand-edited or copied run_config.json whose `wrote` names a file outside the folder (an absolute path, or
+    one through ..): refused in one line, nothing removed, the file outside kept."""
+    outside = tmp_path / "precious.txt"
+    outside.write_text("the user's")
+    run = tmp_path / "run"
+    (run / "last").mkdir(parents=True)
+    (run / "last" / "model.safetensors").write_text("old")
+    wrote(run, "last", str(outside) if recorded == "absolute" else "../precious.txt")
+    before = contents(tmp_path)
+    named = outside if recorded == "absolute" else run / ".." / "precious.txt"
+    with pytest.raises(UsageError) as refused:
+        claimed(run, ("last",), overwrite=True, start=True)
+    assert str(refused.value) == (f"--overwrite would remove {named}, which lies outside {run} (its run_config.json "
+                                  f"records it); --overwrite removes only what lies inside the run folder, and "
+                                  f"removed nothing: choose another --output-dir")
+    assert contents(tmp_path) == before
+
+
+def undeletable(file: Path, request) -> None:
+    """`file` made one that no process may remove, root included: immutable (chattr +i), taken back when the test
+    ends. Skips the test, saying why, where the file system or the user cannot set the attribute."""
+    made = subprocess.run(["chattr", "+i", str(file)], capture_output=True, text=True)
+    if made.returncode:
+        pytest.skip(f"cannot make a file immutable here (chattr +i: {made.stderr.strip() or 'failed'})")
+    request.addfinalizer(lambda: subprocess.run(["chattr", "-i", str(file)], check=True))
+
+
+def test_overwrite_checks_every_file_can_go_before_it_removes_any(tmp_path, request):
+    """best/config.json immutable (checked after last/ and metrics.jsonl, which would go first): one line naming it,
+    and nothing removed, best/ not half-removed."""
+    for name in ("last/model.safetensors", "metrics.jsonl", "best/model.safetensors", "best/config.json"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text(name)
+    wrote(tmp_path, "last", "metrics.jsonl", "best")
+    undeletable(tmp_path / "best" / "config.json", request)
+    before = contents(tmp_path)
+    with pytest.raises(UsageError) as refused:
+        claimed(tmp_path, ("last", "metrics.jsonl", "best"), overwrite=True, start=True)
+    assert str(refused.value) == (f"--overwrite cannot remove {tmp_path / 'best'} ({tmp_path / 'best' / 'config.json'}"
+                                  f": Operation not permitted), and removed nothing: make it removable, or choose "
+                                  f"another --output-dir")
+    assert contents(tmp_path) == before
+    assert sorted(path.name for path in tmp_path.rglob("*")) == sorted(
+        ["best", "config.json", "last", "metrics.jsonl", "model.safetensors", "model.safetensors", "run_config.json"])
+
+
+def test_overwrite_never_removes_a_file_put_into_a_saved_checkpoint(tmp_path):
+    """A file of the user's put into best/ after the run saved it: --overwrite refuses, naming it, and removes
+    nothing; once it is moved out, --overwrite removes best/."""
+    run = RunFolder(tmp_path)
+    run.claim(("best",), resume=False, overwrite=False, sources={})
+    with run.save_checkpoint(True, {"wrote": ["best"]}) as temp:
+        (temp / "model.safetensors").write_text("the run's weights")
+    run.release()
+    wrote(tmp_path, "best")
+    (tmp_path / "best" / "mine.txt").write_text("the user's")
+    before = contents(tmp_path)
+    with pytest.raises(UsageError) as refused:
+        claimed(tmp_path, ("best",), overwrite=True, start=True)
+    assert str(refused.value) == (
+        f"--overwrite would remove {tmp_path / 'best' / 'mine.txt'}, which the run did not write (.written-by.json in "
+        f"{tmp_path / 'best'}, the record of what its save wrote there, does not list it), and removed nothing: move "
+        f"it out of {tmp_path / 'best'}, or choose another --output-dir")
+    assert contents(tmp_path) == before
+    (tmp_path / "best" / "mine.txt").unlink()
+    claimed(tmp_path, ("best",), overwrite=True, start=True)
+    assert not (tmp_path / "best").exists()
+
+
 class Killed(BaseException):
     """A kill: no except clause of ours runs (os._exit would end the test too)."""
 

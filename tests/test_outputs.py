@@ -7,6 +7,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from minbert.commands import ensemble
+from minbert.commands import benchmark, ensemble
 from minbert.commands import predict
 from minbert.common import cli
 from minbert.common.precision import Precision
@@ -49,13 +50,115 @@ def test_predict_refuses_to_write_over_its_own_input(tmp_path, capsys):
     assert source.read_text() == "a red car\nthe big dog\n"
 
 
-def test_predict_refuses_to_replace_a_file_it_did_not_write(tmp_path, capsys):
-    notes = tmp_path / "notes.txt"
-    notes.write_text("my notes\n")
-    line = refused(predict.main, ["some-run", "--sst", "a red car", "--output", str(notes)], capsys)
-    assert line == (f"error: --output {notes}: a file predict.py did not write (its first line is not a header of "
-                    f"predictions); choose another --output, or remove it first")
-    assert notes.read_text() == "my notes\n"
+class StandIn:
+    """A stand-in for a run's model, which predicts class 2 of every sentence (predict.py's from_run returns it)."""
+    tasks = ["sst"]
+    precision = Precision("fp32", torch.device("cpu"))
+    quantized_layers = 0
+
+    def __init__(self, interrupt_at: int = 0, signal_number: int = signal.SIGINT):
+        self.calls, self.interrupt_at, self.signal_number = 0, interrupt_at, signal_number
+
+    def predictions(self, task, examples):
+        self.calls += 1
+        if self.calls == self.interrupt_at:  # a real signal, as Ctrl-C or kill sends it
+            os.kill(os.getpid(), self.signal_number)
+            time.sleep(1)  # the handler runs before this ends
+        return [{"class": 2} for _ in examples]
+
+
+def leaderboard_folder(folder: Path) -> Path:
+    """A run's leaderboard folder: its file, listed in written-by.json."""
+    folder.mkdir()
+    (folder / "sst-dev-output.csv").write_text("id \t Predicted_Sentiment \n")
+    (folder / "written-by.json").write_text(json.dumps({"written_by": "the run in runs/a", "files": {
+        "sst-dev-output.csv": hashlib.sha256((folder / "sst-dev-output.csv").read_bytes()).hexdigest()}}))
+    return folder / "sst-dev-output.csv"
+
+
+def test_predict_replaces_only_a_file_a_command_of_ours_wrote(tmp_path, capsys, monkeypatch):
+    """Whatever its first line, a file is the toolkit's only if the record of its write says so (a user's id<TAB>
+    file is not); --overwrite replaces a user's file, never a run's leaderboard file, nor a file through a link."""
+    monkeypatch.setattr(MultitaskPredictor, "from_run", lambda *args, **kwargs: StandIn())
+    users = tmp_path / "sentences.tsv"
+    users.write_text("id\tsentence\n1\ta gorgeous film\n")
+    out = ["some-run", "--sst", "a red car", "--output"]
+    line = refused(predict.main, [*out, str(users)], capsys)
+    assert line == (f"error: --output {users}: a file no command of ours wrote (no record of the write beside it); "
+                    f"choose another --output, or replace it with --overwrite")
+    assert users.read_text() == "id\tsentence\n1\ta gorgeous film\n"
+    predict.main([*out, str(users), "--overwrite"])
+    assert users.read_text() == "task\tinput\tclass\nsst\ta red car\t2\n"
+    predict.main([*out, str(users)])  # written by predict.py: replaced as it is
+    users.write_text(users.read_text() + "the user's line\n")
+    assert refused(predict.main, [*out, str(users)], capsys).endswith("or replace it with --overwrite"), \
+        "changed since: the user's now"
+    board = leaderboard_folder(tmp_path / "predictions")
+    line = refused(predict.main, [*out, str(board), "--overwrite"], capsys)
+    assert line == (f"error: --output {board}: a file of the leaderboard files of the run in runs/a (listed in "
+                    f"{board.parent / 'written-by.json'}), which only their writer replaces; choose another --output")
+    assert board.read_text() == "id \t Predicted_Sentiment \n"
+    link = tmp_path / "link.tsv"
+    link.symlink_to(users)
+    line = refused(predict.main, [*out, str(link), "--overwrite"], capsys)
+    assert line == (f"error: --output {link}: a symbolic link (to {users}); a command never writes through a link: "
+                    f"give the path of the file itself")
+    assert link.is_symlink()
+
+
+@pytest.mark.parametrize("signal_number", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("old", [True, False], ids=["onto-an-old-file", "into-a-new-file"])
+def test_an_interrupted_predict_keeps_the_old_file_whole_and_says_so(tmp_path, capsys, monkeypatch, signal_number,
+                                                                     old):
+    """Ctrl-C or SIGTERM in the middle of the chunks: the old --output exactly as it was (or no file), no lock, no
+    temporary file; one line saying what was kept, and the exit code of the signal."""
+    source, out = tmp_path / "input.txt", tmp_path / "predictions.tsv"
+    source.write_text("".join(f"sentence number {i}\n" for i in range(12)))
+    monkeypatch.setattr(predict, "CHUNK", 5)
+    argv = ["some-run", "--task", "sst", "--input", str(source), "--output", str(out)]
+    if old:
+        monkeypatch.setattr(MultitaskPredictor, "from_run", lambda *args, **kwargs: StandIn())
+        predict.main(argv)
+    before = contents(tmp_path)
+    monkeypatch.setattr(MultitaskPredictor, "from_run", lambda *args, **kwargs: StandIn(2, signal_number))
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+        cli.run(lambda: predict.main(argv))
+    assert exit_.value.code == 128 + signal_number
+    kept = f"--output {out} as it was before" if old else f"no --output {out}"
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"interrupted after 5 of 12 predictions: kept {kept}; the same command predicts the file again")
+    assert contents(tmp_path) == before, "the old file and its record as they were; no lock, no temporary file"
+
+
+def test_benchmark_never_writes_over_a_checkpoints_file_or_its_input(tiny_model, tmp_path, capsys):
+    """--out onto the model's weights or config, or onto its own data: refused, --overwrite or not, nothing
+    changed; a user's notes only with --overwrite (here the benchmark then reads its data, which the tiny model's
+    folder lacks); a link never."""
+    model = Path(shutil.copytree(tiny_model, tmp_path / "model"))
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "sts-dev.csv").write_text("the course's file")
+    (tmp_path / "notes.json").write_text("{}")
+    (tmp_path / "link.json").symlink_to(tmp_path / "notes.json")
+    before = contents(tmp_path)
+    args = ["--model", str(model), "--data-dir", str(data), "--device", "cpu", "--out"]
+    for name in ("model.safetensors", "config.json"):
+        line = refused(benchmark.main, [*args, str(model / name), "--overwrite"], capsys)
+        assert line == (f"error: --out {model / name}: a file of the checkpoint in {model}, which no command writes "
+                        f"over, --overwrite or not; give a new file name")
+    line = refused(benchmark.main, [*args, str(data / "sts-dev.csv"), "--overwrite"], capsys)
+    assert line == (f"error: --out {data / 'sts-dev.csv'}: inside {data}, the folder --data-dir reads; writing there "
+                    f"could replace a file it reads; choose a place outside it")
+    line = refused(benchmark.main, [*args, str(tmp_path / "notes.json")], capsys)
+    assert line.endswith("a file no command of ours wrote (no record of the write beside it); choose another --out, "
+                         "or replace it with --overwrite")
+    line = refused(benchmark.main, [*args, str(tmp_path / "link.json"), "--overwrite"], capsys)
+    assert line.endswith("a symbolic link (to " + str(tmp_path / "notes.json") + "); a command never writes through "
+                         "a link: give the path of the file itself")
+    assert contents(tmp_path) == before
+    line = refused(benchmark.main, [*args, str(tmp_path / "notes.json"), "--overwrite"], capsys)
+    assert "sts-eval" in line, "past the checks: the benchmark looks for its data"
 
 
 def run_folder_with_member(folder: Path) -> Path:
@@ -109,6 +212,22 @@ def test_a_leaderboard_folder_records_its_ensemble_and_another_is_refused_unless
     ensemble.main([*ensemble_args(members, dev_dir, predictions, predictions / "second.json"), "--overwrite"])
     assert not (predictions / "first.json").exists(), "the old set's report went with its set"
     assert json.loads((predictions / "written-by.json").read_text())["written_by"].endswith("second.json")
+
+
+def test_an_ensembles_report_inside_its_predictions_folder_never_replaces_a_users_file(tmp_path, dev_dir, capsys):
+    """--out predictions/notes.json, a file of the user's that no record lists: refused, the folder as it was;
+    --overwrite replaces it."""
+    members = [make_member(tmp_path / name, random_outputs(seed)) for seed, name in enumerate(("a", "b"))]
+    predictions = tmp_path / "predictions"
+    predictions.mkdir()
+    notes = predictions / "notes.json"
+    notes.write_text('{"method": "mine", "members": {}}')
+    line = refused(ensemble.main, ensemble_args(members, dev_dir, predictions, notes), capsys)
+    assert line == (f"error: --out {notes}: a file no command of ours wrote (no record of the write beside it); "
+                    f"choose another --out, or replace it with --overwrite")
+    assert contents(predictions) == {"notes.json": b'{"method": "mine", "members": {}}'}
+    ensemble.main([*ensemble_args(members, dev_dir, predictions, notes), "--overwrite"])
+    assert json.loads(notes.read_text())["method"] == "mean"
 
 
 # A command held at a point (the file `ready` touched) until the test lets it go on (the file `go`), or killed
@@ -206,7 +325,8 @@ def test_the_lock_and_temporaries_a_killed_predict_left_are_taken_over(tmp_path,
     monkeypatch.setattr(MultitaskPredictor, "from_run", lambda *args, **kwargs: Model())
     predict.main(["some-run", "--sst", "a red car", "--output", str(out)])
     assert held_by == [f"{os.getpid()}\n"]
-    assert sorted(path.name for path in tmp_path.iterdir()) == ["held.py", "predictions.tsv", "ready"]
+    assert sorted(path.name for path in tmp_path.iterdir()) == [".predictions.tsv.written-by.json", "held.py",
+                                                                "predictions.tsv", "ready"]
 
 
 def leaderboard_state(folder: Path) -> dict[str, bytes]:
@@ -288,7 +408,7 @@ def test_a_contrastive_tension_run_lists_what_it_wrote_and_its_init_line_fine_tu
     # The thread setting the run had, the program's words, then the flags.
     assert words[0] == "OMP_NUM_THREADS=1"
     assert words[3:] == ["--config", "quick-start", "--init", str(out / "model1"), "--pooling", "mean",
-                         "--output-dir", str(tuned), "--predictions-dir", str(tuned / "predictions")]
+                         "--output-dir", str(tuned)]
     # The line, run (after the program's words), on the tiny data for a step: the first checkpoint fine-tuned.
     multitask_classifier.main([*words[3:], "--data-dir", str(course_data), "--max-steps", "1", "--batch-size", "8",
                                "--device", "cpu", "--max-train-examples", "16"])

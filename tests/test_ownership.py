@@ -3,12 +3,12 @@ writing, and never through a symbolic link; a run folder moved or removed while 
 copied run owns its own predictions; an ensemble's report is replaced only with --overwrite; weights that are not
 finite are never resumed from; the paths a run records work from any folder; a lock that a full disk cannot take
 leaves nothing behind. The exact lines of these refusals are cases of tests/test_bad_inputs.py's catalogue."""
-import errno
 import json
 import os
 import random
 import shlex
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -17,12 +17,13 @@ from safetensors.torch import load_file, save_file
 
 import multitask_classifier
 from minbert.commands import ensemble, predict
-from minbert.common import cli, locks
+from minbert.common import cli
 from minbert.engine.callbacks import Callback
-from tests.conftest import contents, multitask_argv, write_course_files
+from tests.conftest import contents, full_file_system, multitask_argv, write_course_files
 from tests.test_ensemble import dev_dir, make_member, random_outputs  # noqa: F401 (dev_dir: a fixture)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +125,7 @@ def test_overwrite_removes_nothing_when_an_entry_is_a_link_out_of_the_run(tiny_m
 # ---- a run owns its folder while it runs ----
 
 class MovesItsFolder(Callback):
-    """After step 2 (its checkpoint saved at step 1): the run folder moved elsewhere (mv), or removed."""
+    """After step 2: the run folder moved elsewhere (mv), or removed."""
 
     def __init__(self, run: Path, moved: Path | None):
         self.run, self.moved = run, moved
@@ -134,27 +135,81 @@ class MovesItsFolder(Callback):
             os.rename(self.run, self.moved) if self.moved else shutil.rmtree(self.run)
 
 
-@pytest.mark.parametrize("how", ["moved", "removed"])
+@pytest.mark.parametrize("how", ["moved", "moved-before-its-first-checkpoint", "removed"])
 def test_a_run_whose_folder_is_moved_or_removed_stops_with_one_line(tiny_model, data, tmp_path, capsys, how):
     """It never writes where the folder was (no folder made again there, without a lock), and keeps what it
-    saved where the folder is now, its lock gone with it; the line's advice resumes it there."""
-    run, moved = tmp_path / "run", tmp_path / "moved" if how == "moved" else None
+    saved where the folder is now, its lock gone with it; the line ends with the command that goes on there (or,
+    moved before its first checkpoint, starts it again there), which runs as printed."""
+    run, moved = tmp_path / "run", tmp_path / "moved" if how.startswith("moved") else None
     mover = MovesItsFolder(run, moved)
-    line = refused(lambda: train(tiny_model, data, tmp_path, "--save-every", "1", "--log-every", "1",
-                                 callbacks=[mover]), capsys)
+    saves = ["--save-every", "1"] if how != "moved-before-its-first-checkpoint" else ["--save-every-minutes", "0"]
+    line = refused(lambda: train(tiny_model, data, tmp_path, *saves, "--log-every", "1", callbacks=[mover]), capsys)
     assert not run.exists(), "nothing written where the folder was"
     if how == "removed":
         assert line == f"error: --output-dir {run} was removed while the command ran in it; it stopped, and wrote " \
                        f"nothing more"
         return
-    assert line == (f"error: --output-dir {run} was moved to {moved} while the command ran in it; it stopped, and "
-                    f"wrote nothing more where the folder was; what it saved is in {moved}: to go on, --resume it "
-                    f"there (--output-dir {moved} --resume)")
-    assert (moved / "last" / "training_state.pt").is_file() and not (moved / ".lock").exists()
-    steps = [json.loads(line)["step"] for line in (moved / "metrics.jsonl").read_text().splitlines()]
-    assert steps == [1], "every line until the move, in the moved folder"
-    multitask_classifier.main(["--output-dir", str(moved), "--resume"])
+    told = (f"error: --output-dir {run} was moved to {moved} while the command ran in it; it stopped, and wrote "
+            f"nothing more where the folder was; ")
+    assert line.startswith(told) and not (moved / ".lock").exists()
+    if how == "moved":
+        assert line[len(told):].startswith(f"what it saved is in {moved}; to go on: ")
+        assert (moved / "last" / "training_state.pt").is_file()
+        steps = [json.loads(line)["step"] for line in (moved / "metrics.jsonl").read_text().splitlines()]
+        assert steps == [1], "every line until the move, in the moved folder"
+        again = line.split("; to go on: ", 1)[1]
+        assert shlex.split(again)[-3:] == ["--output-dir", str(moved), "--resume"]
+    else:
+        assert line[len(told):].startswith("it saved no checkpoint to resume from; to start it again: ")
+        again = line.split("; to start it again: ", 1)[1]
+        assert shlex.split(again)[-3:] == ["--output-dir", str(moved), "--overwrite"]
+    assert subprocess.run(["bash", "-c", again], cwd=ROOT, capture_output=True).returncode == 0
     assert json.loads((moved / "run_config.json").read_text())["finished"]
+
+
+class ChangesWhatTheRunHolds(Callback):
+    """After step 2: the run's --predictions-dir moved, removed or replaced by a file, or its metrics.jsonl removed
+    (an rm -rf of the run folder under way: its files go before the folder)."""
+
+    def __init__(self, out: Path, how: str):
+        self.out, self.how = out, how
+
+    def on_step_end(self, state, control, losses):
+        if state.step != 2:
+            return
+        predictions = self.out / "predictions"
+        if self.how == "metrics.jsonl removed":
+            (self.out / "run" / "metrics.jsonl").unlink()
+        elif self.how == "moved":
+            os.rename(predictions, self.out / "moved")
+        else:
+            shutil.rmtree(predictions)
+            if self.how == "replaced by a file":
+                predictions.write_text("the user's")
+
+
+@pytest.mark.parametrize("how", ["moved", "removed", "replaced by a file", "metrics.jsonl removed"])
+def test_a_run_whose_predictions_folder_or_log_goes_stops_with_one_line(tiny_model, data, tmp_path, capsys, how):
+    """Nothing made again where the folder or the log was (no new folder, no FileExistsError on the file), no lock
+    left in the moved folder."""
+    changer = ChangesWhatTheRunHolds(tmp_path, how)
+    line = refused(lambda: train(tiny_model, data, tmp_path, "--save-every", "1", "--log-every", "1",
+                                 callbacks=[changer]), capsys)
+    predictions = tmp_path / "predictions"
+    if how == "metrics.jsonl removed":
+        assert line == (f"error: --output-dir {tmp_path / 'run'}: metrics.jsonl was removed while the command ran in "
+                        f"it; it stopped, and wrote nothing more")
+        assert not (tmp_path / "run" / "metrics.jsonl").exists()
+        return
+    where = f"moved to {tmp_path / 'moved'}" if how == "moved" else "removed (or replaced)"
+    assert line == (f"error: --predictions-dir {predictions} was {where} while the command ran; it stopped, and wrote "
+                    f"nothing more where the folder was")
+    if how == "replaced by a file":
+        assert predictions.read_text() == "the user's"
+    else:
+        assert not predictions.exists(), "nothing made again where the folder was"
+    if how == "moved":
+        assert list((tmp_path / "moved").iterdir()) == [], "no stale .lock in the moved folder"
 
 
 def test_a_copied_run_is_refused_its_originals_predictions_and_the_advice_works(tiny_model, data, tmp_path, capsys):
@@ -268,24 +323,16 @@ def test_the_advice_to_start_again_works_from_another_folder(tiny_model, data, t
 
 # ---- a full disk at the lock ----
 
-class NoSpaceForThePid:
-    """A lock file opened on a full disk: it is made (an empty file takes no block), its pid does not fit."""
-
-    def __init__(self, path, mode):
-        self.file = open(path, mode)
-
-    def write(self, text):
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-
-    def __getattr__(self, name):
-        return getattr(self.file, name)
-
-
-def test_a_full_disk_at_the_lock_leaves_no_lock_nor_folder(tiny_model, data, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(locks, "open", NoSpaceForThePid, raising=False)
-    new = tmp_path / "new"
+def test_a_full_disk_at_the_lock_leaves_no_lock_nor_folder(tiny_model, data, tmp_path, capsys, request):
+    """On a real full file system the lock file is made (an empty file takes no block) and its pid does not fit:
+    one line, no traceback from a second flush of the pid as the lock file is closed, nothing left behind."""
+    full = tmp_path / "full"
+    request.addfinalizer(full_file_system(full))
+    new = full / "new"
     line = refused(lambda: train(tiny_model, data, new), capsys)
     assert line == f"error: --output-dir {new / 'run'}: cannot write there (No space left on device)"
+    line = refused(lambda: train(tiny_model, data, new, "--output-dir", str(tmp_path / "run")), capsys)
+    assert line == f"error: --predictions-dir {new / 'predictions'}: cannot write there (No space left on device)"
     line = refused(lambda: predict.main(["some-run", "--sst", "a film", "--output", str(new / "p.tsv")]), capsys)
     assert line == f"error: --output {new / 'p.tsv'}: cannot write there (No space left on device)"
-    assert list(tmp_path.iterdir()) == [], "no .lock, no folder the commands made"
+    assert [path.name for path in full.iterdir()] == ["filler"], "no .lock, no folder the commands made"

@@ -21,7 +21,7 @@ from minbert.common.cli import shown_path
 from minbert.models import Tokenizer, embed_sentences, from_pretrained
 from minbert.predictor import MultitaskPredictor
 from minbert.tasks import REGISTRY
-from tests.conftest import write_course_files
+from tests.conftest import contents, write_course_files
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -76,29 +76,28 @@ def test_predict_input_in_csv_with_a_byte_order_mark_or_a_line_separator_keeps_i
         assert [row["id"] for row in csv.DictReader(f, delimiter="\t")] == ["1", "2"]
 
 
-def test_a_file_is_predicted_a_chunk_at_a_time_and_an_interrupted_command_keeps_what_it_wrote(run, tmp_path,
-                                                                                              monkeypatch, caplog):
+def test_a_file_is_predicted_a_chunk_at_a_time(run, tmp_path, monkeypatch, caplog):
+    """Each chunk's predictions are those of its sentences alone; progress is logged a chunk at a time. (An
+    interrupted command keeps the old --output whole: tests/test_outputs.py.)"""
     sentences = [f"sentence number {i} is a red car" for i in range(12)]
     source, out = tmp_path / "input.txt", tmp_path / "predictions.tsv"
     source.write_text("".join(f"{sentence}\n" for sentence in sentences))
     model = MultitaskPredictor.from_run(run, device="cpu")
-    alone = [model.sentiment([sentence])[0]["probabilities"] for sentence in sentences[:10]]
+    alone = [model.sentiment([sentence])[0]["probabilities"] for sentence in sentences]
     monkeypatch.setattr(predict, "CHUNK", 5)
     chunks, predictions = [], MultitaskPredictor.predictions
 
-    def interrupted_at_the_third_chunk(self, task, examples):
+    def counted(self, task, examples):
         chunks.append(len(examples))
-        if len(chunks) == 3:
-            raise KeyboardInterrupt
         return predictions(self, task, examples)
 
-    monkeypatch.setattr(MultitaskPredictor, "predictions", interrupted_at_the_third_chunk)
-    with caplog.at_level("INFO"), pytest.raises(KeyboardInterrupt):
+    monkeypatch.setattr(MultitaskPredictor, "predictions", counted)
+    with caplog.at_level("INFO"):
         predict.main([str(run), "--task", "sst", "--input", str(source), "--output", str(out), "--device", "cpu"])
     assert chunks == [5, 5, 2]
     with open(out, newline="") as f:
         rows = list(csv.DictReader(f, delimiter="\t"))
-    assert [row["id"] for row in rows] == [str(line) for line in range(1, 11)]  # what the two chunks predicted
+    assert [row["id"] for row in rows] == [str(line) for line in range(1, 13)]
     torch.testing.assert_close(torch.tensor([json.loads(row["probabilities"]) for row in rows]), torch.tensor(alone),
                                atol=1e-5, rtol=1e-5)
     assert "predicted 5 of 12 examples" in caplog.text and "predicted 10 of 12 examples" in caplog.text
@@ -182,8 +181,9 @@ def test_a_runs_log_in_a_file_has_only_whole_lines_and_ends_with_a_summary(tiny_
     assert "not a full submission" in text  # --max-eval-examples: the leaderboard files are a sample
 
 
-def test_a_full_disk_while_predicting_a_file_is_one_line_and_leaves_only_whole_rows(run, tmp_path, monkeypatch,
-                                                                                     capsys):
+@pytest.mark.parametrize("old", [True, False], ids=["onto-an-old-file", "into-a-new-file"])
+def test_a_full_disk_while_predicting_a_file_is_one_line_and_leaves_the_old_file_whole(run, tmp_path, monkeypatch,
+                                                                                       capsys, old):
     from minbert.common import cli
 
     source, out = tmp_path / "input.txt", tmp_path / "predictions.tsv"
@@ -200,23 +200,29 @@ def test_a_full_disk_while_predicting_a_file_is_one_line_and_leaves_only_whole_r
             return super().write(bytes(data)[:left])
 
     real_open = open
-    monkeypatch.setattr(predict, "open", lambda file, mode="r", *args, **kwargs: FullDisk(file, mode) if (
-        Path(file) == out and "w" in mode) else real_open(file, mode, *args, **kwargs), raising=False)
-    predict.main([str(run), "--task", "sst", "--input", str(source), "--output", str(out), "--device", "cpu"])
+
+    def opened(file, mode="r", *args, **kwargs):  # the temporary file the predictions are written to, beside out
+        if Path(file).parent == out.parent and Path(file).name.startswith(f".{out.name}.") and "w" in mode:
+            return io.BufferedWriter(FullDisk(file, mode))
+        return real_open(file, mode, *args, **kwargs)
+
+    monkeypatch.setattr(predict, "open", opened, raising=False)
+    argv = [str(run), "--task", "sst", "--input", str(source), "--output", str(out), "--device", "cpu"]
+    predict.main(argv)
     whole = out.read_bytes()
-    lines = whole.decode().splitlines(keepends=True)
-    room["bytes"] = len("".join(lines[:8])) + 10  # the header, the first chunk and part of the second
-    out.unlink()
+    room["bytes"] = len(whole) // 2
+    if not old:
+        out.unlink()
+    before = contents(tmp_path)
     capsys.readouterr()
     with pytest.raises(SystemExit) as exit_:
-        cli.run(lambda: predict.main([str(run), "--task", "sst", "--input", str(source), "--output", str(out),
-                                      "--device", "cpu"]))
+        cli.run(lambda: predict.main(argv))
     assert exit_.value.code == 2
     error = capsys.readouterr().err
     assert "Traceback" not in error
-    assert error.strip().splitlines()[-1].startswith(
-        f"error: --output {out}: no space left on the device; it holds the first 5 predictions, every row whole (")
-    assert out.read_bytes() == "".join(lines[:6]).encode()  # the header and the first chunk's rows
+    kept = "the previous predictions.tsv is intact" if old else "nothing of it was written"
+    assert error.strip().splitlines()[-1].startswith(f"error: {out}: no space left on the device; {kept} (")
+    assert contents(tmp_path) == before, "the old file as it was, or none; no temporary file"
 
 
 def test_a_checkpoint_of_non_default_head_flags_predicts_as_it_was_trained(tiny_model, course_data, tmp_path):

@@ -100,6 +100,9 @@ def test_a_quantized_encoder_refuses_to_train():
 @pytest.mark.parametrize("device, precision, refusal", [
     ("cuda", "auto", "--quantize int8: torch's int8 kernels run on the CPU, not on cuda; use --device cpu"),
     ("cpu", "bf16", "--quantize int8 computes in int8 and fp32, not with --precision bf16"),
+    # TF32 is a GPU's matrix format: int8's non-Linear parts would run in plain fp32 while the flag said tf32.
+    ("cpu", "tf32", "--quantize int8 computes in int8 and fp32, not with --precision tf32"),
+    ("cpu", "fp16", "--quantize int8 computes in int8 and fp32, not with --precision fp16"),
 ])
 def test_int8_where_it_cannot_apply_is_refused(device, precision, refusal):
     with pytest.raises(FlagError, match=refusal):

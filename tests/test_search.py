@@ -5,7 +5,9 @@ learn something)."""
 import json
 import logging
 import os
+import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -230,6 +232,29 @@ def test_a_study_resumed_after_its_worker_was_killed_loses_and_repeats_no_trial(
     assert trials[2].user_attrs["retry_of"] == 1 and trials[2].params == trials[1].params
     assert trials[3].params != trials[1].params
     assert (study / "trial-0000" / "metrics.jsonl").read_bytes() == first
+    # trials.md: a trial a signal stopped is no failure of its configuration
+    state = "failed" if kill == signal.SIGKILL else "interrupted, queued again"
+    assert re.search(rf"^\| 1 \| - \| {state} \|", (study / "trials.md").read_text(), re.MULTILINE)
+
+
+def test_an_interrupted_trial_is_listed_as_such_and_queued_again_even_when_it_was_a_retry():
+    """A trial a signal stopped is no failure of its configuration: trials.md says "interrupted, queued again", and
+    it runs again even where it was itself a retry (a configuration that killed its worker twice is not)."""
+    from minbert.tuning.study import queue_again
+
+    study = optuna.create_study(direction="maximize")
+    for attrs in ({"retry_of": 7, "interrupted": True}, {"retry_of": 7}, {}):
+        trial = study.ask({"lr": optuna.distributions.FloatDistribution(1e-5, 1e-3)})
+        for name, value in attrs.items():
+            trial.set_user_attr(name, value)
+        study.tell(trial, state=TrialState.FAIL)
+    interrupted, retried, failed = study.trials
+    assert [report.trial_state(t) for t in study.trials] == ["interrupted, queued again", "failed", "failed"]
+    for trial in (interrupted, retried):
+        queue_again(study, trial)
+    queued = study.get_trials(states=(TrialState.WAITING,))
+    assert [(t.system_attrs["fixed_params"], t.user_attrs["retry_of"]) for t in queued] == [
+        (interrupted.params, interrupted.number)]
 
 
 def test_a_journal_study_resumed_without_storage_goes_on_in_its_journal(recipe, tmp_path, one_thread):
@@ -455,19 +480,64 @@ def test_every_marker_of_the_pictures_stands_out_from_the_background(tmp_path, m
             assert max(contrast(face, background), contrast(edge, background)) >= 4.5, (face, edge, background)
 
 
-def test_the_best_command_trains_into_a_folder_of_its_own(tmp_path, monkeypatch):
+def test_the_best_command_trains_into_a_folder_beside_the_study(tmp_path, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "2")  # the study's threads: its trials' times are theirs
-    study = a_study(2)
-    command = report.write_best(tmp_path / "best.yaml", study, {"config": "quick-start"}, {}, "overall")
+    study, folder = a_study(2), tmp_path / "quick-start"
+    folder.mkdir()
+    command = report.write_best(folder, study, {"config": "quick-start"}, {}, "overall")
     words = shlex.split(command)
-    run = tmp_path / "best-run"
+    run = tmp_path / "quick-start-best"
     assert words[0] == "OMP_NUM_THREADS=2"
     assert words[-4:] == ["--output-dir", str(run), "--predictions-dir", str(run / "predictions")]
     config = cli.parse_config(MultitaskConfig, "", words[3:])  # what the command runs: after the program's words
     assert (config.output_dir, config.predictions_dir) == (str(run), str(run / "predictions"))
-    train_it = (tmp_path / "best.yaml").read_text().splitlines()[1].removeprefix("# Train it: ")
-    assert shlex.split(train_it)[-6:] == ["--config", str(tmp_path / "best.yaml"), "--output-dir", str(run),
+    train_it = (folder / "best.yaml").read_text().splitlines()[1].removeprefix("# Train it: ")
+    assert shlex.split(train_it)[-6:] == ["--config", str(folder / "best.yaml"), "--output-dir", str(run),
                                           "--predictions-dir", str(run / "predictions")]
+
+
+@pytest.mark.parametrize("study_dir,expected", [("runs/search/quick-start", "runs/search/quick-start-best"),
+                                                ("runs/search/quick-start/", "runs/search/quick-start-best"),
+                                                ("study", "study-best")])
+def test_a_study_recipes_run_folder_lies_beside_the_study_folder(study_dir, expected):
+    assert report.beside(Path(study_dir), "best") == Path(expected)
+
+
+def test_a_study_in_the_current_folder_trains_its_best_beside_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert report.beside(Path("."), "best") == tmp_path.parent / f"{tmp_path.name}-best"
+
+
+def printed_commands(output: str, study: Path) -> list[str]:
+    """The commands a search printed at its end and in its recipe files (best.yaml's `# Train it:` line)."""
+    lines = output.splitlines()
+    closing = [lines[i + 1].strip() for i, line in enumerate(lines) if line.startswith("best recipe: ")]
+    train_it = [line.removeprefix("# Train it: ") for line in (study / "best.yaml").read_text().splitlines()
+                if line.startswith("# Train it: ")]
+    return closing + train_it
+
+
+def test_a_real_searchs_printed_commands_run_as_printed(recipe, tmp_path):
+    """A tiny search run as a user runs it (python -m minbert search, in a folder of their own), then the command
+    it prints at its end and best.yaml's `# Train it:` line, each run by the shell as printed: each trains (exit 0)
+    into the folder beside the study."""
+    space = tmp_path / "space.yaml"
+    space.write_text("head-dropout: {low: 0.0, high: 0.3}\nepochs: 1\n")
+    environment = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    searched = subprocess.run([sys.executable, "-m", "minbert", "search", "--config", str(recipe), "--space",
+                               str(space), "--study-dir", "runs/search/tiny", "--trials", "1", "--pruner", "none",
+                               "--max-steps", "2"], cwd=tmp_path, env=environment, capture_output=True, text=True,
+                              timeout=600)
+    assert searched.returncode == 0, searched.stderr
+    commands = printed_commands(searched.stdout, tmp_path / "runs/search/tiny")
+    assert len(commands) == 2, searched.stdout
+    run = tmp_path / "runs/search/tiny-best"
+    for command in commands:
+        shutil.rmtree(run, ignore_errors=True)  # both train into the same folder: each as on its own
+        ran = subprocess.run(command, shell=True, cwd=tmp_path, env=environment, capture_output=True, text=True,
+                             timeout=600)
+        assert ran.returncode == 0, (command, ran.stderr[-2000:])
+        assert (run / "best").is_dir() and sorted(p.name for p in (run / "predictions").glob("*-dev-output.csv"))
 
 
 def test_a_trials_progress_lines_reach_the_commands_output_too(tmp_path, caplog):

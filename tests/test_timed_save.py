@@ -1,7 +1,8 @@
 """A run saves last/ every --save-every-minutes (1 by default), so that the quick start killed in its first
 minutes resumes; killed before its first save, what to run is said, whether rerun as it was or with --resume.
 Stopped by Ctrl-C (SIGINT), SIGTERM or SIGUSR1, it finishes its step, saves last/ and prints the command that
-resumes it; the same signal twice stops it at once, two Ctrl-C back to back too."""
+resumes it; the same signal twice stops it at once, two Ctrl-C back to back too, saying what was lost and what
+starts it again (tests/test_stops.py runs that command)."""
 import os
 import re
 import shlex
@@ -183,8 +184,16 @@ def test_a_second_ctrl_c_stops_at_once_without_saving(tiny_model, course_data, t
     args = [*quick_start(tiny_model, course_data, tmp_path), "--save-every-minutes", "0"]
     stopped = signalled(tmp_path, args, "SIGINT", at=3, times=2)
     assert stopped.returncode == 130
-    assert stopped.stderr.strip().splitlines()[-1] == "interrupted"
+    assert stopped.stderr.strip().splitlines()[-1] == stopped_in_step_3(args)
     assert not (tmp_path / "run" / "last").exists()
+
+
+def stopped_in_step_3(args: list[str]) -> str:
+    """The line of a run stopped at once in step 3, before any save: the run's own command starts it again."""
+    at = args.index("--output-dir")
+    own = [*args[:at], *args[at + 2:], "--output-dir", args[at + 1], "--overwrite"]
+    return ("SIGINT: stopped in step 3 of 30; nothing was saved, so its 2 step(s) are lost; to start it again: "
+            "OMP_NUM_THREADS=1 " + shlex.join([interpreter(), "multitask_classifier.py", *own]))
 
 
 # The command, sent SIGINT twice back to back while step AT runs, as by two quick Ctrl-C during a backward pass: the
@@ -220,5 +229,5 @@ def test_two_ctrl_c_back_to_back_stop_at_once_even_where_python_handles_them_as_
     script.write_text(DOUBLE_CTRL_C.format(root=str(ROOT), at=3))
     stopped = command(args, str(script))
     assert stopped.returncode == 130, stopped.stderr[-2000:]
-    assert stopped.stderr.strip().splitlines()[-1] == "interrupted"
+    assert stopped.stderr.strip().splitlines()[-1] == stopped_in_step_3(args)
     assert not (tmp_path / "run" / "last").exists()

@@ -2,7 +2,10 @@
 --config FILE (YAML, run_config.json), TensorBoard tags and hparams, the summary at the end."""
 import json
 import logging
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -182,6 +185,26 @@ def test_max_steps_stops_a_multitask_run_after_n_steps(tiny_model, course_data, 
     assert (tmp_path / "run/best/metrics.json").exists()
 
 
+ROOT = Path(__file__).resolve().parents[1]
+ABSURD_EPOCHS = "99999999999999999999"  # 10^20: planned up front, no run would ever reach its first step
+
+
+@pytest.mark.parametrize("script", ["multitask_classifier.py", "pretrain_contrastive.py"])
+def test_an_absurd_epoch_count_costs_nothing_under_max_steps(tiny_model, contrastive_data, tmp_path, script):
+    """Only the epochs --max-steps reaches are planned: the run takes its 2 steps and ends. Run apart, with a time
+    limit: planned up front, 10^20 epochs never end."""
+    limits = ["--epochs", ABSURD_EPOCHS, "--max-steps", "2", "--log-every", "1"]
+    flags = (tiny_args(tiny_model, contrastive_data, tmp_path, *limits) if script == "multitask_classifier.py" else
+             ["--model", str(tiny_model), "--data-dir", str(contrastive_data), "--output-dir", str(tmp_path / "run"),
+              "--method", "simcse", "--data", "sts", "--device", "cpu", "--batch-size", "4", *limits])
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    result = subprocess.run([sys.executable, script, *flags], cwd=ROOT, env=env, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in lines if line["event"] == "train"] == [1, 2]
+
+
 def test_metric_for_best_picks_best_by_that_metric(tiny_model, course_data, tmp_path, capsys):
     multitask_classifier.main(tiny_args(tiny_model, course_data, tmp_path, "--epochs", "3", "--metric-for-best", "sts",
                                         "--lr", "3e-3"))
@@ -270,6 +293,28 @@ def test_the_base_recipe_is_the_full_recipe_sized_for_a_base_model_on_a_cpu():
     differ.discard("command")  # the command line that parsed it, which names its file
     assert differ == {"model", "epochs", "max_train_examples", "output_dir", "predictions_dir"}
     assert (base.model, base.epochs, base.max_train_examples) == ("all-mpnet-base-v2", 1, 16384)
+
+
+def test_the_gpu_base_recipe_is_the_full_recipe_with_the_base_model_in_bf16():
+    """minbert/recipes/mtdnn-mpnet-gpu.yaml says so in its comment: against mtdnn-minilm.yaml only the model, the
+    precision and the folders differ; against the CPU's base recipe, the epochs, the sample (none), the precision
+    and the folders."""
+    from dataclasses import fields
+
+    from minbert.common.cli import parse_config
+    from minbert.training.multitask_config import MultitaskConfig
+
+    full, cpu, gpu = (parse_config(MultitaskConfig, "", ["--config", name])
+                      for name in ("mtdnn-minilm", "mtdnn-mpnet", "mtdnn-mpnet-gpu"))
+
+    def differ(a, b):
+        return {field.name for field in fields(MultitaskConfig)
+                if getattr(a, field.name) != getattr(b, field.name)} - {"command"}  # the file named
+    folders = {"output_dir", "predictions_dir"}
+    assert differ(full, gpu) == {"model", "precision", *folders}
+    assert differ(cpu, gpu) == {"epochs", "max_train_examples", "precision", *folders}
+    assert (gpu.model, gpu.epochs, gpu.max_train_examples, gpu.precision) == ("all-mpnet-base-v2", 3, 0, "bf16")
+    assert (full.precision, gpu.output_dir.endswith("runs/mtdnn-mpnet-gpu")) == ("auto", True)
 
 
 @pytest.mark.parametrize("text, message", [("lrr: 1\n", "unknown flag 'lrr'"), ("epochs: many\n", "epochs"),

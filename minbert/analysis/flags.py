@@ -4,7 +4,8 @@ load neither torch nor matplotlib, so that --help answers at once; each picture'
 its pictures from them."""
 from dataclasses import dataclass
 
-from minbert.common.choices import EVAL_SETS, POOLINGS, PRECISION_HELP, PRECISIONS, TOKEN_POOLINGS
+from minbert.common.choices import (ALLOW_PARTIAL_LOAD_HELP, EVAL_SETS, POOLINGS, PRECISION_HELP, PRECISIONS,
+                                    TOKEN_POOLINGS)
 from minbert.common.cli import AT_LEAST_0, AT_LEAST_1, Range, check_ranges, flag
 from minbert.common.files import DEFAULT_DATA, in_repository
 
@@ -39,6 +40,7 @@ class EncoderFlags:
     precision: str = flag("auto", PRECISION_HELP, choices=PRECISIONS)
     POOLING_CHOICES = (*POOLINGS, "max")
     poolings: str = flag("mean", f"sentence embeddings, comma-separated: any of {', '.join(POOLING_CHOICES)}")
+    allow_partial_load: bool = flag(False, ALLOW_PARTIAL_LOAD_HELP)
 
     def __post_init__(self):
         check_ranges(self)

@@ -24,7 +24,7 @@ def encoders(config: EncoderFlags):
     """(label, encoder, tokenizer), one encoder in memory at a time."""
     device = cli.resolve_device(config.device)
     for name, spec in zip(short_names(config.model_list), config.model_list):
-        yield name, from_pretrained(spec).to(device), Tokenizer.from_pretrained(spec)
+        yield name, from_pretrained(spec, config.allow_partial_load).to(device), Tokenizer.from_pretrained(spec)
 
 
 def short_names(specs: Sequence[str]) -> list[str]:

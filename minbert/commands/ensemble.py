@@ -37,7 +37,7 @@ from minbert.common import cli
 from minbert.common.cli import AT_LEAST_1, check_ranges, flag
 from minbert.common.errors import CheckpointError, UsageError
 from minbert.common.files import DEFAULT_DATA, in_repository, write_json
-from minbert.common.outputs import LeaderboardFolder, output_file
+from minbert.common.outputs import LeaderboardFolder, not_ours, output_file, write_output
 from minbert.common.run_folder import RunFolder
 from minbert.common.tables import markdown_table
 
@@ -152,7 +152,10 @@ def ensemble(config: EnsembleConfig) -> dict:
         raise UsageError(f"--out {out}: the --predictions-dir itself; give a file for the report, e.g. --out "
                          f"{out / 'ensemble.json'}")
     report_in_set = out.expanduser().resolve().parent == folder.path.expanduser().resolve()
-    with nullcontext() if report_in_set else output_file(out, "--out"):
+    if report_in_set and out.is_file() and not config.overwrite and out.name not in (
+            folder.record() or {"files": {}})["files"]:
+        raise not_ours(out, "--out")  # a file of the user's in the folder, which the set would replace
+    with nullcontext() if report_in_set else output_file(out, "--out", overwrite=config.overwrite):
         check_report(out, config.overwrite)
         folder.claim(config.overwrite)
         try:
@@ -161,25 +164,24 @@ def ensemble(config: EnsembleConfig) -> dict:
                 files[out.name] = lambda path: write_json(path, report)
             folder.write(files)
             if not report_in_set:
-                write_json(out, report)
+                with write_output(out, "ensemble.py") as temp:
+                    write_json(temp, report)
         finally:
             folder.release()
     return report
 
 
 def check_report(out: Path, overwrite: bool) -> None:
-    """An --out that exists is replaced only if it is an ensemble's report, and with --overwrite: it is owned as a
-    run folder is (run again, an ensemble of other members would silently take its place)."""
-    if not out.is_file():
+    """An --out that exists is replaced only with --overwrite: it is owned as a run folder is (run again, an ensemble
+    of other members would silently take its place). A file no command of ours wrote is refused before
+    (common.outputs.output_file); inside --predictions-dir, the report is one of the folder's set."""
+    if not out.is_file() or overwrite:
         return
     try:
         report = json.loads(out.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         report = None
-    if not (isinstance(report, dict) and {"method", "members", "ensemble", "weights"} <= set(report)):
-        raise UsageError(f"--out {out}: a file ensemble.py did not write (not an ensemble's report); choose another "
-                         f"--out, or remove it first")
-    if not overwrite:
+    if isinstance(report, dict) and {"method", "members"} <= set(report):
         members = ", ".join(map(str, report["members"])) if isinstance(report["members"], dict) else "?"
         raise UsageError(f"--out {out} holds the report of an ensemble already (--method {report['method']} of "
                          f"{members}); replace it with --overwrite, or choose another --out")

@@ -16,7 +16,7 @@ COMMANDS = {
     "silver": ("minbert.commands.silver", None,
                "silver data: new training examples labelled by a finished run or an ensemble, for train --silver"),
     "search": ("minbert.commands.search", "search.py", "an Optuna hyperparameter search over train's flags"),
-    "analyze": ("minbert.commands.analyze", "analyze.py", "pictures for a report: layers, spread, errors, curves"),
+    "analyze": ("minbert.commands.analyze", "analyze.py", "pictures for a report: layers, spread, embeddings, errors, curves"),
     "benchmark": ("minbert.commands.benchmark", None,
                   "the STS benchmark of an encoder's sentence embeddings (STS12-16, SICK-R, STS dev)"),
 }
@@ -38,7 +38,10 @@ def main(argv: list[str] | None = None) -> None:
         print(f"minbert {__version__}")
         return
     if not argv or argv[0] not in COMMANDS:
-        given = f"unknown subcommand {argv[0]!r}" if argv else "no subcommand given"
+        from minbert.common.errors import did_you_mean
+
+        guess = did_you_mean(argv[0], COMMANDS) if argv else ""
+        given = f"unknown subcommand {argv[0]!r}{f' ({guess})' if guess else ''}" if argv else "no subcommand given"
         print(f"minbert: error: {given}; choose one of {', '.join(COMMANDS)} (see minbert --help)", file=sys.stderr)
         sys.exit(2)
     # Imported only here, for a subcommand, which the list and --version do not need. Neither loads torch: a

@@ -1,7 +1,8 @@
 """Predictions of a finished multitask run on new text: sentiment classes, paraphrase probabilities, similarity scores.
 
-    minbert predict runs/multitask --sst "A gorgeous, witty film." --para "How do I learn Python?" "What is
-        the best way to learn Python?" --sts "A man plays a guitar." "Someone plays guitar."
+    minbert predict runs/multitask --sst "A gorgeous, witty film." \\
+        --para "How do I learn Python?" "What is the best way to learn Python?" \\
+        --sts "A man plays a guitar." "Someone plays guitar."
     minbert predict runs/multitask --task sst --input my-sentences.txt --output predictions.tsv
     minbert predict runs/multitask --task sst --input ../shared/data/ids-sst-test-student.csv \\
         --output sst-test-output.csv
@@ -10,7 +11,10 @@ RUN is a run folder (its best/ checkpoint is used) or a checkpoint folder of mul
 reads the course's CSV formats (the columns id, sentence or id, sentence1, sentence2) or plain text: one sentence
 a line, or for pair tasks the two sentences of a pair on one line separated by a tab. The file is checked whole
 before anything is predicted, then predicted a chunk at a time, each chunk's predictions written before the next
-is read: memory stays bounded whatever the file's size, and an interrupted command keeps what it predicted.
+is read: memory stays bounded whatever the file's size. The --output file is written beside its place and takes it
+once complete: an interrupted command (Ctrl-C, SIGTERM) leaves the file that was there as it was, or none, and says
+so. A file that exists is replaced only if a command of ours wrote it (its record beside it says so), or with
+--overwrite.
 --output writes a table (tab-separated, the columns printed) or, named *.csv or with --format leaderboard, the
 course's leaderboard file (the id and the prediction, as multitask_classifier.py writes them).
 
@@ -24,14 +28,14 @@ In Python:
 from __future__ import annotations
 
 import csv
-import errno
 import io
 import logging
-import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -40,10 +44,9 @@ from tqdm import tqdm
 
 from minbert.common import cli
 from minbert.common.allocator import keep_large_blocks_out_of_the_heap
-from minbert.common.errors import DataError, DiskFullError, UsageError
-from minbert.common.files import atomic_file, free_space
-from minbert.common.outputs import output_file
-from minbert.common.choices import PRECISION_HELP, PRECISIONS, QUANTIZATIONS, QUANTIZE_HELP
+from minbert.common.errors import DataError, Interrupted, UsageError
+from minbert.common.outputs import output_file, write_output
+from minbert.common.choices import ALLOW_PARTIAL_LOAD_HELP, PRECISION_HELP, PRECISIONS, QUANTIZATIONS, QUANTIZE_HELP
 from minbert.data.readers import ReadReport, text_lines
 from minbert.task_info import TASKS
 
@@ -54,6 +57,7 @@ if TYPE_CHECKING:
     from minbert.tasks import Task
 
 log = logging.getLogger(__name__)
+WRITER = "predict.py"  # who wrote an --output file, as its record says (common.outputs.write_output)
 CHUNK = 4096  # examples of an --input file predicted and written at a time
 # --format: what each writes (its help).
 FORMATS = {"table": "tab-separated, a header and a row an example: id, then the columns printed (sst and cfimdb: "
@@ -125,7 +129,11 @@ def parse_args(argv: list[str] | None):
     parser.add_argument("--input", help="a file of examples: the course's CSV format, or one example a line "
                                         "(a pair's two sentences separated by a tab)")
     parser.add_argument("--output", help="write the predictions here in --format's format instead of printing them; "
-                                         "a file that exists is replaced only if predict.py wrote it")
+                                         "a file that exists is replaced only if a command of ours wrote it, or with "
+                                         "--overwrite")
+    parser.add_argument("--overwrite", action="store_true", help="replace an --output file that no command of ours "
+                                                                 "wrote (never an input, a checkpoint's file or a "
+                                                                 "link)")
     parser.add_argument("--format", choices=["auto", *FORMATS], default="auto", help="the --output file's columns. "
                         + " ".join(f"{name}: {text}." for name, text in FORMATS.items())
                         + " auto: leaderboard for an --output named *.csv with --input, else table")
@@ -133,6 +141,7 @@ def parse_args(argv: list[str] | None):
     parser.add_argument("--device", default="auto", help="cpu, cuda, ... (auto: cuda when present)")
     parser.add_argument("--precision", default="auto", choices=PRECISIONS, help=PRECISION_HELP)
     parser.add_argument("--quantize", default="none", choices=QUANTIZATIONS, help=QUANTIZE_HELP)
+    parser.add_argument("--allow-partial-load", action="store_true", help=ALLOW_PARTIAL_LOAD_HELP)
     args = parser.parse_args(argv)
     if args.input and not args.task:
         parser.error("--input needs --task")
@@ -158,9 +167,8 @@ def examples_given(args) -> dict:
 def main(argv: list[str] | None = None) -> list[dict] | None:
     """The predictions of the examples on the command line; an --input file's are written as they are made."""
     args = parse_args(argv)
-    with output_file(args.output, "--output", {"--input": args.input}) if args.output else nullcontext():
-        if args.output:
-            check_ours(Path(args.output))
+    with output_file(args.output, "--output", {"--input": args.input}, args.overwrite) if args.output else \
+            nullcontext():
         return predict(args)
 
 
@@ -170,7 +178,8 @@ def predict(args) -> list[dict] | None:
 
     # What can fail on the inputs fails before anything is predicted (the tasks once the run says which it has).
     source = InputFile(Path(args.input), REGISTRY[args.task]) if args.input else None
-    model = MultitaskPredictor.from_run(args.run, args.device, args.batch_size, args.precision, args.quantize)
+    model = MultitaskPredictor.from_run(args.run, args.device, args.batch_size, args.precision, args.quantize,
+                                       partial=args.allow_partial_load)
     for task in [args.task] if args.input else examples_given(args):
         if task not in model.tasks:
             flag = f"--task {task}" if args.input else f"--{task}"
@@ -185,7 +194,7 @@ def predict(args) -> list[dict] | None:
     results = [{"task": task, "input": " | ".join(example) if isinstance(example, list) else example,
                 **model.predictions(task, [example])[0]} for task, example in examples_given(args).items()]
     if args.output:
-        with atomic_file(args.output) as temp, open(temp, "w", newline="", encoding="utf-8") as f:
+        with write_output(args.output, WRITER) as temp, open(temp, "w", newline="", encoding="utf-8") as f:
             write_rows(f, results, header=True)
         print(f"{len(results)} predictions in {args.output}", file=sys.stderr)
     else:
@@ -193,62 +202,64 @@ def predict(args) -> list[dict] | None:
     return results
 
 
-def check_ours(output: Path) -> None:
-    """An --output that exists is replaced only if it is a predictions file (its header is predict.py's)."""
-    if not output.is_file() or not output.stat().st_size:
-        return
-    with open(output, "rb") as f:
-        first = f.readline(200)
-    if not first.startswith((b"id\t", b"task\tinput\t", b"id \t Predicted_")):
-        raise UsageError(f"--output {output}: a file predict.py did not write (its first line is not a header of "
-                         f"predictions); choose another --output, or remove it first")
-
-
 def predict_file(model: MultitaskPredictor, source: InputFile, output: str | None, leaderboard: bool = False) -> None:
     """Every example of the file, a chunk at a time, each chunk's predictions written (or printed) before the next
     chunk is read; progress on a terminal's bar, or a log line a chunk. leaderboard: --output in the course's
-    leaderboard format."""
+    leaderboard format. Ctrl-C or SIGTERM stops it with one line saying what was kept."""
     from minbert.evaluation.predictions import header_line, row_line
 
     task = source.task
-    started, done = time.time(), 0
-    with (open(output, "wb", buffering=0) if output else nullcontext(sys.stdout)) as out, \
-            tqdm(total=source.count, unit="example", disable=not (output and sys.stderr.isatty())) as bar:
-        for ids, examples in source.chunks(CHUNK):
-            if leaderboard:
-                hard = task.hard(model.soft_outputs(task.name, examples)).tolist()
-                write_chunk(out, (header_line(task.name) if not done else "")
-                            + "".join(row_line(task.name, i, value) for i, value in zip(ids, hard)), output, done)
-            else:
-                results = [{"id": i, **r} for i, r in zip(ids, model.predictions(task.name, examples))]
-                if output:
-                    text = io.StringIO(newline="")
-                    write_rows(text, results, header=not done)
-                    write_chunk(out, text.getvalue(), output, done)
+    started, done, existed = time.time(), 0, bool(output) and Path(output).exists()
+    try:
+        with stopped_by_sigterm() as received, \
+                (write_output(output, WRITER) if output else nullcontext()) as temp, \
+                (open(temp, "wb") if output else nullcontext(sys.stdout)) as out, \
+                tqdm(total=source.count, unit="example", disable=not (output and sys.stderr.isatty())) as bar:
+            for ids, examples in source.chunks(CHUNK):
+                if leaderboard:
+                    hard = task.hard(model.soft_outputs(task.name, examples)).tolist()
+                    out.write(((header_line(task.name) if not done else "")
+                               + "".join(row_line(task.name, i, value) for i, value in zip(ids, hard))).encode())
                 else:
-                    print_rows(results)
-            done += len(ids)
-            bar.update(len(ids))
-            if not sys.stderr.isatty():
-                log.info("predicted %s of %s examples (%.0f s)", f"{done:,}", f"{source.count:,}",
-                         time.time() - started)
+                    results = [{"id": i, **r} for i, r in zip(ids, model.predictions(task.name, examples))]
+                    if output:
+                        text = io.StringIO(newline="")
+                        write_rows(text, results, header=not done)
+                        out.write(text.getvalue().encode())
+                    else:
+                        print_rows(results)
+                done += len(ids)
+                bar.update(len(ids))
+                if not sys.stderr.isatty():
+                    log.info("predicted %s of %s examples (%.0f s)", f"{done:,}", f"{source.count:,}",
+                             time.time() - started)
+    except KeyboardInterrupt:
+        kept = ("the predictions printed above" if not output else f"--output {output} as it was before" if existed
+                else f"no --output {output}")
+        raise Interrupted(f"interrupted after {done:,} of {source.count:,} predictions: kept {kept}; the same "
+                          f"command predicts the file again", received[0] if received else signal.SIGINT) from None
     if output:
         print(f"{done} predictions in {output}", file=sys.stderr)
 
 
-def write_chunk(out, text: str, output: str, done: int) -> None:
-    """A chunk's rows, whole or not at all: a disk that fills up cuts the file back to the rows before the chunk
-    (as a kill leaves it, every row whole) and is one line."""
-    data, kept = memoryview(text.encode("utf-8")), out.tell()
+@contextmanager
+def stopped_by_sigterm():
+    """Within the block SIGTERM (kill, a batch job's end) stops the command as Ctrl-C does (KeyboardInterrupt), so
+    that what it holds is cleaned up alike; yields the list the signal's number is added to."""
+    received = []
+
+    def stop(number, frame):
+        received.append(number)
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is not threading.main_thread():  # Python's signal handlers live there only
+        yield received
+        return
+    previous = signal.signal(signal.SIGTERM, stop)
     try:
-        while data:
-            data = data[out.write(data):]
-    except OSError as error:
-        if error.errno not in (errno.ENOSPC, errno.EDQUOT):
-            raise
-        os.ftruncate(out.fileno(), kept)
-        raise DiskFullError(f"--output {output}: no space left on the device; it holds the first {done:,} "
-                            f"predictions, every row whole ({free_space(Path(output).parent)} free)") from None
+        yield received
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def write_rows(file, results: list[dict], header: bool) -> None:

@@ -13,7 +13,7 @@ unlabeled, all3 (quora, then sst, then sts in every epoch), or a file in one of 
 from collections.abc import Sequence
 
 from minbert.common import cli
-from minbert.engine.callbacks import Callback
+from minbert.engine.callbacks import Callback, stops_before_start
 from minbert.training.methods import ContrastiveConfig
 
 
@@ -23,8 +23,9 @@ def main(argv: list[str] | None = None, callbacks: Sequence[Callback] = ()) -> d
                               program=cli.program("pretrain_contrastive.py", "pretrain"),
                               recipe="simcse-nli")
     # The training loads torch: imported once the flags are parsed, so that --help answers at once.
-    from minbert.engine.engine import Engine
-    from minbert.training.contrastive import Pretraining
+    with stops_before_start(cli.as_given(config.command)):
+        from minbert.engine.engine import Engine
+        from minbert.training.contrastive import Pretraining
 
     with Engine(config, callbacks) as engine:  # engine.config: with --resume, the run's own flags
         return {} if engine.finished else Pretraining(engine.config, engine).run()

@@ -17,8 +17,8 @@ the same step stops there, as early stopping stops a run. The study is kept in a
 STUDY_DIR by default, recorded in STUDY_DIR, which later commands use): search.py started several times with the
 same --study-dir or --storage and --join, on one machine or several, runs one study's trials in parallel, each
 process on --threads threads. The best trial is printed at the
-end and written to STUDY_DIR/best.yaml, a recipe that `multitask_classifier.py --config` takes as it is, with
-trials.md (a table of the trials) and pictures beside it. With --confirm K, search.py trains the recipe and the K
+end and written to STUDY_DIR/best.yaml, a recipe that `multitask_classifier.py --config` takes as it is (the
+command printed trains it into STUDY_DIR-best/, beside the study folder, where a run may write), with trials.md (a table of the trials) and pictures beside it. With --confirm K, search.py trains the recipe and the K
 best trials again with each of --seeds and writes STUDY_DIR/confirm.md: which, if any, beats the recipe by more than
 the seed spread (tuning/confirm.py).
 """
@@ -43,7 +43,7 @@ from minbert.common import cli, progress
 from minbert.common.cli import AT_LEAST_0, AT_LEAST_1, SEED, flag, resolve_device
 from minbert.common.errors import Interrupted, UsageError, UserError
 from minbert.common.files import (RECIPES, atomic_file, check_writable, in_repository, packaged_recipes,
-                                  recipe_file, remove_empty)
+                                  recipe_file, remove_empty, unknown_recipe)
 from minbert.common.outputs import check_place, owning
 from minbert.common.progress import duration
 from minbert.engine.callbacks import Callback
@@ -148,7 +148,8 @@ def parse_flags(argv: list[str]) -> tuple[SearchConfig, list[str], MultitaskConf
     trial_argv = (["--config", recipe] if recipe else []) + trial_argv
     # The trials' flags are refused as this command's (its name and --help), where the user typed them.
     base = cli.parse_config(MultitaskConfig, train_command.__doc__, trial_argv,
-                            program=cli.program("search.py", "search"))
+                            program=cli.program("search.py", "search"),
+                            other_flags=[option for action in parser._actions for option in action.option_strings])
     return config, trial_argv, base
 
 
@@ -180,6 +181,8 @@ def read_checked_space(path: str, base: MultitaskConfig, objective: str) -> list
         check_runnable(MultitaskConfig(**values))
     except ValueError as error:
         raise UsageError(f"--objective {objective}: {error}") from None
+    if unknown_recipe(path, SPACES, "space"):
+        raise UsageError(f"--space {path}: {unknown_recipe(path, SPACES, 'space')}")
     return read_space(recipe_file(path, SPACES), cli.build_parser(MultitaskConfig, ""), check)
 
 
@@ -275,12 +278,19 @@ class Worker:
         self.failures = 0  # trials in a row that failed
 
     def objective(self, trial: optuna.Trial) -> float:
+        self.current = trial
+        try:
+            return self._run(trial)
+        except (KeyboardInterrupt, Interrupted):  # a stop, not the configuration's failure: queued again
+            trial.set_user_attr("interrupted", True)  # (run_trials), as trials.md says
+            raise
+
+    def _run(self, trial: optuna.Trial) -> float:
         import optuna
         import torch
 
         from minbert.tuning.study import trials_needed, worker_id
 
-        self.current = trial
         if self.config.trials and trials_needed(self.study, self.config.trials, trial.number) <= 0:
             trial.set_user_attr("not_run", True)  # another worker asked for the last one at the same moment
             self.study.stop()
@@ -351,7 +361,7 @@ def write_reports(study: optuna.Study, config: SearchConfig, base: MultitaskConf
     with atomic_file(folder / "trials.md") as temp:  # atomic: every worker writes it as it ends
         temp.write_text(report.trials_table(study, config.objective) + "\n", encoding="utf-8")
     fixed = fixed_values(space)
-    command = report.write_best(folder / "best.yaml", study, recipe_values(base), fixed, config.objective)
+    command = report.write_best(folder, study, recipe_values(base), fixed, config.objective)
     pictures = report.write_pictures(study, folder, config.objective)
     print(f"{report.best_line(study, config.objective)}; trials in {folder / 'trials.md'}, "
           f"{len(pictures)} picture(s) in {folder}")
@@ -451,8 +461,9 @@ def confirm_best(config: SearchConfig, study: optuna.Study, space: list[Param], 
     configs = confirm.configurations(study, config.confirm, fixed, baseline(space, base))
     folder = Path(config.study_dir) / "confirm"
     for candidate in configs[1:]:
-        report.write_recipe(folder / f"{candidate.name}.yaml", study, candidate.trial, recipe_values(base), fixed,
-                            config.objective, f"Trial {candidate.trial.number}, one of the best")
+        report.write_recipe(folder / f"{candidate.name}.yaml", report.beside(config.study_dir, candidate.name), study,
+                            candidate.trial, recipe_values(base), fixed, config.objective,
+                            f"Trial {candidate.trial.number}, one of the best")
     torch.set_num_threads(config.threads)
     runs = len(configs) * len(config.seed_list)
     print(f"confirming {', '.join(c.name for c in configs)} with seeds {config.seeds}: {runs} runs of "
@@ -503,9 +514,14 @@ def run_trials(config: SearchConfig, study: optuna.Study, space: list[Param], tr
     worker = Worker(config, study, space, trial_argv, base)
     started = time.time()
 
+    def stopped_trial() -> optuna.trial.FrozenTrial | None:
+        """The trial a signal stopped (Worker.objective marks it), or None: the worker stopped between trials."""
+        trial = study.trials[worker.current.number] if worker.current is not None else None
+        return trial if trial is not None and trial.user_attrs.get("interrupted") else None
+
     def under_way() -> str:
-        if worker.current is None:
-            return "the worker stopped before its first trial"
+        if stopped_trial() is None:
+            return f"the worker stopped {'between trials' if worker.current else 'before its first trial'}"
         return (f"trial {worker.current.number} stopped, and is queued again: the study runs its configuration "
                 f"first when it goes on")
 
@@ -515,8 +531,9 @@ def run_trials(config: SearchConfig, study: optuna.Study, space: list[Param], tr
                            callbacks=[worker.after_trial], gc_after_trial=True)
         except (KeyboardInterrupt, Interrupted):  # the trial under way is failed (by Optuna), and its configuration
             # runs again later
-            if worker.current is not None:
-                queue_again(study, study.trials[worker.current.number])
+            stopped = stopped_trial()
+            if stopped is not None:
+                queue_again(study, stopped)
             raise
     log.info("this worker ran for %s", duration(time.time() - started))
 

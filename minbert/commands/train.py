@@ -9,7 +9,7 @@ evaluation) and predictions/{sst,para,sts}-{dev,test}-output.csv (the leaderboar
 from collections.abc import Sequence
 
 from minbert.common import cli
-from minbert.engine.callbacks import Callback
+from minbert.engine.callbacks import Callback, stops_before_start
 from minbert.training.multitask_config import MultitaskConfig
 
 
@@ -18,8 +18,9 @@ def main(argv: list[str] | None = None, callbacks: Sequence[Callback] = ()) -> d
     config = cli.parse_config(MultitaskConfig, __doc__, argv, program=cli.program("multitask_classifier.py", "train"),
                               recipe="mtdnn-minilm")
     # The training loads torch: imported once the flags are parsed, so that --help answers at once.
-    from minbert.engine.engine import Engine
-    from minbert.training.multitask import MultitaskRun
+    with stops_before_start(cli.as_given(config.command)):
+        from minbert.engine.engine import Engine
+        from minbert.training.multitask import MultitaskRun
 
     with Engine(config, callbacks) as engine:  # engine.config: with --resume, the run's own flags
         return {} if engine.finished else engine.fit(MultitaskRun(engine.config, engine))

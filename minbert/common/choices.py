@@ -16,6 +16,11 @@ QUANTIZE_HELP = ("int8: the encoder's Linear layers in int8, for inference on a 
                  "weights int8 per output channel, each batch's activations quantized as they come; the rest fp32): "
                  "faster, outputs within int8's rounding of fp32's (docs/results.md says how close and when it "
                  "pays); none: fp32")
+# --allow-partial-load (models/loading.py): a checkpoint loads exactly, every tensor its config.json implies and no
+# other, unless the user says otherwise.
+ALLOW_PARTIAL_LOAD_HELP = ("load a checkpoint whose weights do not match its config.json (tensors missing or left "
+                           "over): what matches loads, the rest keeps random initial values; without it, such a "
+                           "checkpoint is refused")
 # How the encoder runs a padded batch (models/bert.py).
 ATTENTION = ("auto", "padded", "packed")
 # --length-buckets and --cuda-graphs (training/step_shapes.py): auto decides by the device.

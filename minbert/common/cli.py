@@ -16,6 +16,7 @@ import inspect
 import logging
 import math
 import os
+import re
 import shlex
 import sys
 import typing
@@ -24,8 +25,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from minbert.common import distributed
-from minbert.common.errors import Interrupted, UsageError, UserError
-from minbert.common.files import RECIPES, in_repository, packaged_recipes, recipe_file
+from minbert.common.errors import Interrupted, UsageError, UserError, did_you_mean
+from minbert.common.files import RECIPES, in_repository, packaged_recipes, recipe_file, unknown_recipe
 from minbert.common.progress import log_to_stderr
 from minbert.common.run_folder import RECORD_KEYS, RUN_CONFIG
 
@@ -130,6 +131,7 @@ class Parser(argparse.ArgumentParser):
     def __init__(self, *args, program: Sequence[str] = (), **kwargs):
         super().__init__(*args, **{"allow_abbrev": False, **kwargs})  # --se is not --seed: a flag is typed whole
         self.program = list(program)
+        self.other_flags: list[str] = []  # flags a command parses apart (search.py's own), for did-you-mean
         if program:
             self.prog = usage_name(program)
 
@@ -144,7 +146,18 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str):
         again = printed_command([*self.program, "--help"]) if self.program else f"{self.prog} --help"
-        distributed.refuse(f"{self.prog}: error: {message} (see {again})")  # torchrun: once
+        guess = self.guess(message)
+        distributed.refuse(f"{self.prog}: error: {message}{f'; {guess}' if guess else ''} (see {again})")  # torchrun: once
+
+    def guess(self, message: str) -> str:
+        """For argparse's "unrecognized arguments" (--epoch 1) and "invalid choice" (a subcommand, --precision
+        fp23): the nearest flag or choice, "did you mean --epochs?"; "" for other messages, or nothing near."""
+        if message.startswith("unrecognized arguments: "):
+            flags = [option for action in self._actions for option in action.option_strings] + self.other_flags
+            typed = [word.split("=", 1)[0] for word in message.split()[2:] if word.startswith("--")]
+            return next(filter(None, (did_you_mean(word, flags) for word in typed)), "")
+        choice = re.search(r"invalid choice: '(.*?)' \(choose from (.*)\)$", message)
+        return did_you_mean(choice[1], re.findall(r"'(.*?)'", choice[2])) if choice else ""
 
     def parse_known_args(self, args=None, namespace=None):
         self.check_given_once(sys.argv[1:] if args is None else list(args))
@@ -258,6 +271,11 @@ def printed_command(words: Sequence[str]) -> str:
     return " ".join([*settings, shlex.join(words)])
 
 
+def as_given(command: CommandLine) -> str:
+    """A command line as it was given, printed for the user to run again."""
+    return printed_command(shlex.split(command.text)) if command.text else "the same command"
+
+
 def usage_name(program: Sequence[str]) -> str:
     """The command as --help's usage line names it, from the words that run it (program()): `minbert train` (the
     console command, or python -m minbert), or the script (`multitask_classifier.py`); not the interpreter's path nor
@@ -281,12 +299,14 @@ def shown_path(path: str) -> str:
 
 
 def parse_config(config_class: type, description: str, argv: list[str] | None = None,
-                 program: list[str] | None = None, recipe: str = ""):
+                 program: list[str] | None = None, recipe: str = "", other_flags: Sequence[str] = ()):
     """The config from the command line; a flag value the config rejects is a usage error (exit code 2).
     A config with a command field (command_field) gets its CommandLine. program: the words that run the command
     (program(); left out, a config built for Python code is named by the program running); recipe: the name of a
-    packaged recipe of this command's, for --config's help."""
+    packaged recipe of this command's, for --config's help; other_flags: the command's flags parsed before (search.py's
+    own), which an unknown flag may be a misspelling of."""
     parser = build_parser(config_class, description, program or ())
+    parser.other_flags = list(other_flags)
     program = program or [parser.prog]
     example = (f" or the name of a recipe that comes with the toolkit (e.g. {recipe}; all: {packaged_recipes()}), "
                f"or a run's {RUN_CONFIG}") if recipe else ""
@@ -294,6 +314,8 @@ def parse_config(config_class: type, description: str, argv: list[str] | None = 
                         "its values as on the command line; flags given on the command line win")
     argv = sys.argv[1:] if argv is None else argv
     config_file = parser.parse_known_args(argv)[0].config
+    if config_file and unknown_recipe(config_file):
+        parser.error(f"--config {config_file}: {unknown_recipe(config_file)}")
     config_file = config_file and recipe_file(config_file)
     file_values = config_file_values(parser, config_file, renamed_flags(config_class),
                                      command_line_only(config_class)) if config_file else {}
@@ -303,6 +325,10 @@ def parse_config(config_class: type, description: str, argv: list[str] | None = 
     args = vars(parser.parse_args(argv))
     args.pop("config")
     note_old_names(parser, config_class, argv)
+    for name in in_output_dir(config_class):  # the file's relative folder, in the run's --output-dir (X/predictions)
+        if name in file_values and file_values[name] and not Path(file_values[name]).expanduser().is_absolute() \
+                and not any(given(action, argv) for action in parser._actions if action.dest == name):
+            args[name] = file_values[name] = str(Path(args["output_dir"]) / file_values[name])
     if "command" in {field.name for field in dataclasses.fields(config_class)}:
         args["command"] = CommandLine(
             shlex.join([*program, *argv]),
@@ -314,11 +340,17 @@ def parse_config(config_class: type, description: str, argv: list[str] | None = 
         parser.error(str(error))
 
 
+def in_output_dir(config_class: type) -> tuple[str, ...]:
+    """The folders a --config file names relative to the run's --output-dir (its IN_OUTPUT_DIR: a recipe's
+    predictions-dir), so that they follow the --output-dir given on the command line."""
+    return getattr(config_class, "IN_OUTPUT_DIR", ())
+
+
 def packaged_folders(config_class: type, values: dict) -> dict:
     """A packaged recipe's values with the folders it names (the quick start's runs/quick-start) as default folders
     are: the repository's, or the current folder's for an installed package (files.in_repository), wherever the
-    command runs from."""
-    folders = {"output_dir", *getattr(config_class, "OUTPUT_FOLDERS", ())}
+    command runs from; not those inside its output folder (in_output_dir), which follow --output-dir."""
+    folders = {"output_dir", *getattr(config_class, "OUTPUT_FOLDERS", ())} - set(in_output_dir(config_class))
     return {name: in_repository(value) if name in folders and value else value for name, value in values.items()}
 
 
@@ -467,8 +499,11 @@ def parse_subcommand(commands: dict[str, type], description: str, argv: list[str
         add_flags(subcommands.add_parser(name, help=text.splitlines()[0] if text else None, description=text,
                                          formatter_class=HelpFormatter, program=[*program, name]), config_class)
     argv = sys.argv[1:] if argv is None else argv
-    args = vars(parser.parse_args(argv))
+    args, unknown = parser.parse_known_args(argv)
+    args = vars(args)
     name = args.pop("subcommand")
+    if unknown:  # refused by the subcommand, whose flags the nearest is found among, and whose --help is pointed to
+        subcommands.choices[name].error(f"unrecognized arguments: {' '.join(unknown)}")
     note_old_names(subcommands.choices[name], commands[name], argv)
     try:
         return commands[name](**args)

@@ -1,5 +1,7 @@
 """The errors a user can cause and fix. Commands turn them into one line and exit code 2 (cli.run);
 anything else is a bug and keeps its traceback."""
+import difflib
+from collections.abc import Iterable
 
 
 class UserError(Exception):
@@ -34,4 +36,23 @@ class Interrupted(Exception):
 
     def __init__(self, message: str, signal_number: int):
         super().__init__(message)
+        self.signal_number = signal_number
+
+
+def did_you_mean(word: str, known: Iterable[str]) -> str:
+    """"did you mean X?" for the known name nearest a mistyped one (--epoch: --epochs; quickstart: quick-start), by
+    difflib's similarity; "" when none is near enough to be a guess worth printing."""
+    # difflib's default cutoff, 0.6, guesses --quiet for --quantize (predict's flag, given to train): a guess that
+    # misleads is worse than none. 0.75 keeps a letter dropped, doubled or swapped (--epoch, --tri, fp23).
+    nearest = difflib.get_close_matches(word, list(known), n=1, cutoff=0.75)
+    return f"did you mean {nearest[0]}?" if nearest else ""
+
+
+class SignalStop(KeyboardInterrupt):
+    """A signal that stops a command at once (a second Ctrl-C, or any signal where there is no step to finish first):
+    raised where the command is, as Ctrl-C raises KeyboardInterrupt, so that every `finally` and context exit cleans
+    up (locks, temporary files); the command then says where it stands (Interrupted)."""
+
+    def __init__(self, signal_number: int):
+        super().__init__()
         self.signal_number = signal_number

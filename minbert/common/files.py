@@ -10,7 +10,7 @@ import traceback
 from contextlib import contextmanager
 from pathlib import Path
 
-from minbert.common.errors import CheckpointError, DiskFullError, UsageError
+from minbert.common.errors import CheckpointError, DiskFullError, UsageError, did_you_mean
 
 # Where a command reads and writes by default. Run from a checkout of the repository (the scripts at its root, or
 # `pip install -e .`), the course's data lies beside it (../shared/data) and the outputs go inside it (runs/,
@@ -50,14 +50,31 @@ RECIPES = PACKAGE / "recipes"
 def recipe_file(name: str, folder: Path = RECIPES) -> str:
     """A --config or --space value as a file: the file it names, or else the packaged recipe of that name
     (quick-start -> minbert/recipes/quick-start.yaml); a name that is neither is returned as given, for the
-    reader to refuse."""
+    reader to refuse (unknown_recipe says what to write instead)."""
     packaged = folder / f"{name}.yaml"
     return str(packaged) if not Path(name).exists() and "/" not in name and packaged.is_file() else name
 
 
 def packaged_recipes(folder: Path = RECIPES) -> str:
     """The names of the packaged recipes in `folder`, as a message lists them."""
-    return ", ".join(sorted(path.stem for path in folder.glob("*.yaml")))
+    return ", ".join(recipe_names(folder))
+
+
+def recipe_names(folder: Path = RECIPES) -> list[str]:
+    return sorted(path.stem for path in folder.glob("*.yaml"))
+
+
+def unknown_recipe(name: str, folder: Path = RECIPES, what: str = "recipe") -> str:
+    """What is wrong with a --config or --space value that names no file and no packaged recipe (quickstart): the
+    recipes there are (what: "recipe", or "space" for search.py's), and the nearest; "" for a file or a recipe that
+    exists."""
+    if Path(recipe_file(name, folder)).exists():
+        return ""
+    if "/" in name:  # a path: not meant as a recipe's name
+        return "no such file"
+    guess = did_you_mean(name, recipe_names(folder))
+    return (f"no such file, and no {what} of that name comes with the toolkit{f'; {guess}' if guess else ''} "
+            f"(the {what}s: {packaged_recipes(folder)})")
 
 
 def missing_default_data(path: Path) -> str | None:
@@ -164,7 +181,8 @@ def atomic_directory(path: str | Path, expected: int = 0):
     how many bytes the folder takes (a disk that fills up says so), if the old one is no guide.
 
     The swap is two renames: path -> .path.old, then temp -> path, then .path.old is removed. A process that
-    dies at any point leaves one complete folder, path or .path.old, which recover_directory puts back.
+    dies at any point leaves one complete folder, path or .path.old, which recover_directory puts back; one that a
+    signal stops (KeyboardInterrupt) puts it back itself.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -178,6 +196,9 @@ def atomic_directory(path: str | Path, expected: int = 0):
             path.rename(old)
         temp.rename(path)
         shutil.rmtree(old, ignore_errors=True)
+    except KeyboardInterrupt:  # a signal that stops the command at once: the old folder back if the swap was half-way
+        recover_directory(path)
+        raise
     except Exception as error:
         full = _disk_full_error(error, path, temp, max(expected, _size(path)))
         if full is None:
@@ -226,6 +247,9 @@ def atomic_files(folder: str | Path, expected: int = 0):
         _as_umask_allows(temp)
         temp.rename(folder / READY)
         _move_into(folder / READY, folder)
+    except KeyboardInterrupt:  # a signal that stops the command at once: a complete set moved the rest of the way in
+        recover_files(folder)
+        raise
     except Exception as error:
         full = _disk_full_error(error, folder, temp, expected, kept=f"the files in {folder} are as they were")
         if full is None:
@@ -265,6 +289,33 @@ def remove_entry(path: str | Path) -> None:
     shutil.rmtree(doomed, ignore_errors=True)
     path.rename(doomed)
     shutil.rmtree(doomed)
+
+
+def why_not_removable(entry: str | Path) -> str:
+    """Why the system would not let remove_entry remove `entry` whole (the path and the system's reason), or "" if
+    it would: asked of the system itself, with nothing removed, since permissions alone do not tell (root ignores
+    them; an immutable or append-only file, a read-only or mounted folder, stop root too). Every folder it would
+    change must take a file and let it go again; every file must take a second name (the system refuses one to an
+    immutable or append-only file, which it would not remove either); no folder may be a mount point."""
+    entry = Path(entry)
+    folders = [entry.parent, *(Path(root) for root, _, _ in os.walk(entry))]  # os.walk follows no link
+    files = [Path(root) / name for root, _, names in os.walk(entry) for name in names] if entry.is_dir() else [entry]
+    for folder in folders[1:]:
+        if os.path.ismount(folder):
+            return f"{folder}: a mount point"
+    try:
+        for folder in folders:
+            probe = tempfile.NamedTemporaryFile(dir=folder, prefix=".removable-", suffix=".tmp", delete=True)
+            probe.close()
+        for file in files:
+            if file.is_symlink():
+                continue  # a link inside the entry goes as a name of its folder, whatever it points to
+            twin = file.with_name(f".{file.name}.removable.tmp")
+            os.link(file, twin)
+            os.unlink(twin)
+    except OSError as error:
+        return f"{error.filename}: {error.strerror or error}"
+    return ""
 
 
 _made: set[Path] = set()  # the folders this command created and may take back (made_here)
@@ -370,13 +421,17 @@ def read_json(path: str | Path) -> dict:
         raise CheckpointError(f"{path}: cannot read ({error})") from None
 
 
-def append_jsonl(path: str | Path, record: dict) -> None:
+def append_jsonl(path: str | Path, record: dict, create: bool = True) -> None:
     """One JSON object a line (metrics logs): appended, so earlier lines are never rewritten (a line cut short by a
-    full disk is dropped when the run is resumed)."""
+    full disk is dropped when the run is resumed). create: False where the file must exist already (a
+    FileNotFoundError if it does not, never a new file)."""
     path, line = Path(path), json.dumps(record) + "\n"
     try:
-        with open(path, "a", encoding="utf-8") as f:
+        handle = os.open(path, os.O_WRONLY | os.O_APPEND | (os.O_CREAT if create else 0), 0o666)
+        with open(handle, "a", encoding="utf-8") as f:
             f.write(line)
+    except FileNotFoundError:
+        raise
     except OSError as error:
         full = _disk_full_error(error, path, None, len(line.encode()), kept="its earlier lines are intact")
         if full is None:

@@ -30,12 +30,14 @@ def lock(lock_file: Path, in_use: str, place: str = "") -> None:
         _held[key][1] += 1
         return
     while True:
-        handle = open(lock_file, "a+")
+        # Unbuffered: a pid that does not fit (a full disk) fails at its write, once, and closing the file does not
+        # flush it again (which would raise the same error from inside the handler of the first).
+        handle = open(lock_file, "a+b", buffering=0)
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             handle.seek(0)
-            holder = handle.read().strip()
+            holder = handle.read().decode("ascii", "replace").strip()
             handle.close()
             raise UsageError(in_use.format(pid=holder or "?")) from None
         try:  # the holder may have released it and removed the file after we opened it: lock the new one
@@ -47,8 +49,7 @@ def lock(lock_file: Path, in_use: str, place: str = "") -> None:
     try:
         handle.seek(0)
         handle.truncate()
-        handle.write(f"{os.getpid()}\n")
-        handle.flush()
+        handle.write(f"{os.getpid()}\n".encode("ascii"))
     except OSError as error:  # a full disk (ENOSPC): the pid does not fit
         Path(lock_file).unlink(missing_ok=True)
         handle.close()

@@ -6,7 +6,12 @@ Each of them is
   naming the first's pid, and a lock left by a command killed with kill -9 is taken over;
 - never one of the command's own inputs, and never inside a run folder or a checkpoint folder (another command's
   files, which a save or an --overwrite replaces whole);
-- cleaned of the temporary files a killed writer left, by the next writer.
+- cleaned of the temporary files a killed writer left, by the next writer;
+- written whole to a temporary file beside it and renamed into place (an interrupted write leaves the old file), with
+  a record of the write beside it (.NAME.written-by.json: the command and the file's SHA-256): a file that exists is
+  replaced only if such a record says a command of ours wrote it as it is now, or the user says --overwrite; never
+  through a symbolic link, never a file of a checkpoint or of another command's leaderboard set, never one of the
+  command's inputs, --overwrite or not.
 A leaderboard folder's files (dev and test of every task, and an ensemble's report when it lies there) are written
 as one set (common.files.atomic_files), with written-by.json, moved in last, which names the run or the ensemble
 that wrote them and lists the files: a different writer is refused unless --overwrite is given, and then the old
@@ -22,8 +27,8 @@ from typing import Callable
 
 from minbert.common import locks
 from minbert.common.errors import UsageError
-from minbert.common.files import (SET_RECORD, atomic_files, check_writable, check_writable_file, make_folders, recover_files,
-                                  remove_empty, write_json)
+from minbert.common.files import (SET_RECORD, atomic_file, atomic_files, check_writable, check_writable_file,
+                                  make_folders, recover_files, remove_empty, write_json)
 from minbert.common.run_folder import BEST, LAST, LOCK, METRICS, RUN_CONFIG, RunFolder
 
 LEADERBOARD_FILES = "*-*-output.csv"  # evaluation/predictions.py's names: {task}-{dev,test}-output.csv
@@ -72,6 +77,9 @@ def check_place(path: str | Path, flag: str, inputs: dict[str, str] | None = Non
         if source and target == _resolved(source):
             raise UsageError(f"{flag} {path}: the file {source_flag} reads; writing it would destroy it before it "
                              f"is read; choose another {flag}")
+        if source and _resolved(source).is_dir() and _resolved(source) in target.parents:
+            raise UsageError(f"{flag} {path}: inside {source}, the folder {source_flag} reads; writing there could "
+                             f"replace a file it reads; choose a place outside it")
     for folder in (target, *target.parents):
         if (own_run is not None and folder == _resolved(own_run)) or folder in _own:
             return
@@ -116,11 +124,70 @@ def _clean_temporaries(folder: Path, names) -> None:
             temp.unlink(missing_ok=True)
 
 
+def _record_of(path: Path) -> Path:
+    """Where the record of a file a command wrote lies: .NAME.written-by.json beside it."""
+    return path.with_name(f".{path.name}.written-by.json")
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def written_by(path: str | Path) -> str | None:
+    """The command that wrote the file `path` as it is now (its record, made at the write, holds the file's SHA-256),
+    or None: no record, or the file changed since. Never a file's name or its first line: a user's file may look like
+    any of ours."""
+    path = Path(path)
+    try:
+        record = json.loads(_record_of(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not (isinstance(record, dict) and isinstance(record.get("written_by"), str) and path.is_file()):
+        return None
+    return record["written_by"] if record.get("sha256") == _sha256(path) else None
+
+
+def check_replaceable(path: Path, flag: str, overwrite: bool, checkpoint: Path | None = None) -> None:
+    """Refuse an output file that the command may not replace: a symbolic link, a file of another command's
+    leaderboard set, a file of the checkpoint folder `checkpoint` (the model's own folder a file is added to), each
+    whatever the flags; and, unless --overwrite, any file no command of ours wrote (written_by)."""
+    if path.is_symlink():
+        raise UsageError(f"{flag} {path}: a symbolic link (to {os.readlink(path)}); a command never writes through a "
+                         f"link: give the path of the file itself")
+    if not path.exists():
+        return
+    leaderboard = LeaderboardFolder(path.parent, flag, "").record()
+    if leaderboard and (path.name in leaderboard["files"] or path.name == SET_RECORD):
+        raise UsageError(f"{flag} {path}: a file of the leaderboard files of {leaderboard.get('written_by', '?')} "
+                         f"(listed in {path.parent / SET_RECORD}), which only their writer replaces; choose another "
+                         f"{flag}")
+    if written_by(path):
+        return
+    if checkpoint is not None:
+        raise UsageError(f"{flag} {path}: a file of the checkpoint in {checkpoint}, which no command writes over, "
+                         f"--overwrite or not; give a new file name")
+    if not overwrite:
+        raise not_ours(path, flag)
+
+
+def not_ours(path: Path, flag: str) -> UsageError:
+    """The refusal of an existing file that no command of ours wrote, which only --overwrite replaces."""
+    return UsageError(f"{flag} {path}: a file no command of ours wrote (no record of the write beside it); choose "
+                      f"another {flag}, or replace it with --overwrite")
+
+
 @contextmanager
-def output_file(path: str | Path, flag: str, inputs: dict[str, str] | None = None):
-    """Hold the file `path` for the command's writes: checked (check_place, writable), locked (.NAME.lock beside
-    it), leftover temporaries of a killed writer removed; unlocked when the block ends."""
-    check_place(path, flag, inputs)  # as given: '' is no path, though Path('') is the current folder
+def output_file(path: str | Path, flag: str, inputs: dict[str, str] | None = None, overwrite: bool = False,
+                checkpoint: Path | None = None):
+    """Hold the file `path` for the command's writes (write_output): checked (check_place, writable,
+    check_replaceable), locked (.NAME.lock beside it), leftover temporaries of a killed writer removed; unlocked when
+    the block ends. checkpoint: the checkpoint folder the file is added to (check_place's own_run)."""
+    # As given: '' is no path, though Path('') is the current folder.
+    check_place(path, flag, inputs, own_run=checkpoint)
     path = Path(path)
     check_writable_file(path, flag)
     made, lock_file = make_folders(path.parent), path.with_name(f".{path.name}.lock")
@@ -128,12 +195,24 @@ def output_file(path: str | Path, flag: str, inputs: dict[str, str] | None = Non
         locks.lock(lock_file, f"{flag} {path} is being written by another command (pid {{pid}}); wait until it "
                               f"ends, or choose another {flag}", place=f"{flag} {path}")
         try:
-            _clean_temporaries(path.parent, [path.name])
+            _clean_temporaries(path.parent, [path.name, _record_of(path).name])
+            check_replaceable(path, flag, overwrite, checkpoint)
             yield path
         finally:
             locks.unlock(lock_file)
     finally:
         remove_empty(made)  # a command refused before it wrote takes back the folders it made
+
+
+@contextmanager
+def write_output(path: str | Path, writer: str):
+    """The one way a command writes an output file (held by output_file): yields a temporary path beside it; when
+    the block ends, the file takes the place of the old one in one rename (an interrupted block leaves the old file
+    whole, or none), and its record says `writer` wrote it."""
+    path = Path(path)
+    with atomic_file(path) as temp:
+        yield temp
+    write_json(_record_of(path), {"written_by": writer, "sha256": _sha256(path)})
 
 
 @contextmanager
@@ -173,9 +252,10 @@ class LeaderboardFolder:
 
     def claim(self, overwrite: bool, own_run: Path | None = None, resume: bool = False) -> "LeaderboardFolder":
         """Own the folder for the command: checked (check_place, writable), locked, a set a killed writer left
-        half-moved completed and its temporaries removed; refused when it holds another writer's leaderboard files
-        (those of a folder written before records were kept count as another's), unless --overwrite (which a run
-        continued with --resume cannot take: it is told to take another folder)."""
+        half-moved completed and its temporaries removed; refused when it holds another writer's leaderboard files,
+        unless --overwrite (which a run continued with --resume cannot take: it is told to take another folder), and
+        whatever the flags when it holds leaderboard files that no record lists (the user's, whatever their names:
+        no command replaces them)."""
         check_place(self.given, self.flag, own_run=own_run)
         check_writable(self.path, self.flag)
         self.made = make_folders(self.path)  # taken back if the command is refused before it writes anything
@@ -184,10 +264,14 @@ class LeaderboardFolder:
                                        f"until it ends, or choose another {self.flag}",
                        place=f"{self.flag} {self.path}")
             recover_files(self.path)
-            _clean_temporaries(self.path, [*self._files(), SET_RECORD])
+            _clean_temporaries(self.path, [*self._files(), *self._unrecorded(), SET_RECORD])
             record = self.record()
-            others = record.get("written_by") if record else (
-                f"a command that left no {SET_RECORD}" if self._unrecorded() else None)
+            foreign = [name for name in self._unrecorded() if name not in self._files()]
+            if foreign:
+                raise UsageError(f"{self.flag} {self.path} holds leaderboard files that no command recorded writing "
+                                 f"({', '.join(foreign)}): they may be yours, and no command replaces them, "
+                                 f"--overwrite or not; move them out of {self.path}, or choose another {self.flag}")
+            others = record.get("written_by") if record else None
             if others not in (None, self.writer) and not overwrite:
                 advice = (f"resume with another {self.flag} (--resume takes a new one)" if resume else
                           f"choose another {self.flag}, or replace them with --overwrite")
@@ -202,6 +286,17 @@ class LeaderboardFolder:
         locks.unlock(self.lock_file)
         remove_empty(self.made)
 
+    def check_in_place(self) -> None:
+        """Stop a command whose folder was moved, removed or replaced (by a file) while it held it, before it writes
+        there again: it would make a new folder where the folder was (or fail on the file), without a lock. Its lock
+        file tells (common/locks.py)."""
+        if locks.in_place(self.lock_file):
+            return
+        now = locks.now_at(self.lock_file)
+        where = f"moved to {now.parent}" if now else "removed (or replaced)"
+        raise UsageError(f"{self.flag} {self.path} was {where} while the command ran; it stopped, and wrote nothing "
+                         f"more where the folder was")
+
     def record(self) -> dict | None:
         """written-by.json: {"written_by": the writer, "files": {name: SHA-256}}; None where there is none."""
         try:
@@ -214,14 +309,15 @@ class LeaderboardFolder:
         return sorted(path.name for path in self.path.glob(LEADERBOARD_FILES))
 
     def _files(self) -> list[str]:
-        """The files of the folder's set: its record's, or (no record) its leaderboard files."""
+        """The files of the folder's set, as its record lists them ([] where there is none)."""
         record = self.record()
-        return sorted(record["files"]) if record else self._unrecorded()
+        return sorted(record["files"]) if record else []
 
     def write(self, files: dict[str, Callable[[Path], None]]) -> list[Path]:
         """Write the set: name -> a function that writes that file at the path it is given. The old set's files
-        that the new one does not have go; so do other leaderboard files (an --overwrite of another's)."""
-        stale = set(self._files()) | set(self._unrecorded())
+        (its record's) that the new one does not have go."""
+        self.check_in_place()
+        stale = set(self._files())
         with atomic_files(self.path) as temp:
             for name, write in files.items():
                 write(temp / name)

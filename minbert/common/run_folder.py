@@ -19,6 +19,7 @@ runs in it stops the command at its next write (check_in_place): it never writes
 import json
 import logging
 import os
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from minbert.common import locks
 from minbert.common.errors import CheckpointError, UsageError
 from minbert.common.files import (append_jsonl, atomic_directory, atomic_file, check_writable, make_folders, read_json,
                                   recover_directory, recover_files, remove_empty, remove_entry, same_place,
-                                  without_local_path, without_local_paths, write_json)
+                                  why_not_removable, without_local_path, without_local_paths, write_json)
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +37,9 @@ RUN_CONFIG = "run_config.json"
 STATE = "training_state.pt"
 LOCK = ".lock"
 WROTE = "wrote"  # the run config's record of the entries of its folder a run writes (RunFolder.manifest)
+# Inside a checkpoint a run saved (best/, last/): the record of the files the save wrote there, by their paths inside
+# it and their sizes, saved with them. What it does not list was put there since, and --overwrite leaves it alone.
+SAVED_FILES = ".written-by.json"
 # What a run config holds beside the flags: a run's run config is a --config file too, whose reader skips these.
 RECORD_KEYS = ("resolved", "provenance", "finished", WROTE)
 
@@ -100,12 +104,14 @@ class RunFolder:
         self.config_file = config_file(self.path)
         self.lock_file = self.path / LOCK
         self.held = []  # outputs of the run's outside the folder, released with it (hold)
+        self.log_begun = False  # whether this command appended to metrics.jsonl (append_record)
         self.made = []  # the folders its claim created
         # Between a claim and start(): what the command will replace, kept as it is until the run can train.
         self.waiting = False
         self.replaced: list[Path] = []  # what --overwrite removes: what the run it replaces wrote
         self.kept_log: bytes | None = None  # metrics.jsonl as --resume cuts it back
         self.new_config: dict | None = None  # the run config the command writes
+        self.goes_on: Callable[[RunFolder], str] | None = None  # its claim's
 
     def __str__(self) -> str:
         return str(self.path)
@@ -146,14 +152,17 @@ class RunFolder:
     # ---- owning it ----
 
     def claim(self, owned: tuple[str, ...], resume: bool, overwrite: bool, sources: dict[str, str],
-              again: str = "the same command with --overwrite") -> None:
+              again: str = "the same command with --overwrite",
+              goes_on: Callable[["RunFolder"], str] | None = None) -> None:
         """Own the folder for a command: created if need be and locked for this process (a second command into it
         is refused, naming the first's pid); a run in it refused unless continued (--resume) or replaced
         (--overwrite: what the run there recorded writing is removed, nothing else: _replace), once the newest
         complete files of saves that died half-way are put back. owned: the entries the command writes over whole
         (best/, last/, metrics.jsonl); sources: flag -> path, what it reads. What the command replaces in a run it
         finds there (--overwrite's entries, --resume's log lines and run config) stays as it is until start(). Under
-        torchrun rank 0 alone claims (its machine alone has the folder)."""
+        torchrun rank 0 alone claims (its machine alone has the folder). goes_on: for a run folder, what continues
+        its run, or starts it again (the command's words: a moved folder's line says it)."""
+        self.goes_on = goes_on
         if resume and overwrite:
             raise UsageError("--resume continues the run in --output-dir and --overwrite replaces it: give one of them")
         check_writable(self.path, "--output-dir")
@@ -197,8 +206,12 @@ class RunFolder:
         alone: an entry the command writes over whole (`owned`) that no run recorded is the user's, and the command
         is refused. Everything is checked before anything goes: no entry is, or lies behind, a symbolic link (it
         would remove what lies outside the folder), each can be removed, none holds what the command reads."""
+        if has_config(self.path) and not self.holds_run_config():
+            raise UsageError(f"--output-dir {self.path} holds a {RUN_CONFIG} that no run wrote (it records no run's "
+                             f"id nor what the run wrote), which the run would write over, --overwrite or not; move "
+                             f"it out of {self.path}, or choose another --output-dir")
         # Folders without a file in them do not count: a start refused after check_writable leaves such folders;
-        # nor does a run config alone: a start that stopped before its first step (bad data, a loss not finite).
+        # nor does a run's config alone: a start that stopped before its first step (bad data, a loss not finite).
         held = [entry.name for entry in sorted(self.path.iterdir()) if entry.name != LOCK and _holds_files(entry)]
         if held == [RUN_CONFIG]:
             held = []
@@ -229,22 +242,38 @@ class RunFolder:
         self.replaced = [entry for _, entry in replaced]
 
     def _check_removable(self, name: str, entry: Path) -> None:
-        """Refuse (before anything is removed) an entry --overwrite cannot remove whole from within the folder: a
-        symbolic link, or a path through one, which would lead outside it; one a permission keeps."""
+        """Refuse (before anything is removed) an entry --overwrite cannot remove whole from within the folder: one
+        its record names outside the folder (an absolute path, .., a path through a symbolic link), a symbolic link
+        itself, or one holding a file or folder the system will not let go (why_not_removable)."""
         relative = Path(name)
-        within = (not relative.is_absolute() and ".." not in relative.parts
-                  and entry.parent.resolve() == self.path.resolve().joinpath(*relative.parts[:-1]))
-        if entry.is_symlink() or not within:
+        if relative.is_absolute() or ".." in relative.parts:
+            raise UsageError(f"--overwrite would remove {entry}, which lies outside {self.path} (its {RUN_CONFIG} "
+                             f"records it); --overwrite removes only what lies inside the run folder, and removed "
+                             f"nothing: choose another --output-dir")
+        if entry.is_symlink() or entry.parent.resolve() != self.path.resolve().joinpath(*relative.parts[:-1]):
             what = (f"a symbolic link to {os.readlink(entry)}" if entry.is_symlink() else
                     "which lies outside it, through a symbolic link")
             raise UsageError(f"--overwrite would remove {entry}, {what}; --overwrite never follows a link out of "
                              f"{self.path}, and removed nothing: remove the link yourself, or choose another "
                              f"--output-dir")
-        folders = [entry.parent, *(Path(root) for root, _, _ in os.walk(entry))]  # os.walk follows no link
-        kept = next((folder for folder in folders if not os.access(folder, os.W_OK | os.X_OK)), None)
-        if kept is not None:
-            raise UsageError(f"--overwrite cannot remove {entry} ({kept}: permission denied), and removed nothing: "
-                             f"give yourself the permission, or choose another --output-dir")
+        added = _not_saved_there(entry)
+        if added:
+            raise UsageError(f"--overwrite would remove {added}, which the run did not write ({SAVED_FILES} in "
+                             f"{entry}, the record of what its save wrote there, does not list it), and removed "
+                             f"nothing: move it out of {entry}, or choose another --output-dir")
+        reason = why_not_removable(entry)
+        if reason:
+            raise UsageError(f"--overwrite cannot remove {entry} ({reason}), and removed nothing: make it removable, "
+                             f"or choose another --output-dir")
+
+    def holds_run_config(self) -> bool:
+        """Whether the folder's run_config.json is a run's: what a trainer records as it writes it (the run's id, what
+        it writes in the folder), never only its name; a file of flags of the user's (a --config file) is not."""
+        try:
+            config = read_config(self.path)
+        except CheckpointError:
+            return False
+        return bool(run_id(config)) or isinstance(config.get(WROTE), list)
 
     def written(self) -> list[str]:
         """What the run in the folder recorded writing there (its run config's WROTE: paths inside the folder); []
@@ -314,6 +343,8 @@ class RunFolder:
         with atomic_directory(self.best if best else self.last, expected=expected) as temp:
             yield temp
             write_config(temp, shareable_config(run_config) if best else run_config)
+            write_json(temp / SAVED_FILES, {"files": {file.relative_to(temp).as_posix(): file.stat().st_size
+                                                      for file in sorted(temp.rglob("*")) if file.is_file()}})
 
     def remove_resumable(self) -> None:
         """A finished command that keeps no resumable checkpoint (pretrain_contrastive.py) removes last/."""
@@ -353,7 +384,7 @@ class RunFolder:
 
     def stopped_unsaved(self) -> bool:
         """Whether the folder holds a run that stopped (killed, or failed) before it saved last/: nothing to resume."""
-        return has_config(self.path) and not self.finished() and not self.state_file.exists()
+        return self.holds_run_config() and not self.finished() and not self.state_file.exists()
 
     def latest_command(self) -> dict:
         """The provenance of the last command that ran the run (its start's, or its latest --resume's); {} if none."""
@@ -383,22 +414,35 @@ class RunFolder:
         write_config(self.path, {**run_config, "finished": {"step": step, "stopped_early": stopped_early}})
 
     def append_record(self, record: dict) -> None:
+        """A line of metrics.jsonl. Once the log was begun, an append never makes it again: a log removed meanwhile
+        (rm -rf of the folder under way) stops the command, rather than leave a new log where the folder was."""
         self.check_in_place()
-        append_jsonl(self.metrics_log, record)
+        try:
+            append_jsonl(self.metrics_log, record, create=not self.log_begun)
+        except FileNotFoundError:
+            self.check_in_place()
+            raise UsageError(f"--output-dir {self.path}: {METRICS} was removed while the command ran in it; it "
+                             f"stopped, and wrote nothing more") from None
+        self.log_begun = True
 
     def check_in_place(self) -> None:
         """Stop a command whose folder was moved (mv) or removed while it ran, before it writes again: it would
         write on where the folder was, without a lock, a run of its folder's lines and checkpoints missing. Its lock
-        file tells (common/locks.py): it goes with the folder. What the run saved stays where the folder is now."""
+        file tells (common/locks.py): it goes with the folder. What the run saved stays where the folder is now. The
+        outputs it holds outside the folder (a --predictions-dir) are checked alike."""
+        for output in self.held:
+            output.check_in_place()
         if locks.in_place(self.lock_file):
             return
         now = locks.now_at(self.lock_file)
         if now is None:
             raise UsageError(f"--output-dir {self.path} was removed while the command ran in it; it stopped, and "
                              f"wrote nothing more")
+        moved = RunFolder(now.parent)
+        saved = f"what it saved is in {moved}" if moved.state_file.exists() else "it saved no checkpoint to resume from"
+        advice = self.goes_on(moved) if self.goes_on else f"its --output-dir is now {moved}"
         raise UsageError(f"--output-dir {self.path} was moved to {now.parent} while the command ran in it; it "
-                         f"stopped, and wrote nothing more where the folder was; what it saved is in {now.parent}: "
-                         f"to go on, --resume it there (--output-dir {now.parent} --resume)")
+                         f"stopped, and wrote nothing more where the folder was; {saved}; {advice}")
 
     def records(self) -> list[tuple[bytes, dict]]:
         """The lines of metrics.jsonl and what each holds, but for a last line a kill or a full disk cut short (no
@@ -466,6 +510,31 @@ def _inside(path: Path, folder: Path) -> bool:
     """Whether `path` is `folder` or lies inside it, wherever either points (symbolic links, ., ..)."""
     path, folder = path.expanduser().resolve(), folder.expanduser().resolve()
     return path == folder or folder in path.parents
+
+
+def add_to_saved(folder: Path, file: Path) -> None:
+    """A file a run wrote into a checkpoint it saved before (its test outputs in best/), added to the checkpoint's
+    record of its files (SAVED_FILES), where it has one."""
+    record = folder / SAVED_FILES
+    try:
+        saved = json.loads(record.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    if isinstance(saved, dict) and isinstance(saved.get("files"), dict):
+        saved["files"][file.relative_to(folder).as_posix()] = file.stat().st_size
+        write_json(record, saved)
+
+
+def _not_saved_there(folder: Path) -> Path | None:
+    """The first file (or link) in a checkpoint folder that its save's record (SAVED_FILES) does not list: put there
+    since. None where all are listed, or for a folder without a record (a file; a checkpoint saved before records
+    were made)."""
+    try:
+        saved = json.loads((folder / SAVED_FILES).read_text(encoding="utf-8"))["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return next((path for path in sorted(folder.rglob("*")) if (path.is_file() or path.is_symlink())
+                 and path != folder / SAVED_FILES and path.relative_to(folder).as_posix() not in saved), None)
 
 
 def _holds_files(entry: Path) -> bool:

@@ -16,7 +16,7 @@ callbacks set is what every process does.
 
 The callbacks that ship with the project are here too: the progress bar, best/ when the score improves, early
 stopping (--patience) and the timed save of last/ (--save-every-minutes); the loggers (--report-to) are in
-engine/reporting.py. So is a graceful stop on a signal (Interruption), which the engine holds on every process.
+engine/reporting.py. So is a stop on a signal (Interruption), which the command holds on every process.
 """
 import dataclasses
 import logging
@@ -26,9 +26,11 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from minbert.common.errors import Interrupted, SignalStop
 from minbert.common.progress import Progress, on_terminal
 
 log = logging.getLogger(__name__)
@@ -166,11 +168,16 @@ class TimedSave(Callback):
 
 class Interruption:
     """Ctrl-C (SIGINT), SIGTERM (kill, a batch job's end, torchrun passing either on) and SIGUSR1 (SLURM's
-    --signal=USR1@SECONDS before a time limit): the step under way finishes, last/ is saved, and the command stops
-    saying how to resume. The same signal again stops at once; another is held back (torchrun, given a second
-    Ctrl-C, sends its processes SIGTERM after the first's SIGINT: they still save). Used as a context around the
-    loop on every process: the signal any process received reaches the control they all agree on after each step
-    (Engine._agreed_control), so that every process saves and stops after the same step.
+    --signal=USR1@SECONDS before a time limit), from a command's set-up to its end (engine/command.py). Between the
+    training loop's steps (deferred()) the step under way finishes, last/ is saved, and the command stops saying how
+    to resume; the same signal again stops at once; another is held back (torchrun, given a second Ctrl-C, sends its
+    processes SIGTERM after the first's SIGINT: they still save). Anywhere else (the set-up, the run's finish: its
+    test predictions and leaderboard files) there is no step to finish, and a signal stops the command at once. A stop
+    at once raises SignalStop where the command is, so that what it was writing is left whole or removed and its
+    locks are released; the command then says where it stands. From then on (stopping) every signal is held back:
+    nothing cuts that clean-up short. Under torchrun every process holds one: the signal any process received in the
+    loop reaches the control they all agree on after each step (Engine._agreed_control), so that every process saves
+    and stops after the same step.
 
     Python runs a handler once for every signal that arrived while the main thread was busy in C (a backward pass,
     seconds on a CPU): two Ctrl-C within it would be one call. So the signals are counted as they arrive, from the
@@ -183,6 +190,8 @@ class Interruption:
         self.received, self.previous = 0, {}
         self.arrivals = self.wakeup = None  # the two ends of the wakeup socket, while the context is open
         self.previous_wakeup = -1
+        self.deferring = False  # in the training loop: a first signal waits for the end of the step under way
+        self.stopping = False  # the command is stopping: every signal is held back
 
     def __enter__(self) -> "Interruption":
         if threading.current_thread() is threading.main_thread():  # Python's signal handlers live there only
@@ -206,13 +215,29 @@ class Interruption:
             self.wakeup.close()
             self.arrivals = self.wakeup = None
 
+    @contextmanager
+    def deferred(self):
+        """Around the training loop's steps: a first signal waits for the end of the step under way (the loop acts on
+        it). One that came after the loop's last look (during its last save) stops the command as the loop ends."""
+        self.deferring = True
+        try:
+            yield
+        finally:
+            self.deferring = False
+        if self.received:
+            self.stop(self.received)
+
+    def stop(self, number: int) -> None:
+        """Stop the command at once (SignalStop), holding back every signal from now on."""
+        self.stopping = True
+        raise SignalStop(number)
+
     def on_signal(self, number, frame) -> None:
         for arrived in self.arrived(number):
-            if self.received == arrived:  # the second: at once
-                self.__exit__()
-                raise KeyboardInterrupt
-            if self.received:
-                continue
+            if self.stopping or (self.received and arrived != self.received):
+                continue  # held back
+            if self.received or not self.deferring:  # the second, or one with no step to finish: at once
+                self.stop(arrived)
             self.received = arrived
             log.warning("%s: finishing the step under way, then saving last/ (again to stop at once)",
                         signal.Signals(arrived).name)
@@ -228,3 +253,15 @@ class Interruption:
             return []
         handled = set(self.previous)
         return [arrived for arrived in numbers if arrived in handled]
+
+
+@contextmanager
+def stops_before_start(command: str):
+    """Around what a trainer does before its run's set-up (loading the training code: seconds): a signal stops it
+    with one line, nothing written yet, and `command` (the command as given), which starts it."""
+    try:
+        with Interruption():
+            yield
+    except SignalStop as stop:
+        raise Interrupted(f"{signal.Signals(stop.signal_number).name}: stopped while starting, before it wrote "
+                          f"anything; to start it: {command}", stop.signal_number) from None

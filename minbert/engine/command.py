@@ -1,8 +1,10 @@
 """A command's hold on its run: the device and the flags it trains with, --output-dir claimed (rank 0 locks it;
 half-written saves recovered), --resume (the run's own flags and training state, engine/resume.py), the run
-config with what reproduces the run, the loggers of --report-to, and, when the command ends normally, the record
-that its run finished. The training loop (engine/engine.py) is built on it."""
+config with what reproduces the run, the loggers of --report-to, the signals that stop it (engine/callbacks.py's
+Interruption: a stop at once ends with one line saying where the run stands), and, when the command ends normally,
+the record that its run finished. The training loop (engine/engine.py) is built on it."""
 import logging
+import signal
 import sys
 import time
 import uuid
@@ -10,18 +12,20 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from minbert.common import distributed
-from minbert.common.cli import resolve_device
+from minbert.common.cli import as_given, resolve_device
+from minbert.common.errors import Interrupted, SignalStop
 from minbert.common.outputs import check_place
 from minbert.common.provenance import provenance
 from minbert.common.run_folder import WROTE, RunFolder, run_id
 from minbert.common.seeding import seed_everything
 from minbert.models.bert import resolve_attention
 from minbert.models.compile import check_can_compile, compile_encoder
-from minbert.engine.callbacks import Callback, Control, EngineState
+from minbert.engine.callbacks import Callback, Control, EngineState, Interruption
 from minbert.engine.config import TrainingConfig
 from minbert.common.precision import Precision
 from minbert.engine.reporting import mlflow_store, reporters
-from minbert.engine.resume import Resumption, find_resumption, flags_after_restart, start_again, with_values
+from minbert.engine.resume import (Resumption, find_resumption, flags_after_restart, goes_on, kept, start_again,
+                                   with_values)
 
 log = logging.getLogger(__name__)
 
@@ -39,15 +43,21 @@ class Command:
         self.device = distributed.setup(resolve_device(config.device), config.dist_timeout)
         self.folder = RunFolder(config.output_dir)
         self.is_main = distributed.is_main()
-        self._use_flags(config)
         self.state, self.control = EngineState(), Control()
         self.user_callbacks, self.callbacks, self.reporters = list(callbacks), [], []
-        if distributed.restarts() and not config.resume:  # torchrun --max-restarts
-            changes = distributed.on_main(lambda: flags_after_restart(self.folder))
-            if changes:
-                self._use_flags(with_values(config, **changes))
-        distributed.on_main(self._claim)  # torchrun: rank 0's machine alone has the folder
+        # What the command is doing, which a signal's stop line names (Engine sets it as the loop goes): "set-up",
+        # "step", "evaluate", "save last/", "save best/", "finish" (the run's finish, described by finishing).
+        self.phase, self.finishing, self.claimed, self.finished = "set-up", "", False, None
+        # From here to its end a signal stops the command with a line saying where it stands (__exit__).
+        self.interruption = Interruption().__enter__()
         try:
+            self._use_flags(config)
+            if distributed.restarts() and not config.resume:  # torchrun --max-restarts
+                changes = distributed.on_main(lambda: flags_after_restart(self.folder))
+                if changes:
+                    self._use_flags(with_values(config, **changes))
+            distributed.on_main(self._claim)  # torchrun: rank 0's machine alone has the folder
+            self.claimed = True
             self.started = time.time()
             # --resume: rank 0 alone reads last/; the others get its flags and training state by broadcast, and
             # its weights from the run (engine.ddp.start_replicas).
@@ -82,14 +92,37 @@ class Command:
         return self
 
     def __exit__(self, kind, error, trace) -> None:
-        """The command's end: its run finished, unless it failed; the folder released (rank 0)."""
-        if not self.is_main:
-            return
-        for reporter in self.reporters:
-            reporter.close(failed=kind is not None)
-        if kind is None and not self.finished:
-            self.folder.mark_finished(self.run_config, self.state.step, self.state.stopped_early)
-        self.folder.release()
+        """The command's end: its run finished, unless it failed; the folder released (rank 0). A signal that
+        stopped it at once (SignalStop) becomes one line: where it stopped, what it kept, what goes on."""
+        self.interruption.stopping = True  # no signal cuts the clean-up short
+        try:
+            if self.is_main:
+                for reporter in self.reporters:
+                    reporter.close(failed=kind is not None)
+                if kind is None and not self.finished:
+                    self.folder.mark_finished(self.run_config, self.state.step, self.state.stopped_early)
+                self.folder.release()
+        finally:
+            self.interruption.__exit__()
+        if isinstance(error, SignalStop):
+            raise Interrupted(self._stop_line(error.signal_number) if self.is_main else "",
+                              error.signal_number) from None
+
+    def _stop_line(self, number: int) -> str:
+        """Where a command that a signal stopped at once stands: what it was doing, what it kept, and the command
+        that goes on, or starts it again."""
+        state, config = self.state, self.config
+        steps = f"{state.total_steps}" + (f" of stage {state.stage}" if state.stage else "")
+        doing = {"set-up": "while setting up",
+                 "step": f"in step {state.step + 1} of {steps}",
+                 "evaluate": f"while evaluating after step {state.step} of {steps}",
+                 "save last/": f"while saving last/ after step {state.step} of {steps}",
+                 "save best/": f"while saving best/ after step {state.step} of {steps}",
+                 "finish": f"after step {state.step} of {steps}, {self.finishing}"}[self.phase]
+        line = f"{signal.Signals(number).name}: stopped {doing}; "
+        if not self.claimed or (self.folder.waiting and not config.resume):  # what is in --output-dir is untouched
+            return line + f"--output-dir {self.folder} is as it was; to start the run: {as_given(config.command)}"
+        return line + f"{kept(self.folder, state)}; {goes_on(config, self.folder)}"
 
     def _claim(self) -> None:
         """--output-dir claimed (locked; a run in it refused, or replaced with --overwrite unless that would remove
@@ -104,7 +137,7 @@ class Command:
         if store:
             check_place(store, "MLflow's tracking store ($MLFLOW_TRACKING_URI)")
         self.folder.claim(config.OUTPUTS, config.resume, config.overwrite, config.as_flags(config.SOURCES),
-                          start_again(config, self.folder))
+                          start_again(config, self.folder), goes_on=lambda folder: goes_on(config, folder))
         try:
             for flag, path in config.as_flags(config.OUTPUT_FOLDERS).items():  # their files would go at a save
                 self.folder.check_outside_checkpoints(path, flag)

@@ -3,7 +3,7 @@ extends it. Like every command's flags, they load no torch: --help lists them at
 import os
 from dataclasses import dataclass
 
-from minbert.common.choices import ATTENTION, PRECISION_HELP, PRECISIONS
+from minbert.common.choices import ALLOW_PARTIAL_LOAD_HELP, ATTENTION, PRECISION_HELP, PRECISIONS
 from minbert.common.cli import (AT_LEAST_0, AT_LEAST_1, FRACTION, POSITIVE, SEED, CommandLine, Range, check_ranges,
                                 command_field, flag, flag_fields)
 from minbert.common.files import absolute, in_repository
@@ -40,6 +40,7 @@ class TrainingConfig:
                                   "recorded writing there once the new run can train (a start that fails before "
                                   "leaves the old run as it was; nothing else in it is touched)")
     allow_changed_data: bool = flag(False, "--resume although a data file changed since the run started")
+    allow_partial_load: bool = flag(False, ALLOW_PARTIAL_LOAD_HELP)
     save_every: int = flag(0, "also save the resumable checkpoint OUTPUT_DIR/last/ every N steps (0 = only when "
                               "the command saves anyway)", range=AT_LEAST_0)
     save_every_minutes: float = flag(1.0, "also save OUTPUT_DIR/last/ when this many minutes have passed since it "
@@ -85,11 +86,12 @@ class TrainingConfig:
 
     # What --resume may change without changing the run; --output-dir among them: a run folder moved or copied
     # resumes where it now is.
-    RUNTIME_FIELDS = ("resume", "overwrite", "allow_changed_data", "device", "save_every", "save_every_minutes",
-                      "log_every", "report_to", "tensorboard", "quiet", "dist_timeout", "output_dir", "ddp_bucket_mb",
-                      "gradient_checkpointing")
+    RUNTIME_FIELDS = ("resume", "overwrite", "allow_changed_data", "allow_partial_load", "device", "save_every",
+                      "save_every_minutes", "log_every", "report_to", "tensorboard", "quiet", "dist_timeout",
+                      "output_dir", "ddp_bucket_mb", "gradient_checkpointing")
     # What belongs to one command, not to its run: --resume never takes these from the run's flags.
-    COMMAND_FIELDS = ("resume", "overwrite", "allow_changed_data", "device", "quiet", "dist_timeout", "output_dir")
+    COMMAND_FIELDS = ("resume", "overwrite", "allow_changed_data", "allow_partial_load", "device", "quiet",
+                      "dist_timeout", "output_dir")
     # What removes or continues files: typed on the command line each time, never recorded in a run config nor
     # taken from a --config file (common.cli.command_line_only).
     COMMAND_LINE_ONLY = ("resume", "overwrite", "allow_changed_data")

@@ -27,6 +27,7 @@ import logging
 import math
 import signal
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -39,8 +40,8 @@ from minbert.common.seeding import rng_state, set_rng_state
 from minbert.data.batching import Share
 from minbert.models import AdamW
 from minbert.models.checkpoint import tensor_bytes
-from minbert.engine.callbacks import (BestCheckpoint, Callback, Control, EarlyStopping, EngineState, Interruption,
-                                      ProgressBar, TimedSave)
+from minbert.engine.callbacks import (BestCheckpoint, Callback, Control, EarlyStopping, EngineState, ProgressBar,
+                                      TimedSave)
 from minbert.engine.command import Command
 from minbert.engine.ddp import DataParallel
 from minbert.engine.loss_tracker import LossTracker
@@ -57,7 +58,7 @@ class Engine(Command):
 
     def fit(self, run: Run):
         """Train `run` from the first step (or where --resume left it) to the end of its plan; returns run.finish()."""
-        config = self.config
+        config, self.phase = self.config, "set-up"
         epochs = run.plan()
         steps = [(epoch, item) for epoch, items in enumerate(epochs) for item in items]
         if config.max_steps:  # the schedule spans the steps kept; the last one ends the run as an epoch would
@@ -71,7 +72,6 @@ class Engine(Command):
         if self.is_main:
             log.info("%s: %d steps in %d epoch(s) on %s, %s; %s", run.name, len(steps), len(epoch_ends), self.device,
                      self.precision.name, run.describe())
-        self.interruption = Interruption()
         callbacks = [ProgressBar(run.name), TimedSave(config.save_every_minutes)]
         if run.evaluate is not None:
             callbacks += [BestCheckpoint(lambda: self._save_best(run), run.score_name),
@@ -80,8 +80,9 @@ class Engine(Command):
         self.wants_losses = any(type(callback).on_step_end is not Callback.on_step_end
                                 for callback in self.user_callbacks)
         self._event("on_train_begin")
-        with self.interruption:
+        with self.interruption.deferred():  # a signal: the step under way finishes, last/ is saved, then the stop
             self._loop(run, steps[state.step:], epoch_ends)
+            self.phase, self.finishing = "finish", run.finishing  # where a signal in the last save stops it
         self._event("on_train_end")
         self._release_training_state()
         started = time.time()
@@ -100,6 +101,7 @@ class Engine(Command):
         # Wall seconds of this process's training steps: evaluations and checkpoint saves left out.
         train_seconds, since = 0.0, self._clock()
         for epoch, item in steps:
+            self.phase = "step"
             losses, step_examples = self._train_step(run, item)
             self.losses.add(losses)
             state.epoch, examples = epoch + 1, examples + step_examples
@@ -118,7 +120,8 @@ class Engine(Command):
             if evaluate or control.should_save or (config.save_every and state.step % config.save_every == 0):
                 train_seconds += self._clock() - since
                 if evaluate:
-                    control = self._evaluate(run, epoch_end, train_seconds)
+                    with self._doing("evaluate"):
+                        control = self._evaluate(run, epoch_end, train_seconds)
                 self.save_last(run)
                 since = self._clock()
             if control.should_interrupt:
@@ -129,6 +132,14 @@ class Engine(Command):
                 state.stopped_early = True
                 break
             self.control = Control()  # acted on
+
+    @contextmanager
+    def _doing(self, phase: str):
+        """The command's phase (Command.phase) while the block runs; a block a stop leaves keeps it, for the stop
+        line to name."""
+        before, self.phase = self.phase, phase
+        yield
+        self.phase = before
 
     def _event(self, name: str, *values) -> None:
         """Each callback's method `name` (rank 0 only: torchrun's other processes follow rank 0's control)."""
@@ -280,7 +291,8 @@ class Engine(Command):
     def _save_best(self, run: Run) -> Path:
         """OUTPUT_DIR/best/ (rank 0): the run's files, with the evaluation that made it best (About the size of
         best/: the weights)."""
-        with self.folder.save_checkpoint(True, self.run_config, expected=tensor_bytes(self.parameters)) as temp:
+        with self._doing("save best/"), self.folder.save_checkpoint(True, self.run_config,
+                                                                    expected=tensor_bytes(self.parameters)) as temp:
             run.save(temp, self.state.last_record, best=True)
         self._event("on_save", self.folder.best, True)
         return self.folder.best
@@ -297,8 +309,8 @@ class Engine(Command):
         started = time.time()
         if self.is_main:
             # About the size of last/: the weights, and AdamW's two moments of each in the training state.
-            with self.folder.save_checkpoint(False, self.run_config,
-                                             expected=3 * tensor_bytes(self.parameters)) as temp:
+            with self._doing("save last/"), self.folder.save_checkpoint(
+                    False, self.run_config, expected=3 * tensor_bytes(self.parameters)) as temp:
                 run.save(temp, self.state.last_record, best=False)
                 torch.save({"engine": self.state.to_dict(), "optimizer": self.optimizer.state_dict(),
                             "scheduler": self.scheduler.state_dict(), "scaler": self.precision.state_dict(),

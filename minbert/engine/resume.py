@@ -66,22 +66,57 @@ def start_again(config: TrainingConfig, folder: RunFolder) -> str:
     text = folder.started_with() or config.command.text
     if not text:  # a config built in Python
         return "the same command with --overwrite"
-    words, skip = [], False
-    for word in shlex.split(text):
-        if not skip and word not in ("--resume", "--overwrite") and not word.startswith("--output-dir"):
-            words.append(word)
-        skip = word == "--output-dir"
+    words = [word for word in _without_output_dir(shlex.split(text)) if word not in ("--resume", "--overwrite")]
     command = printed_command([*words, "--output-dir", absolute(folder.path), "--overwrite"])
     started_in = folder.started_in() if folder.started_with() else ""
     return f"cd {shlex.quote(started_in)} && {command}" if started_in and not same_place(started_in, ".") else command
 
 
-def resume_command(config: TrainingConfig) -> str:
-    """The command that continues the run in --output-dir: the command as given, with --resume, not --overwrite."""
+def resume_command(config: TrainingConfig, folder: RunFolder | None = None) -> str:
+    """The command that continues the run in --output-dir, or in `folder` where the run folder was moved: the command
+    as given, with --resume, not --overwrite (and the folder's --output-dir)."""
     if not config.command.text:  # a config built in Python
         return "the same command with --resume"
-    return printed_command([word for word in shlex.split(config.command.text)
-                            if word not in ("--resume", "--overwrite")] + ["--resume"])
+    words = [word for word in shlex.split(config.command.text) if word not in ("--resume", "--overwrite")]
+    if folder is not None and not same_place(folder.path, config.output_dir):
+        words = [*_without_output_dir(words), "--output-dir", absolute(folder.path)]
+    return printed_command([*words, "--resume"])
+
+
+def _without_output_dir(words: list[str]) -> list[str]:
+    """A command's words without its --output-dir (--output-dir X, --output-dir=X)."""
+    others, skip = [], False
+    for word in words:
+        if not skip and not word.startswith("--output-dir"):
+            others.append(word)
+        skip = word == "--output-dir"
+    return others
+
+
+def goes_on(config: TrainingConfig, folder: RunFolder) -> str:
+    """What continues the run in `folder`: its --resume command where it saved last/, else the command that starts it
+    again."""
+    if folder.state_file.exists():
+        return f"to go on: {resume_command(config, folder)}"
+    return f"to start it again: {start_again(config, folder)}"
+
+
+def kept(folder: RunFolder, state) -> str:
+    """What a stopped run kept, for the engine's state (engine/callbacks.EngineState) where it stopped: the step that
+    last/ holds, and how many steps after it are lost; or that nothing was saved."""
+    if not folder.state_file.exists():
+        return f"nothing was saved, so its {state.step} step(s) are lost" if state.step else "nothing was trained"
+    try:  # the loop's position only: its tensors stay on disk (mmap)
+        saved = torch.load(folder.state_file, map_location="cpu", weights_only=True, mmap=True)
+        saved = saved.get("engine", saved)
+    except Exception:  # a state --resume refuses, naming why
+        saved = None
+    if not isinstance(saved, dict) or not isinstance(saved.get("step"), int):
+        return f"{folder.last} is kept"
+    stage = saved.get("stage", "")
+    where = f"step {saved['step']}" + (f" of stage {stage}" if stage else "")
+    lost = state.step - saved["step"] if stage == state.stage else 0
+    return f"{folder.last} holds {where}" + (f", so the {lost} step(s) after it are lost" if lost > 0 else "")
 
 
 def flags_after_restart(folder: RunFolder) -> dict:

@@ -31,8 +31,8 @@ from minbert.engine.lr_schedule import linear_warmup_decay
 
 
 def check_max_length(encoder, max_length: int) -> None:
-    """--max-length: at most the encoder's positions."""
-    positions = encoder.config.max_position_embeddings
+    """--max-length: at most the encoder's positions (RoBERTa's and MPNet's counted from their offset)."""
+    positions = encoder.config.longest_input
     if max_length > positions:
         raise UsageError(f"--max-length {max_length}: this model has {positions} positions; use --max-length "
                          f"{positions} or less")
@@ -55,6 +55,8 @@ class Run:
     # Whether its steps make backward passes of their own (PCGrad, gradient caching) or an update inside a step
     # (--fusion): under torchrun their gradients are averaged at each update, not by DDP (engine/ddp.py).
     passes_apart = False
+    # What its finish does, as the line of a signal that stops the command there says it.
+    finishing = "while finishing the run"
 
     def parameters(self) -> list[torch.nn.Parameter]:
         """Everything trained, in the modules' order (the order clipping sums their norms in)."""
@@ -69,7 +71,7 @@ class Run:
         return None
 
     def plan(self) -> list[list]:
-        """The run's epochs, each a list of items, one an optimizer step."""
+        """The run's epochs, each a list of items, one an optimizer step: those --max-steps reaches (planned_epochs)."""
         raise NotImplementedError
 
     def step(self, item, share: Share) -> tuple[dict[str, torch.Tensor], int]:
@@ -103,3 +105,15 @@ class Run:
 
     def finish(self):
         """After the last step, on every process: the run's result (what Engine.fit returns)."""
+
+
+def planned_epochs(epochs: int, max_steps: int, plan_epoch: Callable[[int], list]) -> list[list]:
+    """plan_epoch(0), plan_epoch(1), ...: `epochs` epochs, or fewer where the ones planned hold --max-steps steps
+    (0: no limit) already, so that an --epochs far beyond what --max-steps reaches costs nothing."""
+    planned, steps = [], 0
+    for epoch in range(epochs):
+        if max_steps and steps >= max_steps:
+            break
+        planned.append(plan_epoch(epoch))
+        steps += len(planned[-1])
+    return planned

@@ -10,17 +10,19 @@ import torch
 
 from minbert.common.errors import CheckpointError, DataError
 from minbert.common.files import atomic_file, load_or_fail
-from minbert.common.run_folder import RunFolder
+from minbert.common.run_folder import RunFolder, add_to_saved
 from minbert.data.splits import TaskSplit
 from minbert.evaluation.predictions import SPLITS, leaderboard_file
 from minbert.tasks import REGISTRY
 
 
 def write_outputs(folder: Path, split_name: str, splits: dict[str, TaskSplit], outputs: dict[str, torch.Tensor]) -> None:
-    """Each task's soft outputs on a split, beside a checkpoint."""
+    """Each task's soft outputs on a split, beside a checkpoint (and in the record of its files, if it has one)."""
     for name, task_outputs in outputs.items():
-        with atomic_file(folder / f"outputs-{name}-{split_name}.pt") as temp:
+        path = folder / f"outputs-{name}-{split_name}.pt"
+        with atomic_file(path) as temp:
             torch.save({"ids": splits[name].ids, "outputs": task_outputs}, temp)
+        add_to_saved(folder, path)
 
 
 def leaderboard_files(folder: Path, tasks: list[str], splits: tuple[str, ...] = SPLITS) -> dict:

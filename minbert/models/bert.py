@@ -284,10 +284,10 @@ class BertModel(nn.Module):
         if position_ids is None:
             position_ids = (attention_mask.cumsum(1) - 1 if self.config.positions_after_padding
                             else torch.arange(tokens, device=input_ids.device).expand(batch, tokens))
-        first = self.config.pad_token_id + 1 if self.config.positions_after_padding else 0
-        if first + tokens > self.config.max_position_embeddings:  # on the host: no wait for the device
-            raise ValueError(f"{tokens} tokens exceed the {self.config.max_position_embeddings - first} positions "
-                             f"of the encoder; truncate the input")
+        first = self.config.first_position
+        if tokens > self.config.longest_input:  # on the host: no wait for the device
+            raise ValueError(f"{tokens} tokens exceed the {self.config.longest_input} positions of the encoder; "
+                             f"truncate the input")
         if self.config.positions_after_padding:  # fairseq's numbering: pad_token_id + 1 onwards, padding at pad
             position_ids = torch.where(attention_mask.bool(), position_ids + first, self.config.pad_token_id)
 

@@ -25,6 +25,13 @@ FAMILIES = tuple(FAMILY_DEFAULTS)
 ARCHITECTURES = {"bert": "BertModel", "roberta": "RobertaModel", "mpnet": "MPNetModel"}
 
 
+def architecture_family(name) -> str | None:
+    """The family of a transformers class named in config.json's architectures (BertForMaskedLM: bert), or None for
+    a class of none of ours."""
+    return next((family for family, model in ARCHITECTURES.items()
+                 if isinstance(name, str) and name.startswith(model.removesuffix("Model"))), None)
+
+
 @dataclass
 class BertConfig:
     """The encoder's shape and hyperparameters, as a checkpoint's config.json gives them (bert-base's by default)."""
@@ -52,6 +59,16 @@ class BertConfig:
         if self.model_type not in FAMILY_DEFAULTS:
             raise ValueError(f"model_type is {self.model_type!r}; this encoder loads {', '.join(FAMILIES)}")
 
+    @property
+    def first_position(self) -> int:
+        """The position of an input's first token: 0, or RoBERTa's and MPNet's pad_token_id + 1 (fairseq's)."""
+        return self.pad_token_id + 1 if self.positions_after_padding else 0
+
+    @property
+    def longest_input(self) -> int:
+        """The most tokens an input may have: the positions from first_position on (512 of all-mpnet-base-v2's 514)."""
+        return self.max_position_embeddings - self.first_position
+
     @classmethod
     def from_dict(cls, values: dict) -> "BertConfig":
         # Hugging Face configs carry many more keys (architectures, torch_dtype, ...): keep only ours.
@@ -69,6 +86,12 @@ class BertConfig:
         if model_type not in FAMILY_DEFAULTS:
             raise CheckpointError(f"{path}: model_type is {model_type!r}; this encoder loads "
                                   f"{', '.join(FAMILIES)} checkpoints only")
+        saved_by = [name for name in values.get("architectures") or [] if architecture_family(name) not in
+                    (None, model_type)]
+        if saved_by:  # a folder relabelled by hand: its weights are another family's
+            raise CheckpointError(f"{path}: model_type is {model_type!r}, but the weights were saved by "
+                                  f"{saved_by[0]} (architectures), a {architecture_family(saved_by[0])} model; set "
+                                  f"model_type to {architecture_family(saved_by[0])!r}")
         try:
             return cls.from_dict(values)
         except (TypeError, ValueError) as error:

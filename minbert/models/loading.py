@@ -174,8 +174,46 @@ def checkpoint_names(state_dict: dict[str, torch.Tensor], model_type: str) -> di
     return renamed
 
 
-def load_weights(model: BertModel, state_dict: dict[str, torch.Tensor], source: str = "checkpoint") -> LoadReport:
-    """Copy tensors into `model`, reporting (and logging) what was missing and what was left over."""
+SHOWN = 3  # tensors named in a refusal; the rest are counted
+
+
+def listed(names: list[str]) -> str:
+    """The first few names and how many more: "a, b, c and 29 more"."""
+    more = f" and {len(names) - SHOWN} more" if len(names) > SHOWN else ""
+    return ", ".join(names[:SHOWN]) + more
+
+
+MPNET_ONLY = (".attention.attn.q.", "relative_attention_bias.")  # names no BERT or RoBERTa checkpoint has
+
+
+def family_of(name: str) -> str | None:
+    """The family whose checkpoints alone hold a tensor of this name, as transformers saves them; None: any."""
+    prefix = next((prefix for prefix in BASE_PREFIXES if name.startswith(prefix)), None)
+    if prefix is not None:  # a task model's base: bert.embeddings..., roberta.embeddings...
+        return prefix.removesuffix(".")
+    return "mpnet" if any(part in name for part in MPNET_ONLY) else None
+
+
+def check_family(names: list[str], model_type: str, source: str) -> None:
+    """Refuse weights whose names belong to another family than config.json's model_type (a MiniLM folder relabelled
+    mpnet): the encoder would run them with another family's positions and attention."""
+    for name in names:
+        family = family_of(name)
+        if family is not None and family != model_type:
+            raise CheckpointError(f"{source}: config.json says model_type {model_type!r}, but its weights are of "
+                                  f"the {family} family ({name}); set model_type to {family!r}")
+    if model_type == "mpnet" and not any("relative_attention_bias." in name for name in names):
+        raise CheckpointError(f"{source}: config.json says model_type 'mpnet', but its weights have no relative "
+                              f"position bias (encoder.relative_attention_bias.weight), which every MPNet has: they "
+                              f"are another family's")
+
+
+def load_weights(model: BertModel, state_dict: dict[str, torch.Tensor], source: str = "checkpoint",
+                 partial: bool = False) -> LoadReport:
+    """Copy tensors into `model`: every one of its tensors, and nothing else, or CheckpointError naming what
+    differs (a config.json whose num_hidden_layers is not the weights'). partial (--allow-partial-load): load what
+    matches, leave the rest at its initial values, and log what differed."""
+    check_family(list(state_dict), model.config.model_type, source)
     tensors, ignored = normalise_names(state_dict, model.config.model_type)
     own = model.state_dict()
     report = LoadReport(missing=sorted(set(own) - set(tensors)), unexpected=sorted(set(tensors) - set(own)),
@@ -187,23 +225,26 @@ def load_weights(model: BertModel, state_dict: dict[str, torch.Tensor], source: 
         if own[name].shape != tensors[name].shape:
             raise CheckpointError(f"{source}: tensor {name} has shape {tuple(tensors[name].shape)}, "
                                   f"the config implies {tuple(own[name].shape)}")
+    kinds = ((report.missing, "encoder tensor(s) missing"), (report.unexpected, "tensor(s) the encoder does not use"))
+    differences = [f"{len(names)} {what} ({listed(names)})" for names, what in kinds if names]
+    if differences and not partial:
+        raise CheckpointError(f"{source}: its weights do not match its config.json: {'; '.join(differences)}; "
+                              f"correct config.json (num_hidden_layers, ...), or pass --allow-partial-load to load "
+                              f"what matches and leave the rest at random initial values")
     check_finite({name: tensors[name] for name in set(own) & set(tensors)}, source)
     model.load_state_dict({k: v for k, v in tensors.items() if k in own}, strict=False)
-    if report.missing:
-        log.warning("%s: %d encoder tensors missing (left at their initial values): %s",
-                    source, len(report.missing), ", ".join(report.missing))
-    if report.unexpected:
-        log.warning("%s: %d tensors not used by the encoder: %s",
-                    source, len(report.unexpected), ", ".join(report.unexpected))
+    for difference in differences:  # --allow-partial-load: loaded, but said
+        log.warning("%s: %s; --allow-partial-load: loaded the rest", source, difference)
     return report
 
 
-def from_pretrained(spec: str | Path) -> BertModel:
-    """Our encoder with the weights of `spec`: a checkpoint folder, a hub id, or 'all-MiniLM-L6-v2'."""
+def from_pretrained(spec: str | Path, partial: bool = False) -> BertModel:
+    """Our encoder with the weights of `spec`: a checkpoint folder, a hub id, or 'all-MiniLM-L6-v2'. partial
+    (--allow-partial-load): tensors missing from the weights, or left over, are logged rather than refused."""
     folder = resolve_checkpoint(spec)
     config_file = folder / "config.json"
     if not config_file.exists():
         raise CheckpointError(f"{folder}: no config.json")
     model = BertModel(BertConfig.from_json(config_file))
-    load_weights(model, read_state_dict(folder), source=str(folder))
+    load_weights(model, read_state_dict(folder), source=str(folder), partial=partial)
     return model.eval()

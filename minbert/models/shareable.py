@@ -31,6 +31,7 @@ from safetensors.torch import load_file, save_file
 
 from minbert.common.errors import CheckpointError
 from minbert.common.files import atomic_file, read_json, without_local_paths, write_json
+from minbert.models.config import BertConfig
 from minbert.models.loading import normalise_names, read_state_dict
 from minbert.models.packaged import PACKAGED, packaged_folder
 from minbert.models.sentence_embedding import POOLINGS
@@ -121,8 +122,8 @@ def write_shareable_files(folder: str | Path, *, pooling: str, max_length: int, 
         raise ValueError(f"metrics_kind {metrics_kind!r} is not one of {tuple(METRICS_TITLES)}")
     if not (folder / "config.json").is_file():
         raise CheckpointError(f"{folder}: no config.json; write the checkpoint with save_checkpoint first")
-    config = read_json(folder / "config.json")
-    hidden_size, positions = config["hidden_size"], config["max_position_embeddings"]
+    config = BertConfig.from_json(folder / "config.json")
+    hidden_size, positions = config.hidden_size, config.longest_input
     convention = sentence_convention(base_model)
     # Never less than the run trained on, never more than the encoder's positions.
     max_seq_length = min(max(convention.max_seq_length or positions, max_length), positions)

@@ -32,7 +32,7 @@ from minbert.training.grad_cache import grad_cache_backward
 from minbert.training.methods import METHODS, ContrastiveConfig
 from minbert.training.objectives import Objective, SentimentFusion
 from minbert.common.precision import Precision
-from minbert.engine.run import Run, check_max_length
+from minbert.engine.run import Run, check_max_length, planned_epochs
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,8 @@ class Pretraining:
 
     def __init__(self, config: ContrastiveConfig, engine: Engine):
         self.config, self.engine, self.method = config, engine, METHODS[config.method]
-        self.encoder = from_pretrained(config.model)  # before the tokenizer: a broken config.json is named as such
+        # Before the tokenizer: a broken config.json is named as such.
+        self.encoder = from_pretrained(config.model, config.allow_partial_load)
         check_max_length(self.encoder, config.max_length)
         # Before the objectives copy it (a momentum or second encoder).
         self.encoder.attention = config.attention
@@ -158,8 +159,7 @@ class Pretraining:
             out = free_folder(given.parent / "-".join(["from", given.name, *([name] if name else [])]))
             print(f"fine-tune it{f' ({name})' if name else ''}: " + cli.printed_command([
                 *cli.program("multitask_classifier.py", "train"), "--config", "quick-start", "--init",
-                str(given / name), "--pooling", self.config.pooling, "--output-dir", str(out), "--predictions-dir",
-                str(out / "predictions")]))
+                str(given / name), "--pooling", self.config.pooling, "--output-dir", str(out)]))  # its predictions/ in it
 
     def _save_final(self, encoders: dict, metrics: dict) -> None:
         """The encoder folder(s), written into the output folder as one set (its other files stay); last/ goes: the
@@ -225,8 +225,8 @@ class StageRun(Run):
     def plan(self) -> list[list]:
         """Every epoch's batches, the first --max-steps of them."""
         config, stage = self.pretraining.config, self.stage
-        epochs = [stage.objective.plan_epoch(stage.datasets, config.batch_size, config.seed, epoch,
-                                             distributed.world_size()) for epoch in range(config.epochs)]
+        epochs = planned_epochs(config.epochs, config.max_steps, lambda epoch: stage.objective.plan_epoch(
+            stage.datasets, config.batch_size, config.seed, epoch, distributed.world_size()))
         left, kept = config.max_steps or sum(map(len, epochs)), []
         for batches in epochs:
             kept.append(batches[:left])

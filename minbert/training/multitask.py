@@ -33,7 +33,7 @@ from minbert.engine.ddp import average_tensors, start_replicas
 from minbert.engine.engine import Engine
 from minbert.training.gradient_surgery import surgery_backward
 from minbert.training.multitask_config import MultitaskConfig, best_metric, describe_best_metric
-from minbert.engine.run import Run, check_max_length
+from minbert.engine.run import Run, check_max_length, planned_epochs
 from minbert.training.schedules import numbered, plan_epoch
 from minbert.training.smart import Smart
 from minbert.training.step_shapes import step_shapes
@@ -94,6 +94,7 @@ def check_own_predictions(config: MultitaskConfig, folder: RunFolder) -> None:
 
 class MultitaskRun(Run):
     name = "multitask"
+    finishing = "while writing its final predictions (the leaderboard files)"
 
     def __init__(self, config: MultitaskConfig, engine: Engine):
         self.config, self.engine, self.lr, self.head_lr = config, engine, config.lr, config.head_lr
@@ -148,7 +149,8 @@ class MultitaskRun(Run):
     def _load(self, folder, heads: bool = True) -> MultitaskModel:
         model = checkpoint.load(folder, self.config, heads=heads, device=self.engine.device,
                                 attention=self.config.attention, compile=self.config.compile,
-                                static_shapes=self.shapes.train is not None, cuda_graphs=self.shapes.cuda_graphs)
+                                static_shapes=self.shapes.train is not None, cuda_graphs=self.shapes.cuda_graphs,
+                                partial=self.config.allow_partial_load)
         model.encoder.encoder.gradient_checkpointing = self.config.gradient_checkpointing
         return model
 
@@ -164,12 +166,15 @@ class MultitaskRun(Run):
         """Each epoch's steps as (epoch, ((task, k), ...)): a step takes batch k of the epoch of each of its tasks.
         A step's batch is shared out between the processes and the accumulation parts, so it is that much larger."""
         config = self.config
-        counts = [{t: len(self._stream(t, i, epoch).pass_batches(0)) for i, t in enumerate(config.task_list)}
-                  for epoch in range(config.epochs)]  # a token budget's batches per pass vary with the shuffle
-        return [[(epoch, batches) for batches in numbered(plan_epoch(
-                    config.schedule, batch_counts, epoch=epoch, num_epochs=config.epochs, task_order=config.order,
-                    task_weights=config.weights, generator=torch.Generator().manual_seed(config.seed * 1000 + epoch)))]
-                for epoch, batch_counts in enumerate(counts)]
+
+        def epoch_plan(epoch: int) -> list:
+            # A token budget's batches per pass vary with the shuffle: counted each epoch.
+            batch_counts = {t: len(self._stream(t, i, epoch).pass_batches(0)) for i, t in enumerate(config.task_list)}
+            return [(epoch, batches) for batches in numbered(plan_epoch(
+                config.schedule, batch_counts, epoch=epoch, num_epochs=config.epochs, task_order=config.order,
+                task_weights=config.weights, generator=torch.Generator().manual_seed(config.seed * 1000 + epoch)))]
+
+        return planned_epochs(config.epochs, config.max_steps, epoch_plan)
 
     def _shares(self) -> int:
         """The parts a step's batch is shared out into: --grad-accum of them on each process."""

@@ -131,7 +131,9 @@ class MultitaskConfig(ModelConfig, SmartConfig, EvaluationConfig, TrainingConfig
                                     "trains without, saying why; auto and on: where it can; off: never",
                             choices=SWITCHES)
     data_dir: str = flag(str(DEFAULT_DATA), "folder with the course's data files")
-    predictions_dir: str = flag(in_repository("predictions"), "leaderboard CSVs of the best checkpoint go here")
+    predictions_dir: str = flag(in_repository("predictions"), "leaderboard CSVs of the best checkpoint go here; "
+                                                               "a --config file's relative one is inside --output-dir "
+                                                               "(the quick start's: OUTPUT_DIR/predictions)")
     silver: str = flag("", "a silver folder (`minbert silver`): its teacher-labelled examples of the trained tasks "
                            "join each of their batches, learnt from the teacher's soft labels (empty: none)")
     silver_tasks: str = flag("", "with --silver: the tasks that take silver examples, e.g. sst,para (empty: every "
@@ -149,6 +151,9 @@ class MultitaskConfig(ModelConfig, SmartConfig, EvaluationConfig, TrainingConfig
     OUTPUTS = TrainingConfig.OUTPUTS + (BEST,)
     SOURCES = TrainingConfig.SOURCES + ("init", "data_dir", "silver")
     OUTPUT_FOLDERS = TrainingConfig.OUTPUT_FOLDERS + ("predictions_dir",)
+    # A recipe's leaderboard folder lies in its run's folder: `--config quick-start --output-dir X` writes X/predictions,
+    # not the recipe's own runs/quick-start/predictions, which a second run would find another run's.
+    IN_OUTPUT_DIR = ("predictions_dir",)
 
     def __post_init__(self):
         super().__post_init__()  # ModelConfig's (the tasks, the head flags), then TrainingConfig's (every range)

@@ -1,13 +1,15 @@
 """What a study leaves to read in its folder, rewritten by every worker as it ends (and by search.py --report):
 
     trials.md                      a Markdown table of the trials, best first
-    best.yaml                      the best trial's flags: a recipe that multitask_classifier.py --config takes
+    best.yaml                      the best trial's flags: a recipe that multitask_classifier.py --config takes,
+                                   trained into STUDY-best/ beside the study folder (its printed command)
     history.png                    the objective of every trial, in order, and the best so far
     importance.png                 how much of the objective's spread each searched flag explains (fANOVA), once
                                    IMPORTANCE_TRIALS trials are complete
     slice-FLAG.png                 the objective against each searched flag's value
 """
 import logging
+import os
 import warnings
 from pathlib import Path
 
@@ -40,6 +42,8 @@ def finished_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
 def trial_state(trial: optuna.trial.FrozenTrial) -> str:
     if trial.state == TrialState.PRUNED:
         return f"pruned at step {trial.user_attrs.get('pruned_at', '?')}"
+    if trial.state == TrialState.FAIL and trial.user_attrs.get("interrupted"):  # search.py queued it again
+        return "interrupted, queued again"
     if trial.state == TrialState.FAIL:
         return "not run (--trials reached)" if trial.user_attrs.get("not_run") else "failed"
     return trial.state.name.lower()
@@ -73,15 +77,23 @@ def shown(value) -> str:
     return f"{value:.3g}" if isinstance(value, float) else str(value)
 
 
-def write_recipe(path: Path, study: optuna.Study, trial: optuna.trial.FrozenTrial, recipe: dict, fixed: dict,
-                 objective: str, what: str) -> str:
+def beside(study_folder: Path, name: str) -> Path:
+    """The run folder of one of a study's recipes (best.yaml -> STUDY-best/): beside the study folder, not inside it,
+    where no command but the study's own may write (common/outputs.py's check_place)."""
+    study = Path(os.path.normpath(study_folder))
+    if study.name in ("", ".", ".."):  # the current folder, or one above it: named by its place
+        study = study.resolve()
+    return study.with_name(f"{study.name}-{name}")
+
+
+def write_recipe(path: Path, run: Path, study: optuna.Study, trial: optuna.trial.FrozenTrial, recipe: dict,
+                 fixed: dict, objective: str, what: str) -> str:
     """A trial's flags as a recipe file (the study's recipe, the space's fixed values, the trial's values) that
-    multitask_classifier.py --config takes; returns the command line that trains it, into a run folder of its own
-    beside the file (PATH-run/, its leaderboard files in PATH-run/predictions/). what: which trial it is."""
+    multitask_classifier.py --config takes; returns the command line that trains it, into its run folder `run`
+    (its leaderboard files in run/predictions/). what: which trial it is."""
     flags = {flag_name(name): value for name, value in {**recipe, **fixed, **trial.params}.items()}
     seeds = trial.user_attrs.get("seeds")
     over = f", the mean over seeds {seeds}" if seeds and len(seeds) > 1 else ""
-    run = path.parent / f"{path.stem}-run"
     place = ["--output-dir", str(run), "--predictions-dir", str(run / "predictions")]
     header = (f"# {what} of search.py's study {study.study_name!r}: trial {trial.number}, {objective} "
               f"{trial.value:.4f} on dev{over}.\n# Train it: {printed_command([*TRAIN, '--config', str(path), *place])}\n")
@@ -91,10 +103,12 @@ def write_recipe(path: Path, study: optuna.Study, trial: optuna.trial.FrozenTria
     return printed_command([*TRAIN, *words, *place])
 
 
-def write_best(path: Path, study: optuna.Study, recipe: dict, fixed: dict, objective: str) -> str | None:
-    """best.yaml, and the command line that trains its recipe (None while no trial is complete)."""
+def write_best(folder: Path, study: optuna.Study, recipe: dict, fixed: dict, objective: str) -> str | None:
+    """The study folder's best.yaml, and the command line that trains its recipe into STUDY-best/ beside the study
+    folder (None while no trial is complete)."""
     best = finished_trials(study)
-    return write_recipe(path, study, best[0], recipe, fixed, objective, "The best trial") if best else None
+    return write_recipe(folder / "best.yaml", beside(folder, "best"), study, best[0], recipe, fixed, objective,
+                        "The best trial") if best else None
 
 
 def write_pictures(study: optuna.Study, folder: Path, objective: str) -> list[Path]:

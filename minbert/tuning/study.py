@@ -274,7 +274,8 @@ def _alive(pid: int) -> bool:
 
 def queue_again(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
     """Run a failed trial's configuration again as a new trial, once (a retry is not retried: a configuration that
-    kills its worker twice is left failed)."""
-    if "retry_of" in trial.user_attrs:
+    kills its worker twice is left failed); an interrupted one (a signal stopped its worker) always: the stop was
+    not its configuration's doing."""
+    if "retry_of" in trial.user_attrs and not trial.user_attrs.get("interrupted"):
         return
     study.enqueue_trial(trial.params, user_attrs={"retry_of": trial.number})
