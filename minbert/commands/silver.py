@@ -13,8 +13,8 @@ the teacher's own head for the task. No dev or test sentence of any task enters 
 
 Writes into --out: {task}-silver.csv (the course's format, plus the soft_label column), {task}.json (what made
 the file, and the counts: retrieved, removed as dev or test sentences, removed as training copies, kept) and
-silver.json (all of them); a file of those names that no command of ours wrote is refused before any work, unless
---overwrite. The bank's embeddings are kept in --cache-dir, once per bank and --retriever; an
+silver.json (all of them); a file of those names that no command of ours wrote is refused before any silver data
+is made, unless --overwrite. The bank's embeddings are kept in --cache-dir, once per bank and --retriever; an
 interrupted command, run again, goes on from the tasks and the bank chunks it finished.
 """
 import json
