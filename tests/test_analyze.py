@@ -22,6 +22,8 @@ from minbert.analysis.curves import read_metrics, run_curves
 from minbert.analysis.figures import model_style
 from minbert.analysis.report import short_names
 from minbert.analysis.spread import bucket_statistics
+from minbert.common.errors import UsageError
+from minbert.common.outputs import written_by
 from minbert.data.readers import PairExample, SentenceExample
 from minbert.heads.similarity import lowest_bucket_mean_cosine
 from minbert.tasks import REGISTRY
@@ -490,3 +492,48 @@ def test_curves_table_of_a_single_task_run_shows_the_overall_score_its_trainer_p
     markdown = curves.build(curves.CurvesConfig(runs=str(single))).markdown
     row = next(line for line in markdown.splitlines() if line.startswith("| single"))
     assert "None" not in row and row.rstrip(" |").endswith(f"| 0.3000 | {EVAL_LINE['step']}")
+
+
+# ---- the files of --out: a user's own file of a name analyze writes is replaced only with --overwrite ----
+
+def one_run(tmp_path: Path) -> Path:
+    """A run folder whose metrics.jsonl holds one evaluation line: curves draws curves-dev-sst.png among others."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "metrics.jsonl").write_text(json.dumps(EVAL_LINE) + "\n")
+    return folder
+
+
+@pytest.mark.parametrize("name", ["curves.json", "curves-dev-sst.png"])  # known before the work; once drawn
+def test_a_users_file_of_a_name_analyze_writes_is_replaced_only_with_overwrite(tmp_path, name):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / name).write_text("my own notes\n")
+    argv = ["curves", "--runs", str(one_run(tmp_path)), "--out", str(out)]
+    with pytest.raises(UsageError, match=rf"--out {re.escape(str(out / name))}: a file no command of ours wrote .*"
+                                         r"--overwrite"):
+        run(*argv)
+    assert (out / name).read_text() == "my own notes\n"
+    assert sorted(path.name for path in out.iterdir()) == [name]  # nothing written
+    written = run(*argv, "--overwrite")
+    assert out / name in written and (out / name).read_bytes() != b"my own notes\n"
+
+
+def test_a_link_of_a_name_analyze_writes_is_refused_even_with_overwrite(tmp_path):
+    out, target = tmp_path / "out", tmp_path / "notes.json"
+    out.mkdir()
+    target.write_text("{}\n")
+    (out / "curves.json").symlink_to(target)
+    with pytest.raises(UsageError, match="a symbolic link"):
+        run("curves", "--runs", str(one_run(tmp_path)), "--out", str(out), "--overwrite")
+    assert (out / "curves.json").is_symlink() and target.read_text() == "{}\n"
+
+
+def test_analyze_replaces_its_own_files_without_overwrite_but_not_once_they_are_edited(tmp_path):
+    argv = ["curves", "--runs", str(one_run(tmp_path)), "--out", str(tmp_path / "out")]
+    first = run(*argv)
+    assert all(written_by(path) == "minbert analyze" for path in first)  # each file's record, made at the write
+    assert run(*argv) == first
+    (tmp_path / "out" / "curves.md").write_text("my edits\n")  # no longer as the command wrote it
+    with pytest.raises(UsageError, match="curves.md: a file no command of ours wrote"):
+        run(*argv)

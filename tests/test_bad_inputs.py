@@ -509,6 +509,18 @@ CASES = [
     ("file system", "an analysis folder that cannot be written", "analyze",
      ["curves", "--runs", "finished-run", "--out", "FILE/analysis"], "error: --out FILE/analysis: cannot write there",
      2),
+    ("file system", "an analysis written over a file of the name it writes, which no command wrote", "analyze",
+     ["curves", "--runs", "finished-run", "--out", "users-analysis"],
+     "error: --out users-analysis/curves.json: a file no command of ours wrote (no record of the write beside it); "
+     "choose another --out, or replace it with --overwrite", 2),
+    ("file system", "an analysis written through a link of the name it writes, with --overwrite", "analyze",
+     ["curves", "--runs", "finished-run", "--out", "linked-analysis", "--overwrite"],
+     "error: --out linked-analysis/curves.json: a symbolic link (to user-folder/notes.txt); a command never writes "
+     "through a link: give the path of the file itself", 2),
+    ("file system", "silver data written over a file of the name it writes, which no command wrote", "silver",
+     [*SILVER, "--out", "users-silver"],
+     "error: --out users-silver/sst-silver.csv: a file no command of ours wrote (no record of the write beside it); "
+     "choose another --out, or replace it with --overwrite", 2),
     # What a command may remove or replace, what it owns, and weights it never uses (their places: ownership_places)
     ("file system", "--overwrite of a folder holding no run, but the user's best/x.bin, metrics.jsonl, tensorboard/x",
      "multitask", [*TRAIN, "--output-dir", "users-files", "--overwrite"],
@@ -1162,6 +1174,15 @@ def ownership_places(root: Path, places: dict[str, Path]) -> None:
     (copy("mine-in-best") / "best" / "mine.txt").write_text("the user's, put into best/ after the run saved it")
     places["link-to-notes"] = root / "link-to-notes"
     places["link-to-notes"].symlink_to(places["user-folder"] / "notes.txt")
+    # Folders of --out holding a user's file of a name that analyze and silver write, and a link of such a name.
+    for name, file in (("users-analysis", "curves.json"), ("users-silver", "sst-silver.csv"),
+                       ("linked-analysis", "curves.json")):
+        places[name] = root / name
+        places[name].mkdir()
+        if name.startswith("linked"):
+            (places[name] / file).symlink_to(places["user-folder"] / "notes.txt")
+        else:
+            (places[name] / file).write_text("the user's, not a command's")
 
 
 def loading_places(root: Path, places: dict[str, Path], tiny_mpnet: Path) -> None:

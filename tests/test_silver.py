@@ -280,6 +280,25 @@ def test_a_silver_folder_another_command_writes_is_refused(teacher, bank_file, c
     assert not (out / "sst-silver.csv").exists()
 
 
+def test_a_users_file_of_a_name_silver_writes_is_replaced_only_with_overwrite(teacher, bank_file, course_data,
+                                                                              tiny_model, tmp_path, one_thread):
+    """Refused before any work, the file unchanged and nothing written; with --overwrite, made anew; and then a
+    second command keeps its own files without --overwrite."""
+    out = tmp_path / "silver"
+    out.mkdir()
+    (out / "sts-silver.csv").write_text("id\tsentence1\tsentence2\tsimilarity\nmine\ta\tb\t5\n")
+    argv = silver_argv(teacher, bank_file, course_data, tiny_model, out, "--tasks", "sts")
+    with pytest.raises(UsageError, match=r"--out .*sts-silver.csv: a file no command of ours wrote .*--overwrite"):
+        silver_command.main(argv)
+    assert rows_of(out / "sts-silver.csv") == [{"id": "mine", "sentence1": "a", "sentence2": "b", "similarity": "5"}]
+    assert sorted(path.name for path in out.iterdir()) == ["sts-silver.csv"]
+    silver_command.main([*argv, "--overwrite"])
+    made = (out / "sts-silver.csv").stat().st_mtime_ns
+    assert len(rows_of(out / "sts-silver.csv")) > 1
+    silver_command.main(argv)
+    assert (out / "sts-silver.csv").stat().st_mtime_ns == made  # its own file, kept as it is
+
+
 # ---- what silver data keeps, against a teacher whose every answer the test sets ----
 
 class ScriptedTeacher:

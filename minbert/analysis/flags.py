@@ -10,6 +10,11 @@ from minbert.common.cli import AT_LEAST_0, AT_LEAST_1, Range, check_ranges, flag
 from minbert.common.files import DEFAULT_DATA, in_repository
 
 
+# Each subcommand's --overwrite: its files in --out are replaced without it only where a command of ours wrote them.
+OVERWRITE_HELP = ("replace a file in --out, of a name this subcommand writes, that no command of ours wrote (never "
+                  "a link)")
+
+
 def items(text: str) -> list[str]:
     return [item.strip() for item in text.split(",") if item.strip()]
 
@@ -61,6 +66,7 @@ class CurvesConfig:
     """
     runs: str = flag(in_repository("runs/multitask"), "run folders (or their metrics.jsonl files), comma-separated")
     out: str = flag(in_repository("runs/analysis/curves"), "folder for curves-*.png, curves.md and curves.json")
+    overwrite: bool = flag(False, OVERWRITE_HELP)
 
     def __post_init__(self):
         self.run_list = distinct("--runs", items(self.runs))
@@ -84,6 +90,7 @@ class ErrorsConfig:
     sts_error: float = flag(1.0, "an STS pair counts as wrong, when comparing tasks, if its error exceeds this",
                             range=AT_LEAST_0)
     out: str = flag(in_repository("runs/analysis/errors"), "folder for errors.png, errors.md and errors.json")
+    overwrite: bool = flag(False, OVERWRITE_HELP)
 
     def __post_init__(self):
         check_ranges(self)
@@ -107,6 +114,7 @@ class LayersConfig(EncoderFlags):
                                          f"the real tokens, cls = the [CLS] vector; any of {', '.join(TOKEN_POOLINGS)}")
     sets: str = flag(",".join(STS_SETS), "STS sets, comma-separated: sts12 .. sickr (sts-eval/*.tsv) and sts-dev")
     out: str = flag(in_repository("runs/analysis/layers"), "folder for layers.png, layers.md and layers.json")
+    overwrite: bool = flag(False, OVERWRITE_HELP)
 
     def __post_init__(self):
         super().__post_init__()
@@ -125,6 +133,7 @@ class SpreadConfig(EncoderFlags):
         minbert analyze spread --models all-MiniLM-L6-v2,runs/multitask/best
     """
     out: str = flag(in_repository("runs/analysis/spread"), "folder for spread.png, spread.md and spread.json")
+    overwrite: bool = flag(False, OVERWRITE_HELP)
 
 
 @dataclass
@@ -139,3 +148,4 @@ class EmbeddingsConfig(EncoderFlags):
     """
     out: str = flag(in_repository("runs/analysis/embeddings"),
                     "folder for embeddings.png, embeddings.md and embeddings.json")
+    overwrite: bool = flag(False, OVERWRITE_HELP)

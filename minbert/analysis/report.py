@@ -14,8 +14,9 @@ from scipy.stats import ConstantInputWarning
 from minbert.analysis.figures import POOLING_NAMES, save
 from minbert.analysis.flags import EncoderFlags
 from minbert.common import cli
-from minbert.common.files import atomic_files, write_json
+from minbert.common.files import write_json
 from minbert.common.metrics import spearman
+from minbert.common.outputs import check_files, write_outputs
 from minbert.common.run_folder import BEST, LAST
 from minbert.models import Tokenizer, from_pretrained
 
@@ -78,12 +79,22 @@ class Report:
     numbers: dict
 
 
+WRITER = "minbert analyze"  # who wrote the files of --out, as their records say (common.outputs.write_outputs)
+
+
+def text_files(stem: str) -> list[str]:
+    """The files every subcommand writes beside its pictures (whose names are known once they are drawn)."""
+    return [f"{stem}.md", f"{stem}.json"]
+
+
 def write(out: str, stem: str, report: Report, config) -> list[Path]:
-    """OUT/the pictures, OUT/STEM.md and OUT/STEM.json (the numbers, and the flags that made them)."""
+    """OUT/the pictures, OUT/STEM.md and OUT/STEM.json (the numbers, and the flags that made them); a file of
+    those names that no command of ours wrote is refused unless --overwrite, before any is written."""
     folder = Path(out)
-    with atomic_files(folder) as temp:  # one set: a command that dies half-way leaves the folder as it was
+    check_files(folder, [*report.figures, *text_files(stem)], "--out", config.overwrite)
+    with write_outputs(folder, WRITER) as temp:  # one set: a command that dies half-way leaves the folder as it was
         for name, figure in report.figures.items():
             save(figure, temp / name)
         write_json(temp / f"{stem}.json", json_safe({"config": dataclasses.asdict(config), **report.numbers}))
         (temp / f"{stem}.md").write_text(report.markdown.rstrip() + "\n", encoding="utf-8")
-    return [*(folder / name for name in report.figures), folder / f"{stem}.md", folder / f"{stem}.json"]
+    return [folder / name for name in [*report.figures, *text_files(stem)]]

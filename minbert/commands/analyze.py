@@ -19,14 +19,15 @@ errors      a finished multi-task run's dev errors: the SST confusion matrix, Qu
 curves      training loss per task and dev metrics over optimizer steps, for one or several runs.
 
 `minbert analyze SUBCOMMAND --help` lists a subcommand's flags. A missing file or folder ends with one line
-naming it and exit code 2.
+naming it and exit code 2. A file in --out is replaced only if a command of ours wrote it (the record of the write
+beside it, .NAME.written-by.json, says so), or with --overwrite.
 """
 import importlib
 from pathlib import Path
 
 from minbert.analysis.flags import CurvesConfig, EmbeddingsConfig, ErrorsConfig, LayersConfig, SpreadConfig
 from minbert.common import cli
-from minbert.common.outputs import output_folder
+from minbert.common.outputs import check_files, output_folder
 
 # subcommand -> its flags; the module minbert.analysis.SUBCOMMAND computes and draws its pictures (build), and
 # SUBCOMMAND.md and SUBCOMMAND.json are written beside them
@@ -39,9 +40,11 @@ def main(argv: list[str] | None = None) -> list[Path]:
     name = next(name for name, flags in SUBCOMMANDS.items() if isinstance(config, flags))
     # The pictures load torch and matplotlib: imported once the flags are parsed, so that --help answers at once.
     build = importlib.import_module(f"minbert.analysis.{name}").build
-    from minbert.analysis.report import write
+    from minbert.analysis.report import text_files, write
 
     with output_folder(config.out, "--out"):  # checked and held before the work
+        # The files whose names are known before the work (the pictures' are once drawn: checked as they are written)
+        check_files(config.out, text_files(name), "--out", config.overwrite)
         written = write(config.out, name, build(config), config)
     print("\n".join(f"wrote {path}" for path in written))
     return written

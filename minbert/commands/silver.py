@@ -13,7 +13,8 @@ the teacher's own head for the task. No dev or test sentence of any task enters 
 
 Writes into --out: {task}-silver.csv (the course's format, plus the soft_label column), {task}.json (what made
 the file, and the counts: retrieved, removed as dev or test sentences, removed as training copies, kept) and
-silver.json (all of them). The bank's embeddings are kept in --cache-dir, once per bank and --retriever; an
+silver.json (all of them); a file of those names that no command of ours wrote is refused before any silver data
+is made, unless --overwrite. The bank's embeddings are kept in --cache-dir, once per bank and --retriever; an
 interrupted command, run again, goes on from the tasks and the bank chunks it finished.
 """
 import json
@@ -25,19 +26,21 @@ from pathlib import Path
 from minbert.common import cli
 from minbert.common.cli import AT_LEAST_0, AT_LEAST_1, SEED, check_ranges, flag, parse_task_order
 from minbert.common.errors import DataError, UsageError
-from minbert.common.files import DEFAULT_DATA, atomic_file, check_writable, in_repository, read_json, write_json
-from minbert.common.outputs import output_folder
+from minbert.common.files import DEFAULT_DATA, check_writable, in_repository, read_json, write_json
+from minbert.common.outputs import check_files, output_folder, write_output, written_by
 from minbert.task_info import COURSE_TASKS, TASK_NAMES, TASKS
 
 log = logging.getLogger(__name__)
 BANK = "unlabeled-sentences.txt"  # the course's unlabeled sentences, in --data-dir
+WRITER = "minbert silver"  # who wrote the files of --out, as their records say (common.outputs.write_output)
 
 
 @dataclass
 class SilverConfig:
     teacher: str = flag("", "the teacher (required): a finished run of `minbert train`, several comma-separated "
                             "(the mean of their outputs), or the report (--out) of a `minbert ensemble --method mean`")
-    out: str = flag(in_repository("runs/silver"), "the silver folder to write")
+    out: str = flag(in_repository("runs/silver"), "the silver folder to write; a file there is replaced only if a "
+                                                  "command of ours wrote it, or with --overwrite")
     tasks: str = flag(",".join(COURSE_TASKS), "the tasks to make silver data for")
     bank: str = flag("", "sentence tasks: the unlabeled sentences to retrieve from, one a line (UTF-8) (default: "
                          f"--data-dir's {BANK})")
@@ -54,6 +57,9 @@ class SilverConfig:
     data_dir: str = flag(str(DEFAULT_DATA), "folder with the course's data files")
     seed: int = flag(0, "seed of the samples (bank, pair sentences, random partners)", range=SEED)
     device: str = flag("auto", "cpu, cuda, mps or auto")
+    overwrite: bool = flag(False, "replace a file in --out, of a name this command writes, that no command of ours "
+                                  "wrote (never a link)")
+    COMMAND_LINE_ONLY = ("overwrite",)  # typed each time, never taken from a --config file
 
     def __post_init__(self):
         check_ranges(self)
@@ -129,10 +135,13 @@ def make(config: SilverConfig) -> dict:
     teacher.check(list(config.task_list))
     data_dir = Path(config.data_dir)
     with output_folder(config.out, "--out") as folder:
+        check_files(folder, [INFO, *(name for task in config.task_list for name in (file_name(task), f"{task}.json"))],
+                    "--out", config.overwrite)
         records, todo = {}, []
         for task in config.task_list:
             record_file = folder / f"{task}.json"
-            if (folder / file_name(task)).is_file() and record_file.is_file() and \
+            # Kept only as this command wrote them: a user's files of these names are made again (with --overwrite).
+            if written_by(folder / file_name(task)) == WRITER and written_by(record_file) == WRITER and \
                     read_json(record_file).get("settings") == config.settings(task):
                 log.info("%s: already written with these settings (%s); kept", task, folder / file_name(task))
                 records[task] = read_json(record_file)
@@ -156,15 +165,17 @@ def make(config: SilverConfig) -> dict:
                                                      config.neighbours, config.per_class)
                 if not len(silver):
                     raise DataError(f"{task}: no silver examples are left (counts: {counts})")
-                with atomic_file(folder / file_name(task)) as temp:
+                with write_output(folder / file_name(task), WRITER) as temp:
                     spec.write_silver(temp, silver)
                 records[task] = {"settings": config.settings(task), "counts": counts,
                                  "file": file_name(task), "examples": len(silver)}
-                write_json(folder / f"{task}.json", records[task])
+                with write_output(folder / f"{task}.json", WRITER) as temp:
+                    write_json(temp, records[task])
                 log.info("%s: %s silver examples in %s; counts: %s", task, f"{len(silver):,}",
                          folder / file_name(task), json.dumps(counts))
         info = {"teacher": teacher.describe(), "retriever": config.retriever, "tasks": records}
-        write_json(folder / INFO, info)
+        with write_output(folder / INFO, WRITER) as temp:
+            write_json(temp, info)
     return info
 
 

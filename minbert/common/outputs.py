@@ -1,5 +1,7 @@
 """The files a command writes outside a run folder (common/run_folder.py owns those): the leaderboard folders of a
-run or an ensemble (--predictions-dir), an ensemble's report (--out), predict.py's --output, analyze.py's --out.
+run or an ensemble (--predictions-dir), an ensemble's report (--out), predict.py's --output, and the folders of
+analyze.py's and silver's --out, whose files are each checked and recorded as a single file is (check_files,
+write_outputs, write_output).
 
 Each of them is
 - held by one command at a time, with the lock a run folder takes (common/locks.py): a second command is refused,
@@ -212,6 +214,30 @@ def write_output(path: str | Path, writer: str):
     path = Path(path)
     with atomic_file(path) as temp:
         yield temp
+    _record(path, writer)
+
+
+def check_files(folder: str | Path, names, flag: str, overwrite: bool) -> None:
+    """Before a command writes the files `names` into its output folder: each one it may not replace refused
+    (check_replaceable), so that nothing is written."""
+    for name in names:
+        check_replaceable(Path(folder) / name, flag, overwrite)
+
+
+@contextmanager
+def write_outputs(folder: str | Path, writer: str):
+    """The one way a command writes a set of files into its output folder (held by output_folder, the names checked
+    by check_files): yields a temporary folder for them; when the block ends, they take their places as one set
+    (common.files.atomic_files: an interrupted block leaves the old files), each with its record that `writer`
+    wrote it, moved in with it."""
+    with atomic_files(folder) as temp:
+        yield temp
+        for file in sorted(path for path in temp.iterdir() if path.is_file()):
+            _record(file, writer)
+
+
+def _record(path: Path, writer: str) -> None:
+    """The record of the write of `path` beside it: who wrote it, and the file's SHA-256 (written_by reads it)."""
     write_json(_record_of(path), {"written_by": writer, "sha256": _sha256(path)})
 
 
