@@ -154,8 +154,8 @@ def test_the_stamp_spares_the_full_check_and_a_touch_costs_one(split_model, tmp_
     model, _ = split_model
     folder = model.folder()
     computed = []
-    real = packaged.sha256
-    monkeypatch.setattr(packaged, "sha256", lambda file: computed.append(file) or real(file))
+    real = packaged.file_sha256
+    monkeypatch.setattr(packaged, "file_sha256", lambda file: computed.append(file) or real(file))
     assert model.folder() == folder and computed == []
     stamp = (tmp_path / "cache" / ".fake-model.stamp").read_text()
     os.utime(folder / "model.safetensors", ns=(0, 10 ** 18))

@@ -1,6 +1,7 @@
 """Files written so that a run that dies half-way leaves the old file or folder, never half of a new one, and a
 full disk is one line naming what could not be written."""
 import errno
+import hashlib
 import json
 import os
 import shlex
@@ -154,6 +155,15 @@ def _as_umask_allows(path: Path) -> None:
         if not entry.is_symlink():
             entry.chmod((0o777 if entry.is_dir() else 0o666) & ~mask)
 
+
+
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of a file's bytes, read a block at a time (model weights do not fit twice in memory)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 22):
+            digest.update(block)
+    return digest.hexdigest()
 
 @contextmanager
 def atomic_file(path: str | Path):

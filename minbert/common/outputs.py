@@ -19,7 +19,6 @@ as one set (common.files.atomic_files), with written-by.json, moved in last, whi
 that wrote them and lists the files: a different writer is refused unless --overwrite is given, and then the old
 set's files go.
 """
-import hashlib
 import json
 import os
 import stat
@@ -30,7 +29,7 @@ from typing import Callable
 from minbert.common import locks
 from minbert.common.errors import UsageError
 from minbert.common.files import (SET_RECORD, atomic_file, atomic_files, check_writable, check_writable_file,
-                                  make_folders, recover_files, remove_empty, write_json)
+                                  file_sha256, make_folders, recover_files, remove_empty, write_json)
 from minbert.common.run_folder import BEST, LAST, LOCK, METRICS, RUN_CONFIG, RunFolder
 
 LEADERBOARD_FILES = "*-*-output.csv"  # evaluation/predictions.py's names: {task}-{dev,test}-output.csv
@@ -131,14 +130,6 @@ def _record_of(path: Path) -> Path:
     return path.with_name(f".{path.name}.written-by.json")
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def written_by(path: str | Path) -> str | None:
     """The command that wrote the file `path` as it is now (its record, made at the write, holds the file's SHA-256),
     or None: no record, or the file changed since. Never a file's name or its first line: a user's file may look like
@@ -150,7 +141,7 @@ def written_by(path: str | Path) -> str | None:
         return None
     if not (isinstance(record, dict) and isinstance(record.get("written_by"), str) and path.is_file()):
         return None
-    return record["written_by"] if record.get("sha256") == _sha256(path) else None
+    return record["written_by"] if record.get("sha256") == file_sha256(path) else None
 
 
 def check_replaceable(path: Path, flag: str, overwrite: bool, checkpoint: Path | None = None) -> None:
@@ -238,7 +229,7 @@ def write_outputs(folder: str | Path, writer: str):
 
 def _record(path: Path, writer: str) -> None:
     """The record of the write of `path` beside it: who wrote it, and the file's SHA-256 (written_by reads it)."""
-    write_json(_record_of(path), {"written_by": writer, "sha256": _sha256(path)})
+    write_json(_record_of(path), {"written_by": writer, "sha256": file_sha256(path)})
 
 
 @contextmanager
@@ -348,7 +339,7 @@ class LeaderboardFolder:
             for name, write in files.items():
                 write(temp / name)
             write_json(temp / SET_RECORD, {"written_by": self.writer, "files": {
-                name: hashlib.sha256((temp / name).read_bytes()).hexdigest() for name in sorted(files)}})
+                name: file_sha256(temp / name) for name in sorted(files)}})
         for name in stale - set(files):
             (self.path / name).unlink(missing_ok=True)
         return [self.path / name for name in [*files, SET_RECORD]]

@@ -1,5 +1,4 @@
 """What a run needs to be reproduced, saved in its run config: the command, the code, the libraries, the data."""
-import hashlib
 import logging
 import os
 import platform
@@ -8,6 +7,7 @@ from importlib import metadata
 from pathlib import Path
 
 from minbert.common.errors import CheckpointError
+from minbert.common.files import file_sha256
 from minbert.common.files import CHECKOUT, absolute
 from minbert.common.run_folder import RUN_CONFIG
 
@@ -28,14 +28,6 @@ def git_commit() -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return (commit + ("+changes" if dirty else "")) or None
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def provenance(command: str, data_files: list[Path]) -> dict:

