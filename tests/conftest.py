@@ -3,6 +3,8 @@ checkpoints, tiny course files, the command lines of tiny runs, a checkpoint's w
 a folder's files, cosines by hand."""
 import math
 import random
+import signal
+import threading
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,24 @@ from minbert.tasks import REGISTRY
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
+
+
+@pytest.fixture(autouse=True)
+def signal_handlers_as_they_were():
+    """A trainer's Engine takes over SIGINT, SIGTERM and SIGUSR1 from its creation to its end (engine/callbacks.py's
+    Interruption). Tests that build one in-process to look at its model, never ending it, would leave its handlers
+    to the tests after them, where a signal meant for another command's handler is held back by a stale one: every
+    test starts from the handlers (and the wakeup file) it found."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    handlers = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)}
+    wakeup = signal.set_wakeup_fd(-1)
+    signal.set_wakeup_fd(wakeup)
+    yield
+    for number, handler in handlers.items():
+        signal.signal(number, handler)
+    signal.set_wakeup_fd(wakeup)
 
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
