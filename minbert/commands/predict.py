@@ -32,10 +32,9 @@ import io
 import logging
 import signal
 import sys
-import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -211,7 +210,7 @@ def predict_file(model: MultitaskPredictor, source: InputFile, output: str | Non
     task = source.task
     started, done, existed = time.time(), 0, bool(output) and Path(output).exists()
     try:
-        with stopped_by_sigterm() as received, \
+        with cli.sigterm_stops(), \
                 (write_output(output, WRITER) if output else nullcontext()) as temp, \
                 (open(temp, "wb") if output else nullcontext(sys.stdout)) as out, \
                 tqdm(total=source.count, unit="example", disable=not (output and sys.stderr.isatty())) as bar:
@@ -233,33 +232,13 @@ def predict_file(model: MultitaskPredictor, source: InputFile, output: str | Non
                 if not sys.stderr.isatty():
                     log.info("predicted %s of %s examples (%.0f s)", f"{done:,}", f"{source.count:,}",
                              time.time() - started)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
         kept = ("the predictions printed above" if not output else f"--output {output} as it was before" if existed
                 else f"no --output {output}")
         raise Interrupted(f"interrupted after {done:,} of {source.count:,} predictions: kept {kept}; the same "
-                          f"command predicts the file again", received[0] if received else signal.SIGINT) from None
+                          f"command predicts the file again", getattr(stop, "signal_number", signal.SIGINT)) from None
     if output:
         print(f"{done} predictions in {output}", file=sys.stderr)
-
-
-@contextmanager
-def stopped_by_sigterm():
-    """Within the block SIGTERM (kill, a batch job's end) stops the command as Ctrl-C does (KeyboardInterrupt), so
-    that what it holds is cleaned up alike; yields the list the signal's number is added to."""
-    received = []
-
-    def stop(number, frame):
-        received.append(number)
-        raise KeyboardInterrupt
-
-    if threading.current_thread() is not threading.main_thread():  # Python's signal handlers live there only
-        yield received
-        return
-    previous = signal.signal(signal.SIGTERM, stop)
-    try:
-        yield received
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def write_rows(file, results: list[dict], header: bool) -> None:

@@ -426,14 +426,12 @@ def going_on(command: str, under_way: Callable[[], str]):
     """Ctrl-C or SIGTERM (kill, a batch job's time limit) in the block, in a run's training (which saves its last/
     first) or between runs: the search stops with one line saying what stopped (under_way()) and the search's own
     command that goes on, not the run's, which is refused inside the study folder."""
-    previous = signal.signal(signal.SIGTERM, stop)  # SIGTERM outside a run's training: as Ctrl-C there
     try:
-        yield
+        with cli.sigterm_stops():  # SIGTERM outside a run's training: as Ctrl-C there
+            yield
     except (KeyboardInterrupt, Interrupted) as stopped:
         number = getattr(stopped, "signal_number", signal.SIGINT)
         raise Interrupted(f"{signal.Signals(number).name}: {under_way()}; to go on: {command}", number) from None
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def check_study_dir(config: SearchConfig) -> None:
@@ -536,9 +534,3 @@ def run_trials(config: SearchConfig, study: optuna.Study, space: list[Param], tr
                 queue_again(study, stopped)
             raise
     log.info("this worker ran for %s", duration(time.time() - started))
-
-
-def stop(signum, frame):
-    """SIGTERM stops the worker as Ctrl-C does: the trial under way is failed and queued again."""
-    raise Interrupted(signal.Signals(signum).name, signum)
-

@@ -18,14 +18,17 @@ import math
 import os
 import re
 import shlex
+import signal
 import sys
+import threading
 import typing
 from collections.abc import Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from minbert.common import distributed
-from minbert.common.errors import Interrupted, UsageError, UserError, did_you_mean
+from minbert.common.errors import Interrupted, SignalStop, UsageError, UserError, did_you_mean
 from minbert.common.files import RECIPES, in_repository, packaged_recipes, recipe_file, unknown_recipe
 from minbert.common.progress import log_to_stderr
 from minbert.common.run_folder import RECORD_KEYS, RUN_CONFIG
@@ -529,6 +532,24 @@ def resolve_device(name: str) -> "torch.device":
         raise UsageError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s), "
                          f"cuda:0 to cuda:{torch.cuda.device_count() - 1}")
     return device
+
+
+@contextmanager
+def sigterm_stops():
+    """Within the block SIGTERM (kill, a batch job's end) stops the command as Ctrl-C does: SignalStop, a
+    KeyboardInterrupt that carries the signal's number, so that what the command holds is cleaned up alike and its
+    stop line names the signal."""
+    def stop(number, frame):
+        raise SignalStop(number)
+
+    if threading.current_thread() is not threading.main_thread():  # Python's signal handlers live there only
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def run(main: Callable[[], Any]) -> None:
